@@ -1,0 +1,81 @@
+"""The advertised capacity: the value sent to GitHub as ``X-ScaleSetMaxCapacity``.
+
+This is the seam between the capacity monitor and the long-poll loop (in ARC's Go listener
+it is ``listener.SetMaxRunners``). The monitor calls :meth:`AdvertisedCapacity.set_max_capacity`
+whenever the scheduler-confirmed capacity changes; the loop reads :attr:`value` when it
+starts a poll and waits on :meth:`wait_changed` so it can abandon a poll that carries a stale
+header.
+
+Invariant: the value is always ``0 <= value <= max_runners`` for the *current* operator cap,
+so an operator lowering ``max_runners`` takes effect at once (ci-infra #921 kept advertising
+53 while the cap was 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+__all__ = ["MAX_INT32", "AdvertisedCapacity"]
+
+MAX_INT32 = 2_147_483_647
+
+
+class AdvertisedCapacity:
+    """The current ``X-ScaleSetMaxCapacity`` value and a change notification.
+
+    Without a monitor (capacity-awareness disabled) nobody calls ``set_max_capacity`` and the
+    value is ``max_runners``, exactly what ARC's listener sends.
+    """
+
+    def __init__(self, max_runners: int) -> None:
+        self._max_runners = _check(max_runners, "max_runners")
+        self._confirmed: int | None = None
+        self._version = 0
+        self._changed = asyncio.Event()
+
+    @property
+    def max_runners(self) -> int:
+        return self._max_runners
+
+    @property
+    def value(self) -> int:
+        """What to send on the next poll: the confirmed capacity clamped to the cap."""
+        if self._confirmed is None:
+            return self._max_runners
+        return min(self._confirmed, self._max_runners)
+
+    @property
+    def version(self) -> int:
+        """Increases on every change of :attr:`value`; lets waiters detect missed changes."""
+        return self._version
+
+    def set_max_capacity(self, capacity: int) -> None:
+        """Record the capacity the scheduler has confirmed (called by the capacity monitor)."""
+        self._update(confirmed=max(0, int(capacity)), max_runners=self._max_runners)
+
+    def set_max_runners(self, max_runners: int) -> None:
+        """Apply a new operator cap; the advertised value drops at once if it was above it."""
+        self._update(confirmed=self._confirmed, max_runners=_check(max_runners, "max_runners"))
+
+    async def wait_changed(self, since_version: int) -> int:
+        """Wait until :attr:`version` differs from ``since_version``; return the new version."""
+        while self._version == since_version:
+            await self._changed.wait()
+        return self._version
+
+    def _update(self, *, confirmed: int | None, max_runners: int) -> None:
+        before = self.value
+        self._confirmed = confirmed
+        self._max_runners = max_runners
+        if self.value != before:
+            self._version += 1
+            # Wake every current waiter, then start a fresh event for the next change: the
+            # setter stays synchronous, so callers need not be coroutines.
+            fired, self._changed = self._changed, asyncio.Event()
+            fired.set()
+
+
+def _check(value: int, field: str) -> int:
+    if not 0 <= value <= MAX_INT32:
+        raise ValueError(f"{field} must be between 0 and {MAX_INT32}, got {value}")
+    return value
