@@ -1,0 +1,214 @@
+"""The long-poll loop: ARC's ``listener.Run`` with a live ``X-ScaleSetMaxCapacity``.
+
+Order of work per message is ARC's (protocol reference §4.2): statistics → ack (DELETE) →
+acquire ``JobAvailable`` → ``JobStarted`` → ``JobCompleted`` → desired runner count. A 202
+re-uses the last statistics.
+
+What we do differently: the header value is read when a poll starts and the Actions service
+holds a poll for about 50 s, so a capacity change would reach GitHub only with the next poll.
+Instead, when the advertised value changes, the in-flight poll is abandoned and re-issued with
+the new value (at most once per ``reissue_interval``). Abandoning is safe: a message the
+service answered but we never processed is not acked and ``lastMessageId`` has not moved, so
+the service delivers it again on the next poll. A poll that completed before the cancel landed
+is processed normally, so nothing is handled twice either.
+
+Shutdown: ``stop`` ends the loop between messages; a message being handled is finished first
+(every call in it has its own deadline), like ARC's ``context.WithoutCancel``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from listener.advertised import AdvertisedCapacity
+from listener.wire import JobMessage, Message, Session, Statistics
+
+__all__ = ["ActionsSession", "Listener", "Recorder", "RunnerScaler"]
+
+log = logging.getLogger(__name__)
+
+
+class ActionsSession(Protocol):
+    """The message-queue calls the loop makes (``listener.actions.ActionsClient``)."""
+
+    async def get_message(self, last_message_id: int, max_capacity: int) -> Message | None: ...
+
+    async def delete_message(self, message_id: int) -> None: ...
+
+    async def acquire_jobs(self, request_ids: Sequence[int]) -> list[int]: ...
+
+
+class RunnerScaler(Protocol):
+    """``listener.scaler.Scaler``."""
+
+    async def handle_desired_runner_count(self, assigned_jobs: int) -> int: ...
+
+    async def handle_job_started(self, job: JobMessage) -> None: ...
+
+    def handle_job_completed(self, job: JobMessage) -> None: ...
+
+
+class Recorder(Protocol):
+    """``listener.metrics.ListenerMetrics``, or :class:`NoMetrics` when metrics are off."""
+
+    def record_statistics(self, stats: Statistics) -> None: ...
+
+    def record_desired_runners(self, count: int) -> None: ...
+
+    def record_job_started(self, job: JobMessage) -> None: ...
+
+    def record_job_completed(self, job: JobMessage) -> None: ...
+
+
+class NoMetrics:
+    """The recorder used when ``metrics_addr`` is empty."""
+
+    def record_statistics(self, stats: Statistics) -> None: ...
+
+    def record_desired_runners(self, count: int) -> None: ...
+
+    def record_job_started(self, job: JobMessage) -> None: ...
+
+    def record_job_completed(self, job: JobMessage) -> None: ...
+
+
+class _Abandoned:
+    """Marker: the poll was cancelled before it produced anything."""
+
+
+_ABANDONED = _Abandoned()
+
+
+class Listener:
+    """Polls the message queue, handles messages, keeps the header value current."""
+
+    def __init__(
+        self,
+        *,
+        session: ActionsSession,
+        scaler: RunnerScaler,
+        capacity: AdvertisedCapacity,
+        metrics: Recorder | None = None,
+        on_poll: Callable[[], None] = lambda: None,
+        reissue_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._session = session
+        self._scaler = scaler
+        self._capacity = capacity
+        self._metrics: Recorder = metrics or NoMetrics()
+        self._on_poll = on_poll
+        self._reissue_interval = reissue_interval
+        self._clock = clock
+        self._last_message_id = 0
+        self._latest: Statistics | None = None
+        self.reissued_polls = 0
+        """How many in-flight polls were abandoned because the capacity changed."""
+
+    async def run(self, initial: Session, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set; any protocol error propagates (the process exits)."""
+        self._latest = initial.statistics
+        self._metrics.record_statistics(initial.statistics)
+        desired = await self._scaler.handle_desired_runner_count(
+            initial.statistics.total_assigned_jobs
+        )
+        self._metrics.record_desired_runners(desired)
+        while not stop.is_set():
+            outcome = await self._poll(stop)
+            if outcome is _ABANDONED:
+                return  # stopping
+            self._on_poll()
+            if outcome is None:
+                # 202: nothing new; re-apply the last statistics (not recorded, as ARC).
+                await self._scaler.handle_desired_runner_count(self._latest.total_assigned_jobs)
+                continue
+            assert isinstance(outcome, Message)
+            self._last_message_id = outcome.message_id
+            await self._handle(outcome)
+
+    async def _handle(self, message: Message) -> None:
+        stats = message.statistics
+        self._latest = stats
+        self._metrics.record_statistics(stats)
+        # Ack first (ARC ≥ 0.14): a crash after this point loses the message's side effects,
+        # but the next statistics carry the totals that matter for scaling.
+        await self._session.delete_message(message.message_id)
+        available = [j.runner_request_id for j in message.jobs if j.message_type == "JobAvailable"]
+        if available:
+            acquired = await self._session.acquire_jobs(available)
+            log.info(
+                "acquired jobs", extra={"requested": len(available), "acquired": len(acquired)}
+            )
+        for job in message.jobs:
+            if job.message_type == "JobStarted":
+                self._metrics.record_job_started(job)
+                await self._scaler.handle_job_started(job)
+        for job in message.jobs:
+            if job.message_type == "JobCompleted":
+                self._metrics.record_job_completed(job)
+                self._scaler.handle_job_completed(job)
+        desired = await self._scaler.handle_desired_runner_count(stats.total_assigned_jobs)
+        self._metrics.record_desired_runners(desired)
+
+    async def _poll(self, stop: asyncio.Event) -> Message | None | _Abandoned:
+        """One long poll, re-issued whenever the advertised value changes under it."""
+        while True:
+            sent = self._capacity.value
+            version = self._capacity.version
+            issued_at = self._clock()
+            poll = asyncio.create_task(
+                self._session.get_message(self._last_message_id, sent), name="get-message"
+            )
+            stopping = asyncio.create_task(stop.wait(), name="stop-wait")
+            try:
+                while True:
+                    changed = asyncio.create_task(
+                        self._capacity.wait_changed(version), name="capacity-wait"
+                    )
+                    try:
+                        await asyncio.wait(
+                            {poll, stopping, changed}, return_when=asyncio.FIRST_COMPLETED
+                        )
+                    finally:
+                        changed.cancel()
+                    if poll.done():
+                        return poll.result()
+                    if stopping.done():
+                        return await _abandon(poll)
+                    version = self._capacity.version
+                    if self._capacity.value == sent:
+                        continue  # changed and changed back: the poll in flight is still right
+                    # Rate-limit re-issues so a flapping value cannot turn into a request storm.
+                    delay = issued_at + self._reissue_interval - self._clock()
+                    if delay > 0:
+                        await asyncio.wait({poll, stopping}, timeout=delay)
+                        if poll.done():
+                            return poll.result()
+                        if stopping.done():
+                            return await _abandon(poll)
+                        if self._capacity.value == sent:
+                            continue
+                    outcome = await _abandon(poll)
+                    if outcome is not _ABANDONED:
+                        return outcome
+                    self.reissued_polls += 1
+                    log.debug(
+                        "capacity changed, re-issuing poll",
+                        extra={"old": sent, "new": self._capacity.value},
+                    )
+                    break
+            finally:
+                stopping.cancel()
+
+
+async def _abandon(poll: asyncio.Task[Message | None]) -> Message | None | _Abandoned:
+    """Cancel an in-flight poll; if it finished first, its result still counts."""
+    poll.cancel()
+    await asyncio.wait({poll})
+    if poll.cancelled():
+        return _ABANDONED
+    return poll.result()
