@@ -1,0 +1,218 @@
+"""Composition root: the only place that builds and wires the parts.
+
+Start-up follows ARC's order where it matters (config → logging → session → static metrics →
+loop), with two deliberate changes: the Kubernetes client is built *before* the session, so a
+pod that cannot reach the apiserver does not leave a session behind, and a 409 session
+conflict is waited out for a bounded time instead of crash-looping.
+
+Shutdown (SIGTERM from the kubelet, or SIGINT): the loop finishes the message it is handling,
+the capacity monitor and the HTTP server stop, then the session is deleted with its own short
+deadline. An unexpected error in any task ends the TaskGroup; the session is still deleted and
+the process exits non-zero so the controller recreates the pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+
+from capacity import kube as kube_mod
+from listener import github_auth, http
+from listener.actions import ActionsClient
+from listener.advertised import AdvertisedCapacity
+from listener.config import AppCredentials, Config, TokenCredentials, load_config
+from listener.logs import configure_logging, register_secret
+from listener.loop import Listener
+from listener.metrics import ListenerMetrics
+from listener.scaler import KubePatcher, Scaler
+from listener.server import Health, build_app, serve
+
+__all__ = ["Options", "main", "run"]
+
+log = logging.getLogger("listener")
+
+_SESSION_DELETE_TIMEOUT = 10.0
+
+
+class StartupError(Exception):
+    """A configuration problem found at start-up; printed as one line, exit status 1."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """Listener settings that ARC's config.json has no key for (environment variables)."""
+
+    probe_addr: str = ":8081"
+    session_conflict_timeout: float = 600.0
+    reissue_interval: float = 1.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Options:
+        def seconds(key: str, default: float) -> float:
+            raw = env.get(key, "")
+            if not raw:
+                return default
+            try:
+                value = float(raw)
+            except ValueError:
+                raise StartupError(f"{key}: not a number of seconds: {raw!r}") from None
+            if value < 0:
+                raise StartupError(f"{key}: must not be negative: {raw!r}")
+            return value
+
+        return cls(
+            probe_addr=env.get("LISTENER_PROBE_ADDR", cls.probe_addr),
+            session_conflict_timeout=seconds(
+                "LISTENER_SESSION_CONFLICT_TIMEOUT", cls.session_conflict_timeout
+            ),
+            reissue_interval=seconds("LISTENER_REISSUE_INTERVAL", cls.reissue_interval),
+        )
+
+
+def _owner_name() -> str:
+    # ARC uses the hostname, which in Kubernetes is the pod name.
+    try:
+        return socket.gethostname() or str(uuid.uuid4())
+    except OSError:
+        return str(uuid.uuid4())
+
+
+def _register_secrets(cfg: Config) -> None:
+    creds = cfg.credentials
+    if isinstance(creds, TokenCredentials):
+        register_secret(creds.token)
+    elif isinstance(creds, AppCredentials):
+        register_secret(creds.private_key)
+
+
+async def _guard(name: str, work: Awaitable[None], stop: asyncio.Event) -> None:
+    """Run a root task; when it ends for any reason, stop the others."""
+    try:
+        await work
+    finally:
+        if not stop.is_set():
+            log.info("task ended, stopping", extra={"task": name})
+        stop.set()
+
+
+async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
+    """Run the listener until ``stop`` is set or something fails."""
+    cfg = load_config(env)
+    options = Options.from_env(env)
+    configure_logging(cfg.log_level, cfg.log_format)
+    _register_secrets(cfg)
+    capacity_settings = _capacity_settings(env)
+
+    registry = CollectorRegistry(auto_describe=True)
+    metrics = (
+        ListenerMetrics(
+            registry,
+            cfg.metrics,
+            target=cfg.target,
+            scale_set_name=cfg.ephemeral_runner_set_name,
+            scale_set_namespace=cfg.ephemeral_runner_set_namespace,
+        )
+        if cfg.metrics_addr
+        else None
+    )
+    health = Health()
+    health.add("poll", max_age=180.0)
+    advertised = AdvertisedCapacity(cfg.max_runners)
+
+    async with contextlib.AsyncExitStack() as stack:
+        kube = await stack.enter_async_context(kube_mod.connect(env))
+        client = await stack.enter_async_context(
+            http.make_client(
+                root_ca_pem=cfg.server_root_ca,
+                user_agent=http.user_agent(cfg.runner_scale_set_id),
+            )
+        )
+        auth = github_auth.GitHubAuth(client, target=cfg.target, credentials=cfg.credentials)
+        actions = ActionsClient(client, auth, scale_set_id=cfg.runner_scale_set_id)
+        session = await actions.create_session(
+            _owner_name(), conflict_timeout=options.session_conflict_timeout
+        )
+        register_secret(session.message_queue_access_token)
+        log.info("session created", extra={"session_id": session.session_id})
+        try:
+            if metrics is not None:
+                metrics.record_static(cfg.min_runners, cfg.max_runners)
+            scaler = Scaler(
+                min_runners=cfg.min_runners,
+                max_runners=cfg.max_runners,
+                patcher=KubePatcher(
+                    kube,
+                    namespace=cfg.ephemeral_runner_set_namespace,
+                    runner_set_name=cfg.ephemeral_runner_set_name,
+                ),
+            )
+            loop = Listener(
+                session=actions,
+                scaler=scaler,
+                capacity=advertised,
+                metrics=metrics,
+                on_poll=lambda: health.mark("poll", time.monotonic()),
+                reissue_interval=options.reissue_interval,
+            )
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(_guard("listener", loop.run(session, stop), stop))
+                if cfg.metrics_addr:
+                    metrics_app = build_app(
+                        registry=registry, metrics_endpoint=cfg.metrics_endpoint, health=health
+                    )
+                    tg.create_task(_guard("metrics", serve(metrics_app, cfg.metrics_addr, stop), stop))
+                if options.probe_addr and options.probe_addr != cfg.metrics_addr:
+                    probe_app = build_app(registry=None, metrics_endpoint="", health=health)
+                    tg.create_task(_guard("probes", serve(probe_app, options.probe_addr, stop), stop))
+                if capacity_settings is not None:
+                    from capacity.monitor import CapacityMonitor
+
+                    scale_set = await actions.get_scale_set(cfg.runner_scale_set_id)
+                    health.add("reconcile", max_age=max(180.0, 6 * capacity_settings.recalculate_interval))
+                    monitor = CapacityMonitor(
+                        settings=capacity_settings,
+                        kube=kube,
+                        runner_namespace=cfg.ephemeral_runner_set_namespace,
+                        runner_set_name=cfg.ephemeral_runner_set_name,
+                        runner_labels=scale_set.labels,
+                        advertised=advertised,
+                        registry=registry,
+                        on_reconcile=lambda: health.mark("reconcile", time.monotonic()),
+                        env=env,
+                    )
+                    tg.create_task(_guard("capacity", monitor.run(stop), stop))
+        finally:
+            # Runs on success, on error and on cancellation: a session left behind makes the
+            # next pod wait for its expiry (409).
+            try:
+                async with asyncio.timeout(_SESSION_DELETE_TIMEOUT):
+                    await actions.delete_session()
+            except Exception as exc:  # logged, as ARC does: the process is ending anyway
+                log.warning("could not delete the session", extra={"error": str(exc)})
+            else:
+                log.info("session deleted")
+
+
+def _capacity_settings(env: Mapping[str, str]):  # type: ignore[no-untyped-def]
+    from capacity.settings import load_capacity_settings
+
+    settings = load_capacity_settings(env)
+    return settings if settings.enabled else None
+
+
+async def main(env: Mapping[str, str]) -> None:
+    """Install signal handlers and run."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # SIGTERM is what the kubelet sends
+        loop.add_signal_handler(sig, stop.set)
+    await run(env, stop)
