@@ -92,9 +92,7 @@ async def connect(env: Mapping[str, str] | None = None) -> AsyncIterator[Kube]:
     configuration = client.Configuration()
     kubeconfig = env.get("KUBECONFIG", "")
     if kubeconfig:
-        await config.load_kube_config(
-            config_file=kubeconfig, client_configuration=configuration
-        )
+        await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     else:
         config.load_incluster_config(client_configuration=configuration)
     async with client.ApiClient(configuration) as api:

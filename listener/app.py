@@ -169,15 +169,21 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
                     metrics_app = build_app(
                         registry=registry, metrics_endpoint=cfg.metrics_endpoint, health=health
                     )
-                    tg.create_task(_guard("metrics", serve(metrics_app, cfg.metrics_addr, stop), stop))
+                    tg.create_task(
+                        _guard("metrics", serve(metrics_app, cfg.metrics_addr, stop), stop)
+                    )
                 if options.probe_addr and options.probe_addr != cfg.metrics_addr:
                     probe_app = build_app(registry=None, metrics_endpoint="", health=health)
-                    tg.create_task(_guard("probes", serve(probe_app, options.probe_addr, stop), stop))
+                    tg.create_task(
+                        _guard("probes", serve(probe_app, options.probe_addr, stop), stop)
+                    )
                 if capacity_settings is not None:
                     from capacity.monitor import CapacityMonitor
 
                     scale_set = await actions.get_scale_set(cfg.runner_scale_set_id)
-                    health.add("reconcile", max_age=max(180.0, 6 * capacity_settings.recalculate_interval))
+                    health.add(
+                        "reconcile", max_age=max(180.0, 6 * capacity_settings.recalculate_interval)
+                    )
                     monitor = CapacityMonitor(
                         settings=capacity_settings,
                         kube=kube,
