@@ -31,7 +31,7 @@ def main() -> None:
         asyncio.run(app.main(os.environ))
     except KeyboardInterrupt:
         sys.exit(0)
-    except BaseException as exc:  # noqa: BLE001 - the process boundary: report, then exit 1
+    except BaseException as exc:
         if isinstance(exc, SystemExit):
             raise
         errors = _leaf_errors(exc)

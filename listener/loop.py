@@ -154,7 +154,7 @@ class Listener:
         desired = await self._scaler.handle_desired_runner_count(stats.total_assigned_jobs)
         self._metrics.record_desired_runners(desired)
 
-    async def _poll(self, stop: asyncio.Event) -> Message | None | _Abandoned:
+    async def _poll(self, stop: asyncio.Event) -> Message | _Abandoned | None:
         """One long poll, re-issued whenever the advertised value changes under it."""
         while True:
             sent = self._capacity.value
@@ -205,7 +205,7 @@ class Listener:
                 stopping.cancel()
 
 
-async def _abandon(poll: asyncio.Task[Message | None]) -> Message | None | _Abandoned:
+async def _abandon(poll: asyncio.Task[Message | None]) -> Message | _Abandoned | None:
     """Cancel an in-flight poll; if it finished first, its result still counts."""
     poll.cancel()
     await asyncio.wait({poll})
