@@ -57,6 +57,8 @@ _INT64_MAX: Final = 2**63 - 1
 LOG_LEVELS: Final = ("debug", "info", "warn", "error")
 LOG_FORMATS: Final = ("json", "text")
 VAULT_TYPE_AZURE_KEY_VAULT: Final = "azure_key_vault"
+# Shorter "secrets" are not masked in messages: masking a 2-letter token would garble them.
+_MIN_SECRET_LEN: Final = 6
 
 # The four credential keys live in ARC's embedded AppConfig struct. Go allocates that struct
 # as soon as any one of them appears in the file (even as null); when none appears, ARC
@@ -450,7 +452,32 @@ def parse_config(raw: bytes | str, *, force_ghes: bool = False) -> Config:
             f"failed to decode config: expected a JSON object, got {_type_name(data)}"
         )
     obj = _Object(data)
+    try:
+        return _validate(obj, force_ghes=force_ghes)
+    except ConfigError as exc:
+        raise _scrubbed(exc, obj) from None
 
+
+def _scrubbed(exc: ConfigError, obj: _Object) -> ConfigError:
+    """``exc`` with the token and private key masked, wherever they turned up.
+
+    The messages above only quote non-secret fields, but those can contain a secret by
+    mistake (a token pasted into ``configure_url``); this is the safety net.
+    """
+    message = str(exc)
+    for key in ("github_token", "github_app_private_key"):
+        value = obj.get(key)
+        if not isinstance(value, str):
+            continue
+        # The whole value, and each long line of a multi-line PEM key (messages are one line).
+        pieces = [value, *(line.strip() for line in value.splitlines())]
+        for piece in sorted(pieces, key=len, reverse=True):
+            if len(piece) >= _MIN_SECRET_LEN:
+                message = message.replace(piece, "***")
+    return ConfigError(message, field=exc.field)
+
+
+def _validate(obj: _Object, *, force_ghes: bool) -> Config:
     configure_url = obj.string("configure_url")
     vault_type = obj.string("vault_type")
     vault_lookup_key = obj.string("vault_lookup_key")
