@@ -1,0 +1,262 @@
+"""The capacity monitor's shared vocabulary: frozen values passed between the pure policy and
+the I/O modules (kube, view, hud, reconciler).
+
+PURE: no I/O, no clock, no asyncio. Times are epoch seconds (floats) supplied by the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+# --- labels and annotations ---------------------------------------------------------------
+
+LABEL_PREFIX = "capacity-listener.dev/"
+LABEL_SCALE_SET = LABEL_PREFIX + "scale-set"
+LABEL_SLOT = LABEL_PREFIX + "slot"
+LABEL_ROLE = LABEL_PREFIX + "role"
+# Label values are capped at 63 characters, so the untruncated scale-set name is also kept in
+# an annotation for people reading the pod.
+ANNOTATION_SCALE_SET = LABEL_PREFIX + "scale-set"
+ANNOTATION_EXPIRES_AT = LABEL_PREFIX + "expires-at"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "capacity-listener"
+
+# ARC's kubernetes container mode names a runner's workflow pod "<runner-pod>-workflow".
+WORKFLOW_POD_SUFFIX = "-workflow"
+
+MAX_LABEL_VALUE = 63
+_HASH_LEN = 10
+
+
+def label_value(text: str) -> str:
+    """`text` as a valid Kubernetes label value: unchanged when it fits in 63 characters,
+    otherwise a prefix plus a short hash of the whole text, so two long names that share a
+    prefix still get different values. The result is deterministic."""
+    if len(text) <= MAX_LABEL_VALUE:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:_HASH_LEN]
+    head = text[: MAX_LABEL_VALUE - _HASH_LEN - 1].rstrip("-_.")
+    return f"{head}-{digest}"
+
+
+def placeholder_selector(scale_set: str) -> str:
+    """The label selector that matches every placeholder of one scale set."""
+    return f"{LABEL_SCALE_SET}={label_value(scale_set)},{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}"
+
+
+# --- observed state -----------------------------------------------------------------------
+
+
+class Role(StrEnum):
+    """Which half of a pair a placeholder is. The values are also the PriorityClass names."""
+
+    RUNNER = "placeholder-runner"
+    WORKFLOW = "placeholder-workflow"
+
+
+class PodPhase(StrEnum):
+    """Kubernetes pod phases (a StrEnum, so it compares equal to the API's strings)."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+FINISHED_PHASES = frozenset({PodPhase.SUCCEEDED, PodPhase.FAILED})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placeholder:
+    """One placeholder pod of this scale set, as the watch cache last saw it."""
+
+    name: str
+    slot: str
+    role: Role
+    phase: PodPhase
+    terminating: bool = False  # metadata.deletionTimestamp is set
+    node_name: str | None = None
+    # False when node checks are on and the node is cordoned or being disrupted. The view
+    # leaves it True when node checks are off; the policy also ignores it then.
+    node_usable: bool = True
+    created_at: float = 0.0
+    expires_at: float = 0.0
+    # False when the pod's owner is not this listener's owner (a leftover of an earlier
+    # listener that the garbage collector has not removed). The policy deletes those.
+    owned: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class RealPod:
+    """A real runner pod or workflow pod of this scale set."""
+
+    name: str
+    phase: PodPhase
+    bound: bool  # spec.nodeName is set
+    terminating: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observed:
+    """One consistent snapshot from the view. `active_runners` is the number of running plus
+    pending real runners of this scale set (from the EphemeralRunners), computed by the view.
+    `synced` is False until every watch has listed once; the policy takes no action before."""
+
+    placeholders: tuple[Placeholder, ...] = ()
+    runner_pods: tuple[RealPod, ...] = ()
+    workflow_pods: tuple[RealPod, ...] = ()
+    active_runners: int = 0
+    synced: bool = True
+
+
+# --- demand (HUD) -------------------------------------------------------------------------
+
+
+class HudResult(StrEnum):
+    """Outcome of one HUD request (a metrics label)."""
+
+    OK = "ok"
+    TIMEOUT = "timeout"
+    HTTP_ERROR = "http_error"  # a non-2xx status or a transport failure
+    BAD_RESPONSE = "bad_response"  # not JSON, or not the expected rows
+    TOO_LARGE = "too_large"  # body exceeded max_response_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class HudOutcome:
+    """What one HUD request produced. `queued` is set only when `result` is OK. `detail` is a
+    one-line, secret-free description for logs."""
+
+    result: HudResult
+    duration: float
+    queued: int | None = None
+    rows: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HudState:
+    """What the demand fallback remembers between HUD requests."""
+
+    last_good: int | None = None
+    last_good_at: float | None = None
+    last_result: HudResult | None = None  # None: no request has finished yet
+
+
+class DemandSource(StrEnum):
+    """Where `Demand.queued` came from (a metrics label)."""
+
+    HUD = "hud"  # the latest HUD request succeeded
+    STALE = "stale"  # HUD is failing; holding the last good value
+    FLOOR = "floor"  # HUD failing for too long (or never answered): the failure floor
+    DISABLED = "disabled"  # HUD not configured: queued is 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Demand:
+    """Queued jobs the policy should provision for, on top of proactive capacity."""
+
+    queued: int
+    source: DemandSource
+    age: float | None = None  # seconds since the HUD value in use was fetched
+
+
+# --- policy knobs, plan and memory --------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Params:
+    """The policy's knobs in plain values (durations in seconds). Built from the settings by
+    `capacity.settings.to_params`; `max_runners` comes from ARC's config and may change at
+    any time (build a new Params with `dataclasses.replace`)."""
+
+    max_runners: int
+    proactive_capacity: int = 0
+    max_pending_pairs: int = 30
+    ready_timeout: float = 300.0
+    downscale_delay: float = 300.0
+    ttl: float = 900.0
+    renew_before: float = 300.0
+    node_checks: bool = False
+    hud_enabled: bool = False
+    hud_stale_after: float = 300.0
+    hud_failure_base_capacity: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("max_runners", "proactive_capacity", "max_pending_pairs"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.hud_failure_base_capacity < 0:
+            raise ValueError("hud_failure_base_capacity must be >= 0")
+        for name in ("ready_timeout", "downscale_delay", "hud_stale_after", "renew_before"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
+        if self.ttl <= 0:
+            raise ValueError(f"ttl must be > 0 seconds, got {self.ttl}")
+        if self.renew_before >= self.ttl:
+            raise ValueError(
+                f"renew_before ({self.renew_before}s) must be shorter than ttl ({self.ttl}s)"
+            )
+
+
+class DeleteReason(StrEnum):
+    """Why the plan deletes a placeholder (a metrics label)."""
+
+    TIMEOUT = "timeout"  # a half still Pending after ready_timeout: the whole pair goes
+    EXCESS = "excess"  # more pairs than the (damped) target, or above the max_runners headroom
+    BROKEN = "broken"  # a lone half that no real runner needs and no other half can pair with
+    EXPIRED = "expired"  # reached its TTL, or replaced by a Running pair (make-before-break)
+    FINISHED = "finished"  # Succeeded/Failed: the sleep ended or the pod was evicted
+    ORPHAN = "orphan"  # not owned by this listener's owner
+    UNUSABLE = "unusable"  # phase Unknown, or Running on a cordoned/disrupted node
+
+
+@dataclass(frozen=True)
+class Deletion:
+    name: str
+    reason: DeleteReason
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sides:
+    """The capacity count of one snapshot (design §5.2)."""
+
+    runner_side: int
+    workflow_side: int
+    advertised: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """One reconcile pass's decision.
+
+    `creates` are slot ids for new pairs; each id means two pods (one per Role). The policy
+    chooses the ids (decimal strings, never reused within a process and never equal to any
+    observed slot) so the caller does not need to. `deletes` are pod names.
+    `advertised` is the capacity of the snapshot *after* the deletes (creates are Pending and
+    never count). The counts describe the snapshot as observed, for metrics."""
+
+    creates: tuple[str, ...] = ()
+    deletes: tuple[Deletion, ...] = ()
+    advertised: int = 0
+    runner_side: int = 0
+    workflow_side: int = 0
+    desired_pairs: int = 0  # the §5.2 formula, undamped
+    target_pairs: int = 0  # desired after the downscale damping and the headroom clamp
+    running_pairs: int = 0  # pairs with both halves Running (and usable)
+    pending_pairs: int = 0  # pairs with a half still Pending
+    renewing_pairs: int = 0  # pairs within renew_before of expiry
+    broken: int = 0  # lone halves (the other half is gone)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Memory:
+    """State the policy carries from one pass to the next (returned by the policy; the caller
+    only stores it). `desired_window` is a sliding-window maximum of recent desired values,
+    newest last, used to damp scale-down. `next_slot` is the next slot id to hand out."""
+
+    desired_window: tuple[tuple[float, int], ...] = field(default=())
+    next_slot: int = 0
