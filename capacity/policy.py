@@ -1,0 +1,362 @@
+"""The capacity policy: what to advertise and which placeholder pods to create or delete.
+
+PURE: no I/O, no clock, no asyncio, no logging. `now` (epoch seconds) is passed in, and the
+little state the policy needs between passes travels in `Memory`, which it returns.
+
+Counting (design §5.2)::
+
+    desired_pairs = clamp(proactive_capacity + queued, 0, max_runners − active_runners)
+    runner_side   = bound real runner pods   + ready placeholder-runners
+    workflow_side = bound real workflow pods + ready placeholder-workflows
+    advertised    = max(0, min(max_runners, runner_side, workflow_side))
+
+"Bound" real pods are those with a node, not terminating, in phase Pending or Running (a
+finished pod no longer holds a job). A placeholder is "ready" when Running, not terminating
+and (with node checks on) on a usable node. Pending capacity is never advertised.
+
+Pairs. Pairs are created and deleted whole (both halves share a slot id). Halves disappear on
+their own when real pods preempt them; a slot with one half left is *broken* and is never
+repaired by re-creating the missing half. Lone halves are treated as a pool:
+
+- a lone placeholder-workflow whose runner half was taken by a real runner keeps protecting
+  workflow capacity while some real runner still lacks a bound workflow pod ("reserved");
+- the remaining lone halves are paired up runner-with-workflow across slots ("virtual
+  pairs", which count like complete ones: the advertised sides already see them);
+- whatever is left cannot form capacity and is deleted (reason BROKEN).
+
+The plan, in order:
+
+1. not owned → ORPHAN; Succeeded/Failed → FINISHED; past `expires_at` → EXPIRED (per pod);
+2. a slot with a half in phase Unknown or Running on an unusable node → the whole slot
+   UNUSABLE; a slot with a half Pending longer than `ready_timeout` → the whole slot TIMEOUT;
+3. pairing of lone halves as above;
+4. pairs within `renew_before` of expiry are *renewing*; the rest are *fresh*;
+5. fresh pairs above the damped target are deleted (EXCESS): Pending ones first, then the
+   newest Running ones. The damped target is the maximum `desired_pairs` seen during the
+   last `downscale_delay` seconds, capped by the current `max_runners` (an operator's cap
+   applies at once, ci-infra #921). Scale-up is immediate;
+6. renewing pairs are kept only while Running fresh pairs do not yet cover the target
+   (make-before-break); the others go (EXPIRED, or EXCESS when the target itself fell);
+7. more than `max_pending_pairs` pairs Pending → the newest Pending ones go (EXCESS);
+8. new pairs up to `desired_pairs`, limited so that (a) pairs Pending stay within
+   `max_pending_pairs` — the cap is on pairs *in flight*, not in existence, so a long queue
+   drains (ci-infra #606) — and (b) placeholder-runners plus active real runners never
+   exceed `max_runners` (ci-infra #528). Consequence of (b): a pool sized exactly at the cap
+   renews by letting a pair expire first (a short dip) rather than going over the cap.
+
+Slot ids are decimal strings chosen by the policy: above every numeric slot observed and above
+`Memory.next_slot`, so ids are not reused while a process lives and never collide with a pod
+that still exists. The plan is idempotent: applying it and planning again at the same `now`
+with the returned memory yields no creates and no deletes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from capacity.model import (
+    FINISHED_PHASES,
+    WORKFLOW_POD_SUFFIX,
+    DeleteReason,
+    Deletion,
+    Demand,
+    DemandSource,
+    HudOutcome,
+    HudResult,
+    HudState,
+    Memory,
+    Observed,
+    Params,
+    Placeholder,
+    Plan,
+    PodPhase,
+    RealPod,
+    Role,
+    Sides,
+)
+
+_HOLDING_PHASES = frozenset({PodPhase.PENDING, PodPhase.RUNNING})
+
+# --- counting -----------------------------------------------------------------------------
+
+
+def is_ready(p: Placeholder, params: Params) -> bool:
+    """Whether a placeholder counts as confirmed capacity."""
+    return (
+        p.phase == PodPhase.RUNNING
+        and not p.terminating
+        and (p.node_usable or not params.node_checks)
+    )
+
+
+def _holds_capacity(pod: RealPod) -> bool:
+    return pod.bound and not pod.terminating and pod.phase in _HOLDING_PHASES
+
+
+def count_sides(observed: Observed, params: Params, *, excluding: Iterable[str] = ()) -> Sides:
+    """runner side, workflow side and the advertised value of a snapshot, optionally as if
+    the placeholders named in `excluding` were already gone."""
+    gone = frozenset(excluding)
+    ready = [p for p in observed.placeholders if p.name not in gone and is_ready(p, params)]
+    runner_side = sum(1 for p in observed.runner_pods if _holds_capacity(p)) + sum(
+        1 for p in ready if p.role == Role.RUNNER
+    )
+    workflow_side = sum(1 for p in observed.workflow_pods if _holds_capacity(p)) + sum(
+        1 for p in ready if p.role == Role.WORKFLOW
+    )
+    advertised = max(0, min(params.max_runners, runner_side, workflow_side))
+    return Sides(runner_side=runner_side, workflow_side=workflow_side, advertised=advertised)
+
+
+def headroom(params: Params, active_runners: int) -> int:
+    """How many more runners (real or placeholder) fit under max_runners."""
+    return max(0, params.max_runners - active_runners)
+
+
+def desired_pairs(params: Params, demand: Demand, active_runners: int) -> int:
+    """The §5.2 formula: proactive capacity plus queued jobs, within the headroom."""
+    wanted = params.proactive_capacity + demand.queued
+    return max(0, min(wanted, headroom(params, active_runners)))
+
+
+# --- demand fallback (HUD) ----------------------------------------------------------------
+
+
+def record_hud(state: HudState, outcome: HudOutcome, now: float) -> HudState:
+    """Fold one HUD request's outcome into the fallback state."""
+    if outcome.result == HudResult.OK and outcome.queued is not None:
+        return HudState(last_good=outcome.queued, last_good_at=now, last_result=HudResult.OK)
+    return replace(state, last_result=outcome.result)
+
+
+def resolve_demand(state: HudState, now: float, params: Params) -> Demand:
+    """Queued jobs to plan for. While HUD fails, hold the last good value for
+    `hud_stale_after` seconds, then use the failure floor (`hud_failure_base_capacity`, on
+    top of proactive capacity). An outage never reads as "zero queued" (ci-infra #577). A
+    "good" value that has not been refreshed within the window (the HUD loop is stuck) is
+    treated like a failure."""
+    if not params.hud_enabled:
+        return Demand(queued=0, source=DemandSource.DISABLED)
+    if state.last_good is not None and state.last_good_at is not None:
+        age = max(0.0, now - state.last_good_at)
+        if age <= params.hud_stale_after:
+            source = DemandSource.HUD if state.last_result == HudResult.OK else DemandSource.STALE
+            return Demand(queued=state.last_good, source=source, age=age)
+        return Demand(queued=params.hud_failure_base_capacity, source=DemandSource.FLOOR, age=age)
+    return Demand(queued=params.hud_failure_base_capacity, source=DemandSource.FLOOR)
+
+
+# --- planning -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Pair:
+    runner: Placeholder
+    workflow: Placeholder
+
+    @property
+    def names(self) -> tuple[str, str]:
+        return (self.runner.name, self.workflow.name)
+
+    @property
+    def created_at(self) -> float:
+        return max(self.runner.created_at, self.workflow.created_at)
+
+    @property
+    def expires_at(self) -> float:
+        return min(self.runner.expires_at, self.workflow.expires_at)
+
+    def ready(self, params: Params) -> bool:
+        return is_ready(self.runner, params) and is_ready(self.workflow, params)
+
+
+def _unusable(p: Placeholder, params: Params) -> bool:
+    if p.phase == PodPhase.UNKNOWN:
+        return True
+    return params.node_checks and p.phase == PodPhase.RUNNING and not p.node_usable
+
+
+def _timed_out(p: Placeholder, params: Params, now: float) -> bool:
+    # Strictly greater: a pair created at `now` must not time out at the same `now`.
+    return p.phase == PodPhase.PENDING and now - p.created_at > params.ready_timeout
+
+
+def _lone_keep_order(p: Placeholder, params: Params) -> tuple[bool, float, str]:
+    """Lone halves most worth keeping first: Running before Pending, then oldest."""
+    return (not is_ready(p, params), p.created_at, p.name)
+
+
+def _delete_order(pair: _Pair, params: Params) -> tuple[bool, float, str]:
+    """Pairs to delete first on scale-down: Pending ones, then the newest Running ones."""
+    return (pair.ready(params), -pair.created_at, pair.runner.name)
+
+
+def _renew_keep_order(pair: _Pair, params: Params) -> tuple[bool, float, str]:
+    """Renewing pairs most worth keeping first: Running, then the latest to expire."""
+    return (not pair.ready(params), -pair.expires_at, pair.runner.name)
+
+
+def _unmatched_runners(runner_pods: Iterable[RealPod], workflow_pods: Iterable[RealPod]) -> int:
+    """Real runners that may still need workflow capacity: alive, and without a bound
+    workflow pod. Over-counting here only keeps a lone placeholder-workflow a little longer."""
+    with_workflow = {w.name for w in workflow_pods if _holds_capacity(w)}
+    return sum(
+        1
+        for r in runner_pods
+        if not r.terminating
+        and r.phase in _HOLDING_PHASES
+        and r.name + WORKFLOW_POD_SUFFIX not in with_workflow
+    )
+
+
+def _slide(
+    window: tuple[tuple[float, int], ...], now: float, value: int, span: float
+) -> tuple[tuple[float, int], ...]:
+    """Sliding-window maximum: keep samples from the last `span` seconds whose value is above
+    every newer one (a dominated sample can never be the maximum again)."""
+    kept = [(t, v) for t, v in window if now - span <= t <= now and v > value]
+    kept.append((now, value))
+    return tuple(kept)
+
+
+def _next_slot(observed: Observed, memory: Memory) -> int:
+    numeric = [int(p.slot) for p in observed.placeholders if p.slot.isascii() and p.slot.isdigit()]
+    return max([memory.next_slot, *(n + 1 for n in numeric)])
+
+
+def plan(
+    observed: Observed, demand: Demand, params: Params, memory: Memory, now: float
+) -> tuple[Plan, Memory]:
+    """One reconcile pass (see the module docstring). Before the view has synced, only the
+    counts are computed: no creates, no deletes, memory unchanged."""
+    sides = count_sides(observed, params)
+    desired = desired_pairs(params, demand, observed.active_runners)
+    if not observed.synced:
+        return (
+            Plan(
+                advertised=sides.advertised,
+                runner_side=sides.runner_side,
+                workflow_side=sides.workflow_side,
+                desired_pairs=desired,
+            ),
+            memory,
+        )
+
+    deletes: dict[str, DeleteReason] = {}
+
+    def delete(pods: Iterable[Placeholder], reason: DeleteReason) -> None:
+        for p in pods:
+            deletes.setdefault(p.name, reason)
+
+    # 1. Per-pod cleanup. Terminating pods are already going: leave them alone.
+    live: list[Placeholder] = []
+    for p in observed.placeholders:
+        if p.terminating:
+            continue
+        if not p.owned:
+            delete([p], DeleteReason.ORPHAN)
+        elif p.phase in FINISHED_PHASES:
+            delete([p], DeleteReason.FINISHED)
+        elif now >= p.expires_at:
+            delete([p], DeleteReason.EXPIRED)
+        else:
+            live.append(p)
+
+    # 2. Group by slot; whole-slot deletions.
+    slots: dict[str, dict[Role, Placeholder]] = {}
+    for p in sorted(live, key=lambda p: (p.created_at, p.name)):
+        halves = slots.setdefault(p.slot, {})
+        if p.role in halves:  # two pods claim the same half: keep the older one
+            delete([p], DeleteReason.EXCESS)
+        else:
+            halves[p.role] = p
+    complete: list[_Pair] = []
+    lone_runners: list[Placeholder] = []
+    lone_workflows: list[Placeholder] = []
+    for halves in slots.values():
+        members = list(halves.values())
+        if any(_unusable(p, params) for p in members):
+            delete(members, DeleteReason.UNUSABLE)
+        elif any(_timed_out(p, params, now) for p in members):
+            delete(members, DeleteReason.TIMEOUT)
+        elif Role.RUNNER in halves and Role.WORKFLOW in halves:
+            complete.append(_Pair(halves[Role.RUNNER], halves[Role.WORKFLOW]))
+        elif Role.RUNNER in halves:
+            lone_runners.append(halves[Role.RUNNER])
+        else:
+            lone_workflows.append(halves[Role.WORKFLOW])
+
+    # 3. Lone halves: reserve, pair up, delete the rest.
+    lone_runners.sort(key=lambda p: _lone_keep_order(p, params))
+    lone_workflows.sort(key=lambda p: _lone_keep_order(p, params))
+    reserved = min(
+        len(lone_workflows), _unmatched_runners(observed.runner_pods, observed.workflow_pods)
+    )
+    spare_workflows = lone_workflows[reserved:]
+    virtual = [_Pair(r, w) for r, w in zip(lone_runners, spare_workflows, strict=False)]
+    delete(lone_runners[len(virtual) :], DeleteReason.BROKEN)
+    delete(spare_workflows[len(virtual) :], DeleteReason.BROKEN)
+    pairs = complete + virtual
+    running_pairs = sum(1 for pair in pairs if pair.ready(params))
+
+    # 4. Fresh versus renewing.
+    fresh = [pair for pair in pairs if pair.expires_at - now > params.renew_before]
+    renewing = [pair for pair in pairs if pair.expires_at - now <= params.renew_before]
+
+    # 5. Damped scale-down of fresh pairs; the operator's cap applies at once.
+    window = _slide(memory.desired_window, now, desired, params.downscale_delay)
+    target = min(max(v for _, v in window), params.max_runners)
+    fresh.sort(key=lambda pair: _delete_order(pair, params))
+    surplus = max(0, len(fresh) - target)
+    for pair in fresh[:surplus]:
+        delete([pair.runner, pair.workflow], DeleteReason.EXCESS)
+    fresh = fresh[surplus:]
+
+    # 6. Make-before-break: keep renewing pairs until Running fresh pairs cover the target.
+    ready_fresh = sum(1 for pair in fresh if pair.ready(params))
+    renewing.sort(key=lambda pair: _renew_keep_order(pair, params))
+    keep = max(0, min(len(renewing), target - ready_fresh))
+    keep_without_replacements = max(0, min(len(renewing), target))
+    for i, pair in enumerate(renewing[keep:], start=keep):
+        reason = DeleteReason.EXPIRED if i < keep_without_replacements else DeleteReason.EXCESS
+        delete([pair.runner, pair.workflow], reason)
+    kept = fresh + renewing[:keep]
+
+    # 7. The in-flight cap also bounds pairs already Pending (e.g. after a config change).
+    pending = sorted(
+        (pair for pair in kept if not pair.ready(params)), key=lambda pair: -pair.created_at
+    )
+    over = max(0, len(pending) - params.max_pending_pairs)
+    for pair in pending[:over]:
+        delete([pair.runner, pair.workflow], DeleteReason.EXCESS)
+    trimmed = {pair.runner.name for pair in pending[:over]}
+    kept_fresh = sum(1 for pair in fresh if pair.runner.name not in trimmed)
+    kept_total = len(kept) - over
+    kept_pending = len(pending) - over
+
+    # 8. Scale up at once, within the in-flight cap and the max_runners headroom.
+    room = headroom(params, observed.active_runners)
+    count = max(
+        0,
+        min(desired - kept_fresh, room - kept_total, params.max_pending_pairs - kept_pending),
+    )
+    first = _next_slot(observed, memory)
+    creates = tuple(str(first + i) for i in range(count))
+
+    deletions = tuple(Deletion(name, reason) for name, reason in deletes.items())
+    after = count_sides(observed, params, excluding=deletes)
+    result = Plan(
+        creates=creates,
+        deletes=deletions,
+        advertised=after.advertised,
+        runner_side=after.runner_side,
+        workflow_side=after.workflow_side,
+        desired_pairs=desired,
+        target_pairs=target,
+        running_pairs=running_pairs,
+        pending_pairs=len(pairs) - running_pairs,
+        renewing_pairs=len(renewing),
+        broken=len(lone_runners) + len(lone_workflows),
+    )
+    return result, Memory(desired_window=window, next_slot=first + count)
