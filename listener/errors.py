@@ -1,0 +1,199 @@
+"""Errors raised by the GitHub and Actions-service clients.
+
+::
+
+    ActionsError                      base; str() is always one line and never holds a token
+    ├── ActionsHTTPError              a response with a status the call does not accept
+    │   ├── UnauthorizedError         401
+    │   └── SessionConflictError      409 on session create, still there when we gave up
+    ├── RequestFailedError            no response at all: connect/TLS/timeout/protocol failure
+    ├── RetriesExhaustedError         the retry policy gave up; ``last_error`` says on what
+    ├── ProtocolError                 a success status whose body does not have the wire shape
+    └── CredentialsError              local credentials unusable (e.g. a bad App private key)
+
+:func:`is_transient` tells whether the *condition* behind an error can clear by itself
+(server overload, network blip, an old session expiring) as opposed to needing a human
+(bad credentials, a protocol mismatch). Retrying is the job of ``listener.http``; this
+predicate is for callers that decide how to report or whether to restart.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActionsError",
+    "ActionsHTTPError",
+    "CredentialsError",
+    "ProtocolError",
+    "RequestFailedError",
+    "RetriesExhaustedError",
+    "SessionConflictError",
+    "UnauthorizedError",
+    "is_retryable_status",
+    "is_transient",
+]
+
+# Longest server-provided text kept in an error; bodies can be large HTML pages.
+_MAX_TEXT = 300
+
+
+def _one_line(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _MAX_TEXT else flat[: _MAX_TEXT - 1] + "…"
+
+
+class ActionsError(Exception):
+    """Base of every error the GitHub/Actions clients raise."""
+
+
+class ActionsHTTPError(ActionsError):
+    """The server answered with a status the call does not accept.
+
+    ``type_name`` and ``message`` come from the error body (protocol reference §3.8):
+    ``text/plain`` bodies are the message; JSON bodies give ``typeName`` and ``message``.
+    ``activity_id`` and ``github_request_id`` are the ``ActivityId`` and
+    ``X-GitHub-Request-Id`` response headers, which GitHub support asks for.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        type_name: str = "",
+        message: str = "",
+        activity_id: str = "",
+        github_request_id: str = "",
+        *,
+        method: str = "",
+        url: str = "",
+    ) -> None:
+        self.status = status
+        self.type_name = type_name
+        self.message = message
+        self.activity_id = activity_id
+        self.github_request_id = github_request_id
+        self.method = method
+        self.url = url  # callers pass it without the query string
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        parts = []
+        if self.method or self.url:
+            parts.append(f"{self.method} {self.url}".strip() + ":")
+        parts.append(f"status {self.status}")
+        detail = ": ".join(p for p in (self.type_name, self.message) if p)
+        if detail:
+            parts[-1] += ":"
+            parts.append(detail)
+        ids = [
+            f"{k}={v}"
+            for k, v in (
+                ("activity_id", self.activity_id),
+                ("github_request_id", self.github_request_id),
+            )
+            if v
+        ]
+        if ids:
+            parts.append(f"({', '.join(ids)})")
+        return _one_line(" ".join(parts))
+
+    def __str__(self) -> str:
+        return self._render()
+
+
+class UnauthorizedError(ActionsHTTPError):
+    """401: the token was refused (for message-queue calls: the queue token expired)."""
+
+
+class SessionConflictError(ActionsHTTPError):
+    """409 on session create: another listener holds the scale set's session.
+
+    ``waited`` is how long we kept retrying before giving up (seconds).
+    """
+
+    def __init__(
+        self,
+        status: int = 409,
+        type_name: str = "",
+        message: str = "",
+        activity_id: str = "",
+        github_request_id: str = "",
+        *,
+        method: str = "",
+        url: str = "",
+        waited: float = 0.0,
+    ) -> None:
+        self.waited = waited
+        super().__init__(
+            status, type_name, message, activity_id, github_request_id, method=method, url=url
+        )
+
+    def _render(self) -> str:
+        base = super()._render()
+        if self.waited > 0:
+            return _one_line(
+                f"{base}; still conflicting after {self.waited:.0f} s of retries: another "
+                "listener owns this scale set's session, or a dead one's has not expired yet"
+            )
+        return base
+
+
+class RequestFailedError(ActionsError):
+    """No usable response: connection, TLS, timeout or HTTP protocol failure.
+
+    ``transient`` is False for failures retrying cannot fix: an untrusted or invalid server
+    certificate, an unsupported URL scheme, an invalid request, too many redirects.
+    """
+
+    def __init__(self, method: str, url: str, reason: str, *, transient: bool) -> None:
+        self.method = method
+        self.url = url
+        self.reason = reason
+        self.transient = transient
+        super().__init__(_one_line(f"{method} {url}: {reason}"))
+
+
+class RetriesExhaustedError(ActionsError):
+    """Every attempt the retry policy allows failed; ``last_error`` is the final failure."""
+
+    def __init__(self, method: str, url: str, attempts: int, last_error: ActionsError) -> None:
+        self.method = method
+        self.url = url
+        self.attempts = attempts
+        self.last_error = last_error
+        super().__init__(
+            _one_line(f"{method} {url}: giving up after {attempts} attempts; last: {last_error}")
+        )
+
+    @property
+    def status(self) -> int | None:
+        """Status of the last response, or None when the last attempt got no response."""
+        return self.last_error.status if isinstance(self.last_error, ActionsHTTPError) else None
+
+
+class ProtocolError(ActionsError):
+    """A success status whose body does not match the protocol (wraps ``WireError``)."""
+
+
+class CredentialsError(ActionsError):
+    """Local credentials cannot be used (never includes the credential itself)."""
+
+
+def is_retryable_status(status: int) -> bool:
+    """Statuses ARC's HTTP client retries: 429 and every 5xx except 501 (reference §2.5)."""
+    return status == 429 or (500 <= status <= 599 and status != 501)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when the condition behind ``exc`` may clear without anyone changing anything."""
+    if isinstance(exc, RetriesExhaustedError):
+        return is_transient(exc.last_error)
+    if isinstance(exc, SessionConflictError):
+        return True  # the other session ends or expires on the server side
+    if isinstance(exc, UnauthorizedError):
+        return False
+    if isinstance(exc, ActionsHTTPError):
+        return is_retryable_status(exc.status)
+    if isinstance(exc, RequestFailedError):
+        return exc.transient
+    if isinstance(exc, ActionsError):
+        return False
+    return isinstance(exc, TimeoutError | ConnectionError)

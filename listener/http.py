@@ -1,0 +1,580 @@
+"""The one HTTP layer: client factory and the single retry policy (ARC's, reference §2.5).
+
+Everything that talks to GitHub or the Actions service goes through :func:`make_client` and
+:func:`send`; no other module retries.
+
+Client (:func:`make_client`):
+
+- TLS: the system trust store, with ``server_root_ca`` *appended* (ARC adds it to the system
+  pool rather than replacing it).
+- Proxies: ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` in either case, with Go's rules
+  (``golang.org/x/net/http/httpproxy``), which httpx's own environment support does not fully
+  match: httpx treats a ``NO_PROXY`` CIDR such as ``10.0.0.0/8`` as a single address, proxies
+  loopback addresses, reads ``ALL_PROXY`` and prefers the lower-case variable when both are
+  set. So the client is built with ``trust_env=False`` and a small router picks the direct or
+  the proxied transport per request. Remaining gap: SOCKS proxies are refused (httpx needs an
+  extra package for them; ARC's pods only ever get ``http(s)://`` proxy URLs).
+- Deadlines: a per-operation :class:`httpx.Timeout` on the client (``LONG_POLL_TIMEOUT`` is
+  passed for the long poll), and :func:`send` bounds each whole attempt as well, so a server
+  that trickles bytes cannot hold a call forever.
+- User-Agent: ARC's JSON document (reference §2.6). httpx's default ``Accept: */*`` is removed
+  because GitHub API calls carry no Accept header (reference §2.2).
+
+Retry policy (:func:`send`): 5 attempts; waits 1, 2, 4, 8 s (capped at 30 s) or the server's
+``Retry-After`` on 429/503; retries transport failures except certificate and request errors,
+429 and every 5xx except 501; request bodies are rebuilt and replayed for every attempt;
+exhaustion raises :class:`RetriesExhaustedError` instead of returning the last response.
+Deliberate difference: ``Retry-After`` is capped at ``RETRY_AFTER_MAX`` (Go does not cap it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import functools
+import importlib.metadata
+import ipaddress
+import json
+import logging
+import os
+import random
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+import httpx
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    RetryError,
+    retry_if_exception,
+    retry_if_result,
+    stop_after_attempt,
+)
+
+from listener.errors import (
+    ActionsError,
+    ActionsHTTPError,
+    RequestFailedError,
+    RetriesExhaustedError,
+    UnauthorizedError,
+    is_retryable_status,
+)
+from listener.wire import WireError, decode_json
+
+__all__ = [
+    "ATTEMPTS",
+    "DEFAULT_DEADLINE",
+    "DEFAULT_TIMEOUT",
+    "LONG_POLL_DEADLINE",
+    "LONG_POLL_TIMEOUT",
+    "RETRY_AFTER_MAX",
+    "RETRY_WAIT_MAX",
+    "RETRY_WAIT_MIN",
+    "Clock",
+    "ProxySettings",
+    "Sleep",
+    "error_from_response",
+    "make_client",
+    "redact_url",
+    "retry_on_conflict",
+    "send",
+    "user_agent",
+]
+
+log = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]
+"""``asyncio.sleep``-compatible; injected so tests take no wall time."""
+
+Clock = Callable[[], float]
+"""Seconds; ``time.time`` for wall-clock uses, ``time.monotonic`` for elapsed-time uses."""
+
+ATTEMPTS = 5  # ARC: RetryMax 4
+RETRY_WAIT_MIN = 1.0
+RETRY_WAIT_MAX = 30.0
+RETRY_AFTER_MAX = 300.0  # a server asking for longer than Go's per-attempt limit is not obeyed
+
+DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+"""Per-operation limits for every call except the long poll."""
+
+# The service holds a long poll for about 50 s before answering 202; the read limit leaves
+# ample room for that and for a slow first byte after it.
+LONG_POLL_TIMEOUT = httpx.Timeout(30.0, connect=10.0, read=90.0)
+
+DEFAULT_DEADLINE = 60.0
+"""Upper bound on one whole attempt (connect, send, wait, read the body), in seconds."""
+LONG_POLL_DEADLINE = 120.0
+
+_AUTH_STATUSES = frozenset({401, 403})
+_RETRY_AFTER_STATUSES = frozenset({429, 503})
+_DISTRIBUTION = "capacity-listener"
+
+
+# --- User-Agent --------------------------------------------------------------------------------
+
+
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version(_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def user_agent(scale_set_id: int, *, commit_sha: str = "NA") -> str:
+    """ARC's User-Agent: the compact JSON ``userAgent`` document (reference §2.6).
+
+    Field names, order and the fixed values are ARC's so that server-side tooling that keys
+    on them keeps working; the versions are this package's.
+    """
+    version = _package_version()
+    return json.dumps(
+        {
+            "system": "actions-runner-controller",
+            "version": version,
+            "commit_sha": commit_sha,
+            "scale_set_id": scale_set_id,
+            "subsystem": "ghalistener",
+            "build_version": version,
+            "build_commit_sha": commit_sha,
+            "kind": "scaleset",
+        },
+        separators=(",", ":"),
+    )
+
+
+# --- proxies -----------------------------------------------------------------------------------
+
+
+def _env_any(env: Mapping[str, str], *names: str) -> str:
+    # Go's getEnvAny: the first variable that is set to a non-empty value wins, so the
+    # upper-case spelling takes precedence over the lower-case one.
+    for name in names:
+        value = env.get(name, "")
+        if value:
+            return value
+    return ""
+
+
+def _proxy_url(value: str, name: str) -> str:
+    if not value:
+        return ""
+    url = value if "://" in value else f"http://{value}"
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        raise ValueError(f"{name}: not a valid proxy URL") from None
+    if parsed.scheme not in ("http", "https"):
+        raise ValueError(f"{name}: unsupported proxy scheme {parsed.scheme!r} (use http or https)")
+    if not parsed.host:
+        raise ValueError(f"{name}: proxy URL has no host")
+    return url
+
+
+@dataclass(frozen=True)
+class _NoProxyRule:
+    network: ipaddress.IPv4Network | ipaddress.IPv6Network | None = None
+    domain: str = ""  # always starts with "."
+    match_bare: bool = False  # "example.com" also matches the host "example.com" itself
+    port: str = ""
+
+    def matches(
+        self, host: str, port: str, ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None
+    ) -> bool:
+        if self.port and self.port != port:
+            return False
+        if self.network is not None:
+            return ip is not None and ip in self.network
+        return host.endswith(self.domain) or (self.match_bare and host == self.domain[1:])
+
+
+def _parse_no_proxy(value: str) -> tuple[bool, tuple[_NoProxyRule, ...]]:
+    """Go's NO_PROXY grammar: ``*``, CIDR, IP[:port], [IPv6][:port], [*.|.]domain[:port]."""
+    rules: list[_NoProxyRule] = []
+    for raw in value.split(","):
+        entry = raw.strip().lower()
+        if not entry:
+            continue
+        if entry == "*":
+            return True, ()
+        try:
+            rules.append(_NoProxyRule(network=ipaddress.ip_network(entry, strict=False)))
+            continue
+        except ValueError:
+            pass
+        host, port = _split_host_port(entry)
+        if not host:
+            continue
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            pass
+        else:
+            rules.append(_NoProxyRule(network=ipaddress.ip_network(ip), port=port))
+            continue
+        if host.startswith("*."):
+            host = host[1:]
+        match_bare = not host.startswith(".")
+        rules.append(
+            _NoProxyRule(
+                domain=host if not match_bare else f".{host}", match_bare=match_bare, port=port
+            )
+        )
+    return False, tuple(rules)
+
+
+def _split_host_port(entry: str) -> tuple[str, str]:
+    if entry.startswith("["):
+        end = entry.find("]")
+        if end < 0:
+            return entry, ""
+        rest = entry[end + 1 :]
+        return entry[1:end], rest[1:] if rest.startswith(":") else ""
+    if entry.count(":") == 1:
+        host, _, port = entry.partition(":")
+        return host, port
+    return entry, ""  # a bare IPv6 address, or a plain name
+
+
+@dataclass(frozen=True)
+class ProxySettings:
+    """Proxy configuration from the environment, applied with Go's rules."""
+
+    http_proxy: str = ""
+    https_proxy: str = ""
+    no_proxy: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ProxySettings:
+        """Read ``HTTP_PROXY``/``http_proxy``, ``HTTPS_PROXY``/``https_proxy``, ``NO_PROXY``."""
+        env = os.environ if env is None else env
+        return cls(
+            http_proxy=_proxy_url(_env_any(env, "HTTP_PROXY", "http_proxy"), "http_proxy"),
+            https_proxy=_proxy_url(_env_any(env, "HTTPS_PROXY", "https_proxy"), "https_proxy"),
+            no_proxy=_env_any(env, "NO_PROXY", "no_proxy"),
+        )
+
+    @functools.cached_property
+    def _no_proxy_rules(self) -> tuple[bool, tuple[_NoProxyRule, ...]]:
+        return _parse_no_proxy(self.no_proxy)
+
+    def proxy_for(self, url: httpx.URL) -> str | None:
+        """The proxy URL to use for ``url``, or None to connect directly."""
+        proxy = {"https": self.https_proxy, "http": self.http_proxy}.get(url.scheme, "")
+        if not proxy:
+            return None
+        host = url.host.lower()
+        if host == "localhost":
+            return None
+        try:
+            ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
+        except ValueError:
+            ip = None
+        if ip is not None and ip.is_loopback:
+            return None
+        bypass_all, rules = self._no_proxy_rules
+        if bypass_all:
+            return None
+        port = str(url.port or (443 if url.scheme == "https" else 80))
+        if any(rule.matches(host, port, ip) for rule in rules):
+            return None
+        return proxy
+
+
+class _ProxyRouter(httpx.AsyncBaseTransport):
+    """Sends each request directly or through the proxy :class:`ProxySettings` picks."""
+
+    def __init__(self, settings: ProxySettings, verify: ssl.SSLContext) -> None:
+        self._settings = settings
+        self._direct = httpx.AsyncHTTPTransport(verify=verify)
+        self._proxied = {
+            url: httpx.AsyncHTTPTransport(verify=verify, proxy=httpx.Proxy(url))
+            for url in {settings.http_proxy, settings.https_proxy}
+            if url
+        }
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        proxy = self._settings.proxy_for(request.url)
+        transport = self._direct if proxy is None else self._proxied[proxy]
+        return await transport.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        for transport in (self._direct, *self._proxied.values()):
+            await transport.aclose()
+
+
+# --- client ------------------------------------------------------------------------------------
+
+
+def ssl_context(root_ca_pem: str = "") -> ssl.SSLContext:
+    """System trust store plus ``root_ca_pem`` (PEM, may hold several certificates)."""
+    context = ssl.create_default_context()
+    if root_ca_pem.strip():
+        try:
+            context.load_verify_locations(cadata=root_ca_pem)
+        except (ssl.SSLError, ValueError):
+            raise ValueError("server_root_ca: not a valid PEM certificate bundle") from None
+    return context
+
+
+def make_client(
+    *,
+    root_ca_pem: str = "",
+    user_agent: str,
+    timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+    env: Mapping[str, str] | None = None,
+) -> httpx.AsyncClient:
+    """The AsyncClient every GitHub/Actions call uses (see the module docstring).
+
+    ``env`` defaults to ``os.environ``; it is read once, here. Raises ValueError with one line
+    naming the setting when ``root_ca_pem`` or a proxy variable is unusable.
+    """
+    transport = _ProxyRouter(ProxySettings.from_env(env), ssl_context(root_ca_pem))
+    client = httpx.AsyncClient(
+        transport=transport,
+        timeout=timeout,
+        trust_env=False,  # proxies are handled by _ProxyRouter; see the module docstring
+        follow_redirects=True,  # like Go's http.Client, up to 10 hops
+        max_redirects=10,
+        headers={"User-Agent": user_agent},
+    )
+    del client.headers["Accept"]
+    return client
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+def redact_url(url: httpx.URL) -> str:
+    """``url`` without user info and query, for logs and errors (queries may carry ids)."""
+    return str(url.copy_with(query=None, fragment=None, username=None, password=None))
+
+
+def error_from_response(response: httpx.Response) -> ActionsHTTPError:
+    """Build the error for an unexpected status (reference §3.8)."""
+    type_name, message = _error_body(response)
+    cls = UnauthorizedError if response.status_code == 401 else ActionsHTTPError
+    return cls(
+        response.status_code,
+        type_name,
+        message,
+        response.headers.get("ActivityId", ""),
+        response.headers.get("X-GitHub-Request-Id", ""),
+        method=response.request.method,
+        url=redact_url(response.request.url),
+    )
+
+
+def _error_body(response: httpx.Response) -> tuple[str, str]:
+    text = response.content.removeprefix(b"\xef\xbb\xbf").decode("utf-8", "replace").strip()
+    if "text/plain" in response.headers.get("Content-Type", "") or not text:
+        return "", text
+    try:
+        body = decode_json(response.content)
+    except WireError:
+        return "", text
+    if not isinstance(body, dict):
+        return "", text
+    folded = {str(k).lower(): v for k, v in body.items()}
+    type_name, message = folded.get("typename"), folded.get("message")
+    return (
+        type_name if isinstance(type_name, str) else "",
+        message if isinstance(message, str) else "",
+    )
+
+
+def _request_failed(request: httpx.Request, exc: httpx.HTTPError) -> RequestFailedError:
+    method, url = request.method, redact_url(request.url)
+    detail = str(exc) or type(exc).__name__
+    cert_error = _cert_error(exc)
+    if cert_error is not None:
+        reason = cert_error.verify_message or str(cert_error)
+        return RequestFailedError(
+            method, url, f"TLS certificate verification failed: {reason}", transient=False
+        )
+    if isinstance(exc, httpx.TimeoutException):
+        return RequestFailedError(method, url, f"{type(exc).__name__}: {detail}", transient=True)
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError):
+        return RequestFailedError(method, url, f"{type(exc).__name__}: {detail}", transient=False)
+    transient = isinstance(exc, httpx.TransportError)  # TooManyRedirects, DecodingError: no
+    return RequestFailedError(method, url, f"{type(exc).__name__}: {detail}", transient=transient)
+
+
+def _cert_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+# --- retry policy ------------------------------------------------------------------------------
+
+
+def retry_after(response: httpx.Response, now: float) -> float | None:
+    """Seconds the server asked us to wait, from ``Retry-After`` (seconds or HTTP date)."""
+    value = response.headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # "-0000" dates parse naive; HTTP dates are always GMT
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def _backoff(attempt: int) -> float:
+    return min(RETRY_WAIT_MIN * 2.0 ** (attempt - 1), RETRY_WAIT_MAX)
+
+
+async def send(
+    client: httpx.AsyncClient,
+    build_request: Callable[[], httpx.Request],
+    *,
+    retry_auth_errors: bool = False,
+    sleep: Sleep = asyncio.sleep,
+    clock: Clock = time.time,
+    deadline: float = DEFAULT_DEADLINE,
+) -> httpx.Response:
+    """Send with ARC's retry policy; returns the first non-retryable response.
+
+    ``build_request`` is called once per attempt so bodies and headers are fresh (and the
+    same). ``retry_auth_errors`` also retries 401/403 (runner-registration only, where a new
+    registration token may take a moment to become valid). ``clock`` (wall seconds) is only
+    used to turn an HTTP-date ``Retry-After`` into a wait.
+
+    Raises RequestFailedError for a non-retryable transport failure and RetriesExhaustedError
+    when every attempt failed. Cancellation propagates untouched and leaves ``client`` usable.
+    """
+    first = build_request()
+    method, url = first.method, redact_url(first.url)
+    pending = [first]
+
+    def retryable_status(response: httpx.Response) -> bool:
+        status = response.status_code
+        return is_retryable_status(status) or (retry_auth_errors and status in _AUTH_STATUSES)
+
+    def wait(state: RetryCallState) -> float:
+        outcome = state.outcome
+        if outcome is not None and not outcome.failed:
+            response: httpx.Response = outcome.result()
+            if response.status_code in _RETRY_AFTER_STATUSES:
+                asked = retry_after(response, clock())
+                if asked is not None:
+                    return min(asked, RETRY_AFTER_MAX)
+        return _backoff(state.attempt_number)
+
+    def before_sleep(state: RetryCallState) -> None:
+        outcome = state.outcome
+        if outcome is None:
+            return
+        if outcome.failed:
+            what = str(outcome.exception())
+        else:
+            what = f"{method} {url}: status {outcome.result().status_code}"
+        delay = state.next_action.sleep if state.next_action else 0.0
+        log.warning(
+            "%s; retrying in %.1f s (attempt %d of %d)",
+            what,
+            delay,
+            state.attempt_number + 1,
+            ATTEMPTS,
+        )
+
+    async def attempt() -> httpx.Response:
+        request = pending.pop() if pending else build_request()
+        try:
+            async with asyncio.timeout(deadline):
+                return await client.send(request)
+        except TimeoutError:
+            raise RequestFailedError(
+                request.method,
+                redact_url(request.url),
+                f"no complete response within {deadline:g} s",
+                transient=True,
+            ) from None
+        except httpx.HTTPError as exc:
+            raise _request_failed(request, exc) from exc
+
+    retrying = AsyncRetrying(
+        stop=stop_after_attempt(ATTEMPTS),
+        wait=wait,
+        retry=(
+            retry_if_exception(lambda e: isinstance(e, RequestFailedError) and e.transient)
+            | retry_if_result(retryable_status)
+        ),
+        sleep=sleep,
+        before_sleep=before_sleep,
+    )
+    try:
+        response: httpx.Response = await retrying(attempt)
+    except RetryError as exc:
+        last = exc.last_attempt
+        if last.failed:
+            error = last.exception()
+            assert isinstance(error, ActionsError)
+        else:
+            error = error_from_response(last.result())
+        raise RetriesExhaustedError(method, url, ATTEMPTS, error) from error
+    return response
+
+
+async def retry_on_conflict(
+    call: Callable[[], Awaitable[httpx.Response]],
+    *,
+    give_up_after: float,
+    sleep: Sleep = asyncio.sleep,
+    clock: Clock = time.monotonic,
+    initial: float = 5.0,
+    max_wait: float = 60.0,
+    jitter: Callable[[], float] | None = None,
+) -> tuple[httpx.Response, float]:
+    """Repeat ``call`` while it answers 409, for at most ``give_up_after`` seconds.
+
+    Used for session create: a dead listener's session blocks a new one until the service
+    expires it, and ARC's answer (exit and be recreated at once) only produces a crash loop.
+    Waits grow exponentially from ``initial`` to ``max_wait`` plus up to 20% random jitter
+    (so listeners restarted together do not retry in lock-step), and never past the deadline;
+    the last try happens at the deadline. Returns the final response (still 409 when we gave
+    up) and the seconds spent.
+    """
+    start = clock()
+    spread = jitter if jitter is not None else random.random
+
+    def elapsed() -> float:
+        return clock() - start
+
+    def wait(state: RetryCallState) -> float:
+        base = min(initial * 2.0 ** (state.attempt_number - 1), max_wait)
+        return max(0.0, min(base * (1.0 + 0.2 * spread()), give_up_after - elapsed()))
+
+    def before_sleep(state: RetryCallState) -> None:
+        delay = state.next_action.sleep if state.next_action else 0.0
+        log.warning(
+            "session conflict (409): another session is active for this scale set; "
+            "retrying in %.0f s (%.0f s of %.0f s used)",
+            delay,
+            elapsed(),
+            give_up_after,
+        )
+
+    retrying = AsyncRetrying(
+        stop=lambda _state: elapsed() >= give_up_after,
+        wait=wait,
+        retry=retry_if_result(lambda response: response.status_code == 409),
+        sleep=sleep,
+        before_sleep=before_sleep,
+    )
+    try:
+        response: httpx.Response = await retrying(call)
+    except RetryError as exc:
+        response = exc.last_attempt.result()
+    return response, elapsed()
