@@ -1,0 +1,110 @@
+"""Fixtures for tests on the real local control plane.
+
+``local_cluster`` (session): one control plane for the whole run, built from the Go module
+proxy on first use (a warm cache takes seconds) or, with LOCALCLUSTER_KUBECONFIG set, an
+existing disposable cluster. A failed build or start fails the tests; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client, config
+
+from tests.support.localcluster import BuildError, ClusterError, LocalCluster, ensure_built
+from tests.support.localcluster.testkit import node_reservation
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    cluster = getattr(item, "funcargs", {}).get("local_cluster")
+    if report.failed and isinstance(cluster, LocalCluster) and cluster.log_dir is not None:
+        report.sections.append(("local control plane logs", cluster.describe_logs()))
+    return report
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    try:
+        artifacts = ensure_built()
+    except BuildError as exc:
+        pytest.fail(f"local control plane build failed: {exc}", pytrace=False)
+    external = os.environ.get("LOCALCLUSTER_KUBECONFIG")
+    if external:
+        cluster = LocalCluster.attach(Path(external))
+        cluster.install_crds(artifacts.crd_dir)
+        yield cluster
+        cluster.stop()
+        return
+    workdir = tmp_path_factory.mktemp("localcluster")
+    cluster = LocalCluster(artifacts, workdir)
+    try:
+        cluster.start()
+    except ClusterError as exc:
+        pytest.fail(f"local control plane did not start: {exc}", pytrace=False)
+    print(f"\nlocal control plane up in {cluster.start_seconds:.1f}s at {cluster.server}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        # etcd preallocates its WAL; pytest keeps the last few temp dirs, logs are enough.
+        shutil.rmtree(workdir / "etcd", ignore_errors=True)
+
+
+@pytest.fixture
+def namespace(local_cluster: LocalCluster) -> Iterator[str]:
+    """A fresh namespace (its `default` ServiceAccount exists), deleted after the test."""
+    name = local_cluster.create_namespace("t")
+    yield name
+    local_cluster.delete_namespace(name)
+
+
+@pytest.fixture
+def fake_nodes(
+    local_cluster: LocalCluster, namespace: str
+) -> Iterator[Callable[..., dict[str, Any]]]:
+    """Create fake nodes reserved for this test, removed afterwards.
+
+    Nodes are cluster-wide, so each carries a label and a NoSchedule taint naming the test's
+    namespace; pods built with ``testkit.placement(namespace)`` select and tolerate them.
+    """
+    created: list[str] = []
+
+    def make(cpu: str = "2", memory: str = "4Gi", pods: int = 20) -> dict[str, Any]:
+        name = f"kwok-{namespace}-{uuid.uuid4().hex[:4]}"
+        node = local_cluster.add_node(
+            name, cpu=cpu, memory=memory, pods=pods, **node_reservation(namespace)
+        )
+        created.append(name)
+        return node
+
+    yield make
+    for name in created:
+        local_cluster.remove_node(name)
+
+
+@pytest.fixture
+async def kube_api(local_cluster: LocalCluster) -> AsyncIterator[client.ApiClient]:
+    """A kubernetes_asyncio ApiClient for the local cluster's kubeconfig."""
+    configuration = client.Configuration()
+    await config.load_kube_config(
+        config_file=str(local_cluster.kubeconfig), client_configuration=configuration
+    )
+    async with client.ApiClient(configuration) as api:
+        yield api

@@ -1,0 +1,142 @@
+"""CLI: ``python -m tests.support.localcluster build|up|down|status``.
+
+``up`` starts a cluster that outlives the command (state under the cache's ``run/``
+directory); ``down`` stops it by its recorded PIDs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .build import BuildError, cache_root, ensure_built
+from .harness import ClusterError, LocalCluster, pid_runs, save_state, stop_pid
+from .rest import KubeREST
+
+
+def run_dir() -> Path:
+    return cache_root() / "run"
+
+
+def _state_file() -> Path:
+    return run_dir() / "state.json"
+
+
+def _load_state() -> dict[str, Any] | None:
+    try:
+        state: dict[str, Any] = json.loads(_state_file().read_text())
+    except (OSError, ValueError):
+        return None
+    return state
+
+
+def _live(state: dict[str, Any]) -> dict[str, bool]:
+    return {
+        name: pid_runs(pid, state["binaries"][name]) for name, pid in state.get("pids", {}).items()
+    }
+
+
+def cmd_build(_: argparse.Namespace) -> int:
+    started = time.monotonic()
+    art = ensure_built()
+    print(f"binaries: {art.bin_dir}")
+    print(f"ARC CRDs: {art.crd_dir}")
+    print(f"kwok stages: {art.kwok_config}")
+    for name, version in art.versions.items():
+        print(f"  {name}: {version}")
+    print(f"ready in {time.monotonic() - started:.1f}s")
+    return 0
+
+
+def _print_env(kubeconfig: str) -> None:
+    print(f"KUBECONFIG={kubeconfig}")
+    print(f"export KUBECONFIG={kubeconfig}")
+
+
+def cmd_up(_: argparse.Namespace) -> int:
+    state = _load_state()
+    if state and any(_live(state).values()):
+        print(f"already up (server {state['server']})", file=sys.stderr)
+        _print_env(state["kubeconfig"])
+        return 0
+    art = ensure_built()
+    workdir = run_dir()
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    cluster = LocalCluster(art, workdir)
+    cluster.start(detach=True)
+    save_state(_state_file(), cluster)
+    print(f"up in {cluster.start_seconds:.1f}s, server {cluster.server}", file=sys.stderr)
+    print(f"logs:\n{cluster.describe_logs()}", file=sys.stderr)
+    _print_env(str(cluster.kubeconfig))
+    return 0
+
+
+def cmd_down(_: argparse.Namespace) -> int:
+    state = _load_state()
+    if state is None:
+        print("not running (no state file)", file=sys.stderr)
+        return 0
+    live = _live(state)
+    # Newest first: kwok and the controllers before the API server, etcd last.
+    for name, pid in reversed(list(state.get("pids", {}).items())):
+        if live.get(name):
+            stop_pid(pid)
+            print(f"stopped {name} (pid {pid})", file=sys.stderr)
+    _state_file().unlink(missing_ok=True)
+    shutil.rmtree(Path(state["workdir"]) / "etcd", ignore_errors=True)
+    return 0
+
+
+def cmd_status(_: argparse.Namespace) -> int:
+    state = _load_state()
+    if state is None:
+        print("not running")
+        return 1
+    live = _live(state)
+    for name, pid in state.get("pids", {}).items():
+        print(f"{name:<24} pid {pid:<8} {'running' if live[name] else 'NOT RUNNING'}")
+    ready = "unreachable"
+    if all(live.values()):
+        rest = KubeREST(Path(state["kubeconfig"]), timeout=3)
+        try:
+            ready = str(rest.get("/readyz"))
+        except Exception as exc:
+            ready = f"error: {exc}"
+        finally:
+            rest.close()
+    print(f"server {state['server']} readyz: {ready}")
+    _print_env(state["kubeconfig"])
+    return 0 if all(live.values()) and ready == "ok" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.support.localcluster",
+        description="Build and run a local Kubernetes control plane from the Go module proxy.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, func, text in (
+        ("build", cmd_build, "build (or find cached) binaries, ARC CRDs and kwok stages"),
+        ("up", cmd_up, "start a cluster in the background and print its KUBECONFIG"),
+        ("down", cmd_down, "stop the background cluster by its recorded PIDs"),
+        ("status", cmd_status, "show the background cluster's processes and readiness"),
+    ):
+        sub.add_parser(name, help=text).set_defaults(func=func)
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (BuildError, ClusterError) as exc:
+        print(f"localcluster: {exc}", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
