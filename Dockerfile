@@ -1,0 +1,41 @@
+# syntax=docker/dockerfile:1
+# The capacity-aware listener, as a drop-in image for ARC's listener: ARC starts the listener
+# container with the command /ghalistener, as UID 65532 in ARC's own image.
+#   docker build -t registry.example.com/capacity-listener:0.1.0 .
+# tests/unit/test_deploy_static.py runs the builder stage's steps in a fresh directory and
+# starts the resulting /ghalistener, so keep the builder stage to ENV, WORKDIR, COPY and RUN.
+
+ARG PYTHON_IMAGE=python:3.13-slim
+
+# --- builder: a virtualenv with the locked dependencies and the listener -------------------
+FROM ${PYTHON_IMAGE} AS builder
+ENV VENV=/venv \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_ROOT_USER_ACTION=ignore
+WORKDIR /src
+# Dependencies first: this layer is rebuilt only when the lock changes.
+COPY deploy/install.sh deploy/requirements.lock deploy/
+RUN sh deploy/install.sh deps
+COPY pyproject.toml README.md ./
+COPY listener listener
+COPY capacity capacity
+RUN sh deploy/install.sh app
+
+# --- runtime: the interpreter, the virtualenv, nothing to build or install with -------------
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="capacity-listener" \
+      org.opencontainers.image.description="Capacity-aware listener for actions-runner-controller scale sets" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PATH=/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PYTHONFAULTHANDLER=1
+COPY --from=builder /venv /venv
+# /ghalistener is ARC's default listener command. A symlink to the console script keeps the
+# start shell-free: the kernel runs the script's own #!/venv/bin/python line. pip is removed
+# from the base image; the virtualenv never had it.
+RUN ln -s /venv/bin/ghalistener /ghalistener \
+ && python -m pip uninstall --yes --quiet pip
+USER 65532:65532
+ENTRYPOINT ["/ghalistener"]
