@@ -439,6 +439,10 @@ class FakeActions:
     def clear_faults(self) -> None:
         self._recorder.faults.clear()
 
+    def assign(self, scale_set_id: int, capacity: int | None) -> None:
+        """Run one assignment round for a scale set, as a poll with this header would."""
+        self._assign(self.scale_sets[scale_set_id], capacity)
+
     # ------------------------------------------------------------------ test API: runner side
 
     def register_runner(self, scale_set_id: int, runner_name: str) -> int:
