@@ -226,9 +226,10 @@ async def serve(
     ``started`` is called with the bound port (useful with port 0).
     """
     host, port = parse_addr(addr)
-    # aiohttp's own graceful-shutdown wait, plus a hard cap so a stuck client cannot hold the
-    # process past the budget.
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT - 1.0)
+    # aiohttp waits up to shutdown_timeout for in-flight handlers, then up to as long again
+    # for them to finish cancelling: half the budget less a margin keeps both inside it. The
+    # hard cap below is the backstop.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=(SHUTDOWN_TIMEOUT - 1.0) / 2)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)
