@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jwt
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -173,3 +174,42 @@ def ok_response(body: bytes = b"ok", status: str = "200 OK") -> bytes:
     return (
         f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\nContent-Type: text/plain\r\n\r\n"
     ).encode() + body
+
+
+# --- Actions-service payloads ------------------------------------------------------------------
+
+SESSION_ID = "6f1d0c0e-7a3b-4c55-9d7e-1f2a3b4c5d6e"
+STATISTICS = {
+    "totalAvailableJobs": 0,
+    "totalAcquiredJobs": 1,
+    "totalAssignedJobs": 2,
+    "totalRunningJobs": 1,
+    "totalRegisteredRunners": 2,
+    "totalBusyRunners": 1,
+    "totalIdleRunners": 1,
+}
+
+
+def admin_jwt(exp: float) -> str:
+    """An admin token shaped like the service's (a JWT; only ``exp`` matters to us)."""
+    return jwt.encode(
+        {"exp": int(exp), "aud": "tenant"},
+        "fake-actions-service-signing-key-0123456789",
+        algorithm="HS256",
+    )
+
+
+def session_json(
+    *,
+    token: str = "queue-token-1",
+    queue_url: str = "https://queue.example/_apis/q?sessionId=abc",
+    session_id: str = SESSION_ID,
+) -> dict[str, object]:
+    return {
+        "sessionId": session_id,
+        "ownerName": "listener-pod",
+        "runnerScaleSet": {"id": 7, "name": "linux", "labels": [{"name": "linux"}]},
+        "messageQueueUrl": queue_url,
+        "messageQueueAccessToken": token,
+        "statistics": STATISTICS,
+    }

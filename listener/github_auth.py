@@ -1,0 +1,221 @@
+"""GitHub credentials → Actions-service admin connection (protocol reference §2.1–§2.4).
+
+The chain, re-run in full whenever a new admin token is needed:
+
+1. GitHub App only: sign an RS256 JWT (``iat`` = now − 60 s, ``exp`` = ``iat`` + 9 min,
+   ``iss`` = the App id or client id as a string) and exchange it at
+   ``POST {api}/app/installations/{id}/access_tokens`` (201) for an installation token.
+   The installation token is not cached, as in ARC.
+2. ``POST {api}{registration-token path}`` with the PAT or installation token (201).
+3. ``POST {api}/actions/runner-registration`` with ``Authorization: RemoteAuth <token>``
+   (any 2xx; 401/403 are retried because a fresh registration token can take a moment to
+   become valid) → the Actions service URL and an admin JWT.
+
+:meth:`GitHubAuth.admin_connection` returns the cached connection until ``now + 60 s`` passes
+the admin token's ``exp`` (read without verifying the signature), then runs the chain again.
+GitHub API calls carry no ``Accept`` and no ``X-GitHub-Api-Version`` header, like ARC's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+
+import httpx
+import jwt
+
+from listener.config import AppCredentials, Credentials, GitHubTarget
+from listener.errors import CredentialsError, ProtocolError
+from listener.http import Clock, Sleep, error_from_response, redact_url, send
+from listener.wire import WireError, decode_json
+
+__all__ = [
+    "ADMIN_TOKEN_REFRESH_MARGIN",
+    "AdminConnection",
+    "GitHubAuth",
+    "app_jwt",
+    "github_api_url",
+]
+
+log = logging.getLogger(__name__)
+
+ADMIN_TOKEN_REFRESH_MARGIN = 60.0
+"""Seconds before the admin token's ``exp`` at which a new one is fetched."""
+
+_JWT_BACKDATE = 60  # seconds; tolerates clock skew between us and GitHub
+_JWT_LIFETIME = 9 * 60  # GitHub accepts at most 10 minutes
+
+
+@dataclass(frozen=True)
+class AdminConnection:
+    """Where the Actions service is and the admin token for it."""
+
+    actions_url: str
+    admin_token: str = field(repr=False)
+    expires_at: float
+    """The admin token's ``exp`` claim (Unix seconds)."""
+
+
+def github_api_url(target: GitHubTarget, *, force_ghes: bool = False) -> str:
+    """GitHub REST base URL for ``target``; ``force_ghes`` is GITHUB_ACTIONS_FORCE_GHES.
+
+    ``target.is_hosted`` already reflects the variable when the config was parsed with it;
+    passing it here as well makes the GHES form certain either way.
+    """
+    if force_ghes and target.is_hosted:
+        return f"{target.scheme}://{target.host}/api/v3"
+    return target.api_url
+
+
+def app_jwt(credentials: AppCredentials, now: float) -> str:
+    """The GitHub App JWT ARC signs (RS256; PKCS#1 or PKCS#8 PEM key)."""
+    issued_at = int(now) - _JWT_BACKDATE
+    claims = {"iat": issued_at, "exp": issued_at + _JWT_LIFETIME, "iss": str(credentials.app_id)}
+    try:
+        return jwt.encode(claims, credentials.private_key, algorithm="RS256")
+    except (ValueError, TypeError, jwt.PyJWTError):
+        # The library's message may quote key material; say what is wrong, not what it saw.
+        raise CredentialsError(
+            "github_app_private_key: not a usable RSA private key in PEM format (PKCS#1 or PKCS#8)"
+        ) from None
+
+
+def _token_expiry(token: str) -> float:
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        raise ProtocolError("actions/runner-registration: the admin token is not a JWT") from None
+    exp = claims.get("exp")
+    if isinstance(exp, bool) or not isinstance(exp, int | float):
+        raise ProtocolError("actions/runner-registration: the admin token has no numeric exp")
+    return float(exp)
+
+
+def _string_field(response: httpx.Response, key: str) -> str:
+    where = f"{response.request.method} {redact_url(response.request.url)}"
+    try:
+        body = decode_json(response.content)
+    except WireError as exc:
+        raise ProtocolError(f"{where}: {exc}") from None
+    if isinstance(body, dict):
+        # Go decodes into a struct, so keys match case-insensitively.
+        folded = {str(k).lower(): v for k, v in body.items()}
+        value = folded.get(key)
+        if isinstance(value, str) and value:
+            return value
+    raise ProtocolError(f"{where}: response has no {key!r}")
+
+
+class GitHubAuth:
+    """Produces the Actions-service admin connection, refreshing it before it expires."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        target: GitHubTarget,
+        credentials: Credentials,
+        *,
+        force_ghes: bool = False,
+        clock: Clock = time.time,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self._client = client
+        self._target = target
+        self._credentials = credentials
+        self._api_url = github_api_url(target, force_ghes=force_ghes)
+        self._clock = clock
+        self._sleep = sleep
+        self._connection: AdminConnection | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def api_url(self) -> str:
+        return self._api_url
+
+    async def admin_connection(self) -> AdminConnection:
+        """The current connection; runs the whole chain when there is none or it is stale."""
+        async with self._lock:  # concurrent callers share one refresh
+            current = self._connection
+            if current is None or self._clock() + ADMIN_TOKEN_REFRESH_MARGIN > current.expires_at:
+                current = await self._connect()
+                self._connection = current
+            return current
+
+    async def _connect(self) -> AdminConnection:
+        registration_token = await self._registration_token()
+        url = f"{self._api_url}/actions/runner-registration"
+        # Go's json.Encoder: no HTML escaping, UTF-8 as is, and a trailing newline.
+        body = (
+            json.dumps(
+                {"url": self._target.configure_url.strip("/"), "runner_event": "register"},
+                ensure_ascii=False,
+                separators=(",", ":"),
+            )
+            + "\n"
+        ).encode()
+        headers = {
+            "Authorization": f"RemoteAuth {registration_token}",
+            "Content-Type": "application/json",
+        }
+        response = await send(
+            self._client,
+            lambda: self._client.build_request("POST", url, content=body, headers=headers),
+            retry_auth_errors=True,
+            sleep=self._sleep,
+            clock=self._clock,
+        )
+        if not response.is_success:
+            raise error_from_response(response)
+        connection = AdminConnection(
+            actions_url=_string_field(response, "url"),
+            admin_token=(token := _string_field(response, "token")),
+            expires_at=_token_expiry(token),
+        )
+        log.info(
+            "obtained an Actions service admin token",
+            extra={
+                "actions_url": redact_url(httpx.URL(connection.actions_url)),
+                "expires_in_s": round(connection.expires_at - self._clock()),
+            },
+        )
+        return connection
+
+    async def _registration_token(self) -> str:
+        if isinstance(self._credentials, AppCredentials):
+            bearer = await self._installation_token(self._credentials)
+        else:
+            bearer = self._credentials.token
+        url = f"{self._api_url}{self._target.registration_token_path}"
+        headers = {
+            "Authorization": f"Bearer {bearer}",
+            "Content-Type": "application/vnd.github.v3+json",
+        }
+        response = await send(
+            self._client,
+            lambda: self._client.build_request("POST", url, headers=headers),
+            sleep=self._sleep,
+            clock=self._clock,
+        )
+        if response.status_code != 201:
+            raise error_from_response(response)
+        return _string_field(response, "token")
+
+    async def _installation_token(self, app: AppCredentials) -> str:
+        url = f"{self._api_url}/app/installations/{app.installation_id}/access_tokens"
+        token = app_jwt(app, self._clock())
+        headers = {
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/vnd.github+json",
+        }
+        response = await send(
+            self._client,
+            lambda: self._client.build_request("POST", url, headers=headers),
+            sleep=self._sleep,
+            clock=self._clock,
+        )
+        if response.status_code != 201:
+            raise error_from_response(response)
+        return _string_field(response, "token")

@@ -1,0 +1,466 @@
+"""listener.github_auth: PAT / App JWT → registration token → runner-registration → admin."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+import jwt
+import pytest
+import respx
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from listener.config import AppCredentials, TokenCredentials, parse_github_target
+from listener.errors import (
+    ActionsHTTPError,
+    CredentialsError,
+    ProtocolError,
+    RetriesExhaustedError,
+    UnauthorizedError,
+)
+from listener.github_auth import GitHubAuth, app_jwt, github_api_url
+from listener.http import make_client, user_agent
+from tests.unit.listener_fixtures import FakeTime, admin_jwt, pem_pkcs1, pem_pkcs8, public_pem
+from tests.unit.listener_fixtures import rsa_key as make_rsa_key
+
+PAT = "ghp_0123456789abcdefPATPATPAT"
+INSTALLATION_TOKEN = "ghs_installationTOKEN123"
+REGISTRATION_TOKEN = "AREGISTRATIONTOKEN456"
+ACTIONS_URL = "https://pipelines.example/tenant/"
+UA = user_agent(7)
+ORG_URL = "https://github.com/acme"
+REG_TOKEN_URL = "https://api.github.com/orgs/acme/actions/runners/registration-token"
+RUNNER_REGISTRATION_URL = "https://api.github.com/actions/runner-registration"
+
+
+@pytest.fixture(scope="module")
+def rsa_key() -> rsa.RSAPrivateKey:
+    return make_rsa_key()
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with make_client(user_agent=UA, env={}) as c:
+        yield c
+
+
+@pytest.fixture
+def fake() -> FakeTime:
+    return FakeTime()
+
+
+def pat_auth(
+    client: httpx.AsyncClient, fake: FakeTime, url: str = ORG_URL, **kwargs: bool
+) -> GitHubAuth:
+    return GitHubAuth(
+        client,
+        target=parse_github_target(url),
+        credentials=TokenCredentials(PAT),
+        clock=fake.clock,
+        sleep=fake.sleep,
+        **kwargs,
+    )
+
+
+def mock_registration(
+    fake: FakeTime, *, lifetime: float = 3600, base: str = "https://api.github.com"
+) -> tuple[respx.Route, respx.Route]:
+    reg = respx.post(f"{base}/orgs/acme/actions/runners/registration-token").respond(
+        201, json={"token": REGISTRATION_TOKEN, "expires_at": "2026-05-01T11:00:00Z"}
+    )
+    admin = respx.post(f"{base}/actions/runner-registration").mock(
+        side_effect=lambda request: httpx.Response(
+            200, json={"url": ACTIONS_URL, "token": admin_jwt(fake.now + lifetime)}
+        )
+    )
+    return reg, admin
+
+
+# --- the PAT chain -------------------------------------------------------------------------------
+
+
+@respx.mock
+async def test_pat_chain_requests_are_exactly_arcs(
+    client: httpx.AsyncClient, fake: FakeTime
+) -> None:
+    reg, admin = mock_registration(fake)
+    connection = await pat_auth(client, fake).admin_connection()
+
+    assert connection.actions_url == ACTIONS_URL
+    assert jwt.decode(connection.admin_token, options={"verify_signature": False})["exp"] == int(
+        fake.now + 3600
+    )
+    assert connection.expires_at == int(fake.now + 3600)
+
+    request = reg.calls.last.request
+    assert request.headers["Authorization"] == f"Bearer {PAT}"
+    assert request.headers["Content-Type"] == "application/vnd.github.v3+json"
+    assert request.headers["User-Agent"] == UA
+    assert "Accept" not in request.headers
+    assert "X-GitHub-Api-Version" not in request.headers
+    assert request.content == b""
+
+    request = admin.calls.last.request
+    assert request.headers["Authorization"] == f"RemoteAuth {REGISTRATION_TOKEN}"
+    assert request.headers["Content-Type"] == "application/json"
+    assert request.headers["User-Agent"] == UA
+    assert "Accept" not in request.headers
+    assert request.content == b'{"url":"https://github.com/acme","runner_event":"register"}\n'
+
+
+def test_admin_connection_repr_hides_the_token(fake: FakeTime) -> None:
+    from listener.github_auth import AdminConnection
+
+    token = admin_jwt(fake.now)
+    assert token not in repr(AdminConnection(ACTIONS_URL, token, fake.now))
+
+
+@respx.mock
+async def test_runner_registration_body_is_not_html_escaped(
+    client: httpx.AsyncClient, fake: FakeTime
+) -> None:
+    respx.post("https://api.github.com/repos/a&b/r<1>/actions/runners/registration-token").respond(
+        201, json={"token": REGISTRATION_TOKEN}
+    )
+    admin = respx.post(RUNNER_REGISTRATION_URL).respond(
+        200, json={"url": ACTIONS_URL, "token": admin_jwt(fake.now + 3600)}
+    )
+    await pat_auth(client, fake, "https://github.com/a&b/r<1>/").admin_connection()
+    assert admin.calls.last.request.content == (
+        b'{"url":"https://github.com/a&b/r<1>","runner_event":"register"}\n'
+    )
+
+
+# --- URLs per scope and host --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config_url", "force_ghes", "registration_url", "api"),
+    [
+        (
+            "https://github.com/acme/app",
+            False,
+            "https://api.github.com/repos/acme/app/actions/runners/registration-token",
+            "https://api.github.com",
+        ),
+        (
+            "https://github.com/enterprises/big",
+            False,
+            "https://api.github.com/enterprises/big/actions/runners/registration-token",
+            "https://api.github.com",
+        ),
+        (
+            "https://www.github.com/acme",
+            False,
+            "https://api.github.com/orgs/acme/actions/runners/registration-token",
+            "https://api.github.com",
+        ),
+        (
+            "https://tenant.ghe.com/acme",
+            False,
+            "https://api.tenant.ghe.com/orgs/acme/actions/runners/registration-token",
+            "https://api.tenant.ghe.com",
+        ),
+        (
+            "https://ghes.corp:8443/acme/app",
+            False,
+            "https://ghes.corp:8443/api/v3/repos/acme/app/actions/runners/registration-token",
+            "https://ghes.corp:8443/api/v3",
+        ),
+        (
+            "https://github.com/acme",
+            True,  # GITHUB_ACTIONS_FORCE_GHES
+            "https://github.com/api/v3/orgs/acme/actions/runners/registration-token",
+            "https://github.com/api/v3",
+        ),
+    ],
+)
+@respx.mock
+async def test_hosted_and_ghes_urls(
+    client: httpx.AsyncClient,
+    fake: FakeTime,
+    config_url: str,
+    force_ghes: bool,
+    registration_url: str,
+    api: str,
+) -> None:
+    reg = respx.post(registration_url).respond(201, json={"token": REGISTRATION_TOKEN})
+    admin = respx.post(f"{api}/actions/runner-registration").respond(
+        200, json={"url": ACTIONS_URL, "token": admin_jwt(fake.now + 3600)}
+    )
+    auth = pat_auth(client, fake, config_url, force_ghes=force_ghes)
+    assert auth.api_url == api
+    await auth.admin_connection()
+    assert reg.call_count == 1
+    assert admin.call_count == 1
+
+
+def test_force_ghes_also_applies_to_a_target_parsed_with_it() -> None:
+    target = parse_github_target("https://github.com/acme", force_ghes=True)
+    assert github_api_url(target) == "https://github.com/api/v3"
+    assert github_api_url(target, force_ghes=True) == "https://github.com/api/v3"
+
+
+# --- GitHub App ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pem", [pem_pkcs1, pem_pkcs8], ids=["pkcs1", "pkcs8"])
+@respx.mock
+async def test_app_chain_signs_arcs_jwt_and_uses_the_installation_token(
+    client: httpx.AsyncClient, fake: FakeTime, rsa_key: rsa.RSAPrivateKey, pem: object
+) -> None:
+    assert callable(pem)
+    fake.now = 1_800_000_000.75
+    access = respx.post("https://api.github.com/app/installations/4242/access_tokens").respond(
+        201, json={"token": INSTALLATION_TOKEN, "expires_at": "2026-05-01T11:00:00Z"}
+    )
+    reg, _ = mock_registration(fake)
+    auth = GitHubAuth(
+        client,
+        target=parse_github_target(ORG_URL),
+        credentials=AppCredentials(app_id="123456", installation_id=4242, private_key=pem(rsa_key)),
+        clock=fake.clock,
+        sleep=fake.sleep,
+    )
+    await auth.admin_connection()
+
+    request = access.calls.last.request
+    assert request.headers["Content-Type"] == "application/vnd.github+json"
+    assert "Accept" not in request.headers
+    assert request.content == b""
+    scheme, token = request.headers["Authorization"].split(" ", 1)
+    assert scheme == "Bearer"
+    assert jwt.get_unverified_header(token)["alg"] == "RS256"
+    claims = jwt.decode(
+        token,
+        public_pem(rsa_key),
+        algorithms=["RS256"],
+        options={"verify_exp": False, "verify_iat": False},
+    )
+    assert claims == {"iat": 1_800_000_000 - 60, "exp": 1_800_000_000 - 60 + 540, "iss": "123456"}
+    assert reg.calls.last.request.headers["Authorization"] == f"Bearer {INSTALLATION_TOKEN}"
+
+
+def test_app_jwt_issuer_is_a_string_even_for_client_ids(rsa_key: rsa.RSAPrivateKey) -> None:
+    creds = AppCredentials(app_id="Iv1.abcdef", installation_id=1, private_key=pem_pkcs8(rsa_key))
+    token = app_jwt(creds, 1000.0)
+    claims = jwt.decode(
+        token,
+        public_pem(rsa_key),
+        algorithms=["RS256"],
+        options={"verify_exp": False, "verify_iat": False},
+    )
+    assert claims["iss"] == "Iv1.abcdef"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "not a key",
+        "-----BEGIN RSA PRIVATE KEY-----\nSECRETMATERIALxyz\n-----END RSA PRIVATE KEY-----\n",
+    ],
+)
+def test_unusable_private_key_is_one_line_without_key_material(key: str) -> None:
+    creds = AppCredentials(app_id="1", installation_id=1, private_key=key)
+    with pytest.raises(CredentialsError, match=r"^github_app_private_key: not a usable") as info:
+        app_jwt(creds, 1000.0)
+    assert "SECRETMATERIAL" not in str(info.value)
+    assert info.value.__cause__ is None
+
+
+@respx.mock
+async def test_installation_token_is_fetched_again_on_every_refresh(
+    client: httpx.AsyncClient, fake: FakeTime, rsa_key: rsa.RSAPrivateKey
+) -> None:
+    access = respx.post("https://api.github.com/app/installations/9/access_tokens").respond(
+        201, json={"token": INSTALLATION_TOKEN}
+    )
+    mock_registration(fake, lifetime=600)
+    auth = GitHubAuth(
+        client,
+        parse_github_target(ORG_URL),
+        AppCredentials(app_id="1", installation_id=9, private_key=pem_pkcs1(rsa_key)),
+        clock=fake.clock,
+        sleep=fake.sleep,
+    )
+    await auth.admin_connection()
+    fake.now += 600
+    await auth.admin_connection()
+    assert access.call_count == 2
+
+
+@pytest.mark.parametrize("status", [200, 401, 404])
+@respx.mock
+async def test_installation_token_must_be_201(
+    client: httpx.AsyncClient, fake: FakeTime, rsa_key: rsa.RSAPrivateKey, status: int
+) -> None:
+    respx.post("https://api.github.com/app/installations/9/access_tokens").respond(
+        status, json={"token": INSTALLATION_TOKEN, "message": "nope"}
+    )
+    auth = GitHubAuth(
+        client,
+        parse_github_target(ORG_URL),
+        AppCredentials(app_id="1", installation_id=9, private_key=pem_pkcs1(rsa_key)),
+        clock=fake.clock,
+        sleep=fake.sleep,
+    )
+    with pytest.raises(ActionsHTTPError) as info:
+        await auth.admin_connection()
+    assert info.value.status == status
+    assert info.value.message == "nope"
+    assert INSTALLATION_TOKEN not in str(info.value)
+
+
+# --- refresh ------------------------------------------------------------------------------------
+
+
+@respx.mock
+async def test_admin_token_is_cached_until_60_s_before_exp(
+    client: httpx.AsyncClient, fake: FakeTime
+) -> None:
+    reg, admin = mock_registration(fake, lifetime=3600)
+    auth = pat_auth(client, fake)
+    first = await auth.admin_connection()
+    assert (reg.call_count, admin.call_count) == (1, 1)
+
+    fake.now = first.expires_at - 61
+    assert await auth.admin_connection() is first
+    fake.now = first.expires_at - 60
+    assert await auth.admin_connection() is first
+    assert admin.call_count == 1
+
+    fake.now = first.expires_at - 59
+    second = await auth.admin_connection()
+    assert second is not first
+    assert second.expires_at == int(fake.now + 3600)
+    assert (reg.call_count, admin.call_count) == (2, 2)
+
+
+@respx.mock
+async def test_concurrent_callers_share_one_refresh(
+    client: httpx.AsyncClient, fake: FakeTime
+) -> None:
+    reg, admin = mock_registration(fake)
+    auth = pat_auth(client, fake)
+    results = await asyncio.gather(*(auth.admin_connection() for _ in range(5)))
+    assert len({id(r) for r in results}) == 1
+    assert (reg.call_count, admin.call_count) == (1, 1)
+
+
+# --- status handling ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [200, 403, 404, 422])
+@respx.mock
+async def test_registration_token_must_be_201(
+    client: httpx.AsyncClient, fake: FakeTime, status: int
+) -> None:
+    respx.post(REG_TOKEN_URL).respond(
+        status,
+        json={"message": "Resource not accessible by integration", "token": "x"},
+        headers={"X-GitHub-Request-Id": "ABCD:1234"},
+    )
+    admin = respx.post(RUNNER_REGISTRATION_URL).respond(200)
+    with pytest.raises(ActionsHTTPError) as info:
+        await pat_auth(client, fake).admin_connection()
+    assert info.value.status == status
+    assert info.value.github_request_id == "ABCD:1234"
+    assert admin.call_count == 0
+    assert PAT not in str(info.value)
+    assert PAT not in repr(info.value)
+
+
+@pytest.mark.parametrize("status", [401, 403])
+@respx.mock
+async def test_runner_registration_retries_auth_errors(
+    client: httpx.AsyncClient, fake: FakeTime, status: int
+) -> None:
+    respx.post(REG_TOKEN_URL).respond(201, json={"token": REGISTRATION_TOKEN})
+    admin = respx.post(RUNNER_REGISTRATION_URL).mock(
+        side_effect=[
+            httpx.Response(status),
+            httpx.Response(status),
+            httpx.Response(201, json={"url": ACTIONS_URL, "token": admin_jwt(fake.now + 3600)}),
+        ]
+    )
+    connection = await pat_auth(client, fake).admin_connection()
+    assert connection.actions_url == ACTIONS_URL
+    assert admin.call_count == 3
+    assert fake.sleeps == [1.0, 2.0]
+
+
+@respx.mock
+async def test_runner_registration_auth_errors_exhausted(
+    client: httpx.AsyncClient, fake: FakeTime
+) -> None:
+    respx.post(REG_TOKEN_URL).respond(201, json={"token": REGISTRATION_TOKEN})
+    admin = respx.post(RUNNER_REGISTRATION_URL).respond(401, text="Bad registration token")
+    with pytest.raises(RetriesExhaustedError, match="giving up after 5 attempts") as info:
+        await pat_auth(client, fake).admin_connection()
+    assert admin.call_count == 5
+    assert isinstance(info.value.last_error, UnauthorizedError)
+    assert REGISTRATION_TOKEN not in str(info.value)
+
+
+@respx.mock
+async def test_registration_token_401_is_not_retried(
+    client: httpx.AsyncClient, fake: FakeTime
+) -> None:
+    reg = respx.post(REG_TOKEN_URL).respond(401, json={"message": "Bad credentials"})
+    with pytest.raises(UnauthorizedError, match="Bad credentials"):
+        await pat_auth(client, fake).admin_connection()
+    assert reg.call_count == 1
+
+
+@respx.mock
+async def test_runner_registration_accepts_any_2xx_and_a_bom(
+    client: httpx.AsyncClient, fake: FakeTime
+) -> None:
+    respx.post(REG_TOKEN_URL).respond(201, json={"token": REGISTRATION_TOKEN})
+    body = json.dumps({"URL": ACTIONS_URL, "Token": admin_jwt(fake.now + 3600)}).encode()
+    respx.post(RUNNER_REGISTRATION_URL).respond(202, content=b"\xef\xbb\xbf" + body)
+    assert (await pat_auth(client, fake).admin_connection()).actions_url == ACTIONS_URL
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"url": ACTIONS_URL}, r"response has no 'token'"),
+        ({"url": "", "token": "x.y.z"}, r"response has no 'url'"),
+        ({"url": ACTIONS_URL, "token": "opaque"}, r"admin token is not a JWT"),
+        ([1, 2], r"response has no 'url'"),
+    ],
+)
+@respx.mock
+async def test_runner_registration_bad_answers(
+    client: httpx.AsyncClient, fake: FakeTime, body: object, message: str
+) -> None:
+    respx.post(REG_TOKEN_URL).respond(201, json={"token": REGISTRATION_TOKEN})
+    respx.post(RUNNER_REGISTRATION_URL).respond(200, json=body)
+    with pytest.raises(ProtocolError, match=message) as info:
+        await pat_auth(client, fake).admin_connection()
+    assert "opaque" not in str(info.value)
+
+
+@respx.mock
+async def test_admin_token_without_exp_is_refused(
+    client: httpx.AsyncClient, fake: FakeTime
+) -> None:
+    respx.post(REG_TOKEN_URL).respond(201, json={"token": REGISTRATION_TOKEN})
+    token = jwt.encode({"sub": "x"}, "k" * 32, algorithm="HS256")
+    respx.post(RUNNER_REGISTRATION_URL).respond(200, json={"url": ACTIONS_URL, "token": token})
+    with pytest.raises(ProtocolError, match="no numeric exp"):
+        await pat_auth(client, fake).admin_connection()
+
+
+@respx.mock
+async def test_registration_token_missing_from_201(
+    client: httpx.AsyncClient, fake: FakeTime
+) -> None:
+    respx.post(REG_TOKEN_URL).respond(201, content=b"not json")
+    with pytest.raises(
+        ProtocolError, match=r"^POST https://api\.github\.com/orgs/acme/.*not valid"
+    ):
+        await pat_auth(client, fake).admin_connection()
