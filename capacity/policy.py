@@ -316,8 +316,10 @@ def plan(
     # 6. Make-before-break: keep renewing pairs until Running fresh pairs cover the target.
     ready_fresh = sum(1 for pair in fresh if pair.ready(params))
     renewing.sort(key=lambda pair: _renew_keep_order(pair, params))
-    keep = max(0, min(len(renewing), target - ready_fresh))
-    keep_without_replacements = max(0, min(len(renewing), target))
+    # Never more placeholder pairs than max_runners, even mid-renewal.
+    limit = params.max_runners - len(fresh)
+    keep = max(0, min(len(renewing), target - ready_fresh, limit))
+    keep_without_replacements = max(0, min(len(renewing), target, limit))
     for i, pair in enumerate(renewing[keep:], start=keep):
         reason = DeleteReason.EXPIRED if i < keep_without_replacements else DeleteReason.EXCESS
         delete([pair.runner, pair.workflow], reason)

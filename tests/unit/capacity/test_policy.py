@@ -1,0 +1,487 @@
+"""Example tables and multi-pass scenarios for the capacity policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import pytest
+
+from capacity.model import (
+    DeleteReason,
+    Demand,
+    DemandSource,
+    HudOutcome,
+    HudResult,
+    HudState,
+    Memory,
+    Observed,
+    Params,
+    Placeholder,
+    PodPhase,
+    RealPod,
+    Role,
+)
+from capacity.policy import count_sides, plan, record_hud, resolve_demand
+
+from .builders import P, R, apply_plan, pair, pairs, ph, runner, schedule_all, workflow
+
+W = Role.WORKFLOW
+RU = Role.RUNNER
+NOW = 100.0
+
+
+def params(**overrides: object) -> Params:
+    base: dict[str, object] = {
+        "max_runners": 10,
+        "proactive_capacity": 0,
+        "max_pending_pairs": 30,
+        "ready_timeout": 300.0,
+        "downscale_delay": 300.0,
+        "ttl": 900.0,
+        "renew_before": 300.0,
+    }
+    base.update(overrides)
+    return Params(**base)  # type: ignore[arg-type]
+
+
+def demand(queued: int) -> Demand:
+    return Demand(queued=queued, source=DemandSource.HUD)
+
+
+@dataclass(frozen=True)
+class Case:
+    placeholders: tuple[Placeholder, ...] = ()
+    runners: tuple[RealPod, ...] = ()
+    workflows: tuple[RealPod, ...] = ()
+    active: int = 0
+    queued: int = 0
+    knobs: dict[str, object] = field(default_factory=dict)
+    # expectations
+    advertised: int = 0
+    creates: int = 0
+    deletes: dict[str, DeleteReason] = field(default_factory=dict)
+
+
+CASES = {
+    "empty-and-no-demand": Case(),
+    "proactive-capacity-creates-pairs": Case(knobs={"proactive_capacity": 2}, creates=2),
+    "queued-jobs-add-to-proactive": Case(knobs={"proactive_capacity": 1}, queued=3, creates=4),
+    "ready-pairs-are-advertised": Case(placeholders=(*pairs(2),), queued=2, advertised=2),
+    "pending-pair-never-advertised": Case(
+        placeholders=(*pair(0), *pair(1, R, P, created=50)), queued=2, advertised=1
+    ),
+    "terminating-placeholder-not-counted": Case(
+        placeholders=(*pair(0), ph(1, RU), ph(1, W, terminating=True)),
+        runners=(runner("r1"),),
+        queued=1,
+        active=1,
+        # slot 1's runner half is a lone half; the survivor is not there (terminating), so
+        # nothing reserves it and nothing pairs with it
+        advertised=1,
+        deletes={"ph-1-r": DeleteReason.BROKEN},
+    ),
+    "unknown-phase-pair-is-dropped": Case(
+        placeholders=(*pair(0), *pair(1, R, PodPhase.UNKNOWN)),
+        queued=2,
+        advertised=1,
+        creates=1,
+        deletes={"ph-1-r": DeleteReason.UNUSABLE, "ph-1-w": DeleteReason.UNUSABLE},
+    ),
+    # The preemption hand-off: a real runner (priority 0) took slot 1's placeholder-runner;
+    # its workflow pod does not exist yet. The lone placeholder-workflow is kept for it and the
+    # advertised value does not move.
+    "preemption-hand-off-runner-took-its-half": Case(
+        placeholders=(*pair(0), ph(1, W)),
+        runners=(runner("arc-r1"),),
+        active=1,
+        queued=1,
+        advertised=2,
+    ),
+    "hand-off-runner-still-pending": Case(
+        placeholders=(*pair(0), ph(1, W)),
+        runners=(runner("arc-r1", P, bound=False),),
+        active=1,
+        queued=1,
+        # the runner is not bound yet, so the runner side lost one
+        advertised=1,
+    ),
+    "hand-off-done-both-real-pods-bound": Case(
+        placeholders=(*pair(0),),
+        runners=(runner("arc-r1"),),
+        workflows=(workflow("arc-r1"),),
+        active=1,
+        queued=1,
+        advertised=2,
+    ),
+    "workflow-pod-pending-keeps-the-survivor": Case(
+        placeholders=(*pair(0), ph(1, W)),
+        runners=(runner("arc-r1"),),
+        workflows=(workflow("arc-r1", P, bound=False),),
+        active=1,
+        queued=1,
+        advertised=2,
+    ),
+    # The workflow pod preempted slot 0's placeholder-workflow instead of its own (slot 1):
+    # slot 0's runner half and slot 1's workflow half still make one spare pair.
+    "workflow-pod-took-another-slots-half": Case(
+        placeholders=(ph(0, RU), ph(1, W)),
+        runners=(runner("arc-r1"),),
+        workflows=(workflow("arc-r1"),),
+        active=1,
+        queued=1,
+        advertised=2,
+    ),
+    "survivor-nobody-needs-is-removed": Case(
+        placeholders=(*pair(0), ph(1, W)),
+        queued=1,
+        advertised=1,
+        deletes={"ph-1-w": DeleteReason.BROKEN},
+    ),
+    "lone-runner-half-is-not-repaired": Case(
+        placeholders=(ph(0, RU),),
+        queued=1,
+        creates=1,
+        deletes={"ph-0-r": DeleteReason.BROKEN},
+    ),
+    "either-half-pending-past-timeout-deletes-the-pair": Case(
+        placeholders=(*pair(0, R, P, created=-250),),
+        queued=1,
+        advertised=0,
+        creates=1,
+        deletes={"ph-0-r": DeleteReason.TIMEOUT, "ph-0-w": DeleteReason.TIMEOUT},
+    ),
+    "pending-within-timeout-is-left-alone": Case(
+        placeholders=(*pair(0, P, P, created=-199),), queued=1
+    ),
+    "succeeded-placeholders-are-deleted": Case(
+        placeholders=(ph(0, RU, PodPhase.SUCCEEDED), ph(0, W, PodPhase.SUCCEEDED)),
+        queued=1,
+        creates=1,
+        deletes={"ph-0-r": DeleteReason.FINISHED, "ph-0-w": DeleteReason.FINISHED},
+    ),
+    "orphans-are-deleted": Case(
+        placeholders=(ph(0, RU, owned=False), ph(0, W, owned=False)),
+        deletes={"ph-0-r": DeleteReason.ORPHAN, "ph-0-w": DeleteReason.ORPHAN},
+    ),
+    "unusable-node-with-node-checks": Case(
+        placeholders=(*pair(0), ph(1, RU), ph(1, W, usable=False)),
+        queued=2,
+        knobs={"node_checks": True},
+        advertised=1,
+        creates=1,
+        deletes={"ph-1-r": DeleteReason.UNUSABLE, "ph-1-w": DeleteReason.UNUSABLE},
+    ),
+    "node-usable-ignored-without-node-checks": Case(
+        placeholders=(*pair(0), ph(1, RU), ph(1, W, usable=False)), queued=2, advertised=2
+    ),
+    # ci-infra #528: the headroom subtracts real runners.
+    "headroom-subtracts-active-runners": Case(active=8, queued=5, creates=2),
+    "no-headroom-no-creates": Case(active=10, queued=5),
+    # ci-infra #921: an operator lowers max_runners; the advertised value follows at once and
+    # the surplus pairs go (the newest first).
+    "operator-cap-applies-at-once": Case(
+        placeholders=(*pairs(3, created=0), *pairs(2, start=3, created=10)),
+        queued=5,
+        knobs={"max_runners": 3},
+        advertised=3,
+        deletes={
+            "ph-3-r": DeleteReason.EXCESS,
+            "ph-3-w": DeleteReason.EXCESS,
+            "ph-4-r": DeleteReason.EXCESS,
+            "ph-4-w": DeleteReason.EXCESS,
+        },
+    ),
+    "drain-to-zero": Case(
+        placeholders=(*pairs(2),),
+        runners=(runner("arc-a"),),
+        workflows=(workflow("arc-a"),),
+        active=1,
+        queued=5,
+        knobs={"max_runners": 0},
+        advertised=0,
+        deletes={n: DeleteReason.EXCESS for n in ("ph-0-r", "ph-0-w", "ph-1-r", "ph-1-w")},
+    ),
+    "in-flight-cap-limits-creates": Case(queued=100, knobs={"max_pending_pairs": 7}, creates=7),
+    "in-flight-cap-counts-existing-pending": Case(
+        placeholders=(*pair(0, P, P, created=50), *pair(1, P, R, created=50), *pairs(3, start=2)),
+        queued=100,
+        knobs={"max_pending_pairs": 5},
+        advertised=3,
+        creates=3,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+def test_plan_examples(case: Case) -> None:
+    observed = Observed(
+        placeholders=case.placeholders,
+        runner_pods=case.runners,
+        workflow_pods=case.workflows,
+        active_runners=case.active,
+    )
+    result, _ = plan(observed, demand(case.queued), params(**case.knobs), Memory(), NOW)
+    assert result.advertised == case.advertised
+    assert len(result.creates) == case.creates
+    assert {d.name: d.reason for d in result.deletes} == case.deletes
+
+
+def test_unsynced_view_takes_no_action() -> None:
+    observed = Observed(placeholders=(*pairs(2),), synced=False)
+    memory = Memory(next_slot=4)
+    result, after = plan(observed, demand(9), params(), memory, NOW)
+    assert (result.creates, result.deletes) == ((), ())
+    assert result.advertised == 2
+    assert after is memory
+
+
+def test_slot_ids_never_collide_or_repeat() -> None:
+    observed = Observed(placeholders=(ph("7", RU, terminating=True), ph("abc", W)))
+    first, memory = plan(observed, demand(2), params(), Memory(next_slot=3), NOW)
+    assert first.creates == ("8", "9")
+    second, _ = plan(Observed(), demand(2), params(), memory, NOW)
+    assert second.creates == ("10", "11")
+
+
+def test_sides_and_advertised_clamp() -> None:
+    observed = Observed(
+        placeholders=(*pairs(4), ph(9, W, P)),
+        runner_pods=(runner("a"), runner("b", PodPhase.SUCCEEDED), runner("c", bound=False)),
+        workflow_pods=(
+            workflow("a"),
+            RealPod(name="x-workflow", phase=R, bound=True, terminating=True),
+            workflow("y", bound=False),
+        ),
+    )
+    sides = count_sides(observed, params(max_runners=3))
+    assert (sides.runner_side, sides.workflow_side, sides.advertised) == (5, 5, 3)
+
+
+def step(
+    observed: Observed,
+    memory: Memory,
+    knobs: Params,
+    queued: int,
+    now: float,
+) -> tuple[Observed, Memory, int]:
+    result, memory = plan(observed, demand(queued), knobs, memory, now)
+    return apply_plan(observed, result, knobs, now), memory, result.advertised
+
+
+def test_downscale_is_damped_and_removes_pending_then_newest() -> None:
+    knobs = params(downscale_delay=60.0, max_pending_pairs=30)
+    placeholders = (
+        *pairs(2, created=0),
+        *pairs(1, start=2, created=20),
+        *pair(3, P, P, created=90),
+    )
+    observed = Observed(placeholders=placeholders)
+    memory = Memory()
+    # demand was 4 and stays 4 at t=100
+    result, memory = plan(observed, demand(4), knobs, memory, 100.0)
+    assert result.deletes == ()
+    # demand drops to 2: nothing is deleted inside the delay
+    for t in (110.0, 130.0, 159.0):
+        result, memory = plan(observed, demand(2), knobs, memory, t)
+        assert result.deletes == (), t
+        assert result.target_pairs == 4
+    # after the delay: the Pending pair first, then the newest Running one (slot 2)
+    result, memory = plan(observed, demand(2), knobs, memory, 161.0)
+    assert result.target_pairs == 2
+    assert {d.name for d in result.deletes} == {"ph-3-r", "ph-3-w", "ph-2-r", "ph-2-w"}
+    assert {d.reason for d in result.deletes} == {DeleteReason.EXCESS}
+    assert result.advertised == 2
+
+
+def test_scale_up_is_immediate_even_inside_the_downscale_window() -> None:
+    knobs = params(downscale_delay=600.0)
+    memory = Memory(desired_window=((50.0, 1),))
+    result, _ = plan(Observed(placeholders=(*pairs(1),)), demand(6), knobs, memory, NOW)
+    assert len(result.creates) == 5
+
+
+def test_consumed_pairs_are_not_recreated_by_the_damping() -> None:
+    """Runners took all pairs and the queue emptied: the downscale window must not bring the
+    consumed capacity back."""
+    knobs = params(downscale_delay=600.0)
+    _, memory = plan(Observed(placeholders=(*pairs(3),)), demand(3), knobs, Memory(), 10.0)
+    taken = Observed(
+        runner_pods=tuple(runner(f"r{i}") for i in range(3)),
+        workflow_pods=tuple(workflow(f"r{i}") for i in range(3)),
+        active_runners=3,
+    )
+    result, _ = plan(taken, demand(0), knobs, memory, 20.0)
+    assert result.creates == ()
+    assert result.advertised == 3
+
+
+def test_ttl_renewal_is_make_before_break() -> None:
+    knobs = params(max_runners=10, ttl=900.0, renew_before=300.0)
+    observed = Observed(placeholders=(*pairs(3, created=0),))
+    memory = Memory()
+    advertised: list[int] = []
+    # before the renewal window: steady
+    observed, memory, adv = step(observed, memory, knobs, 3, 500.0)
+    advertised.append(adv)
+    assert {p.slot for p in observed.placeholders} == {"0", "1", "2"}
+    # inside the window: replacements are created, the old pairs stay
+    observed, memory, adv = step(observed, memory, knobs, 3, 650.0)
+    advertised.append(adv)
+    assert len(observed.placeholders) == 12
+    # replacements still Pending: nothing is deleted
+    observed, memory, adv = step(observed, memory, knobs, 3, 660.0)
+    advertised.append(adv)
+    assert len(observed.placeholders) == 12
+    # replacements Running: the old pairs go
+    observed = schedule_all(observed)
+    result, memory = plan(observed, demand(3), knobs, memory, 670.0)
+    assert {d.reason for d in result.deletes} == {DeleteReason.EXPIRED}
+    assert {d.name for d in result.deletes} == {f"ph-{s}-{r}" for s in "012" for r in "rw"}
+    advertised.append(result.advertised)
+    observed = apply_plan(observed, result, knobs, 670.0)
+    assert advertised == [3, 3, 3, 3]
+    assert count_sides(observed, knobs).advertised == 3
+
+
+def test_renewal_whose_replacement_never_runs_expires_the_old_pair() -> None:
+    knobs = params(max_runners=10)
+    observed = Observed(placeholders=(*pairs(1, created=0),))
+    observed, memory, _ = step(observed, Memory(), knobs, 1, 650.0)
+    assert len(observed.placeholders) == 4
+    result, _ = plan(observed, demand(1), knobs, memory, 900.0)
+    reasons = {d.name: d.reason for d in result.deletes}
+    assert reasons["ph-0-r"] == reasons["ph-0-w"] == DeleteReason.EXPIRED
+
+
+def test_pool_at_the_cap_renews_without_exceeding_it() -> None:
+    knobs = params(max_runners=2)
+    observed = Observed(placeholders=(*pairs(2, created=0),))
+    result, _ = plan(observed, demand(2), knobs, Memory(), 650.0)
+    assert result.creates == ()
+    assert result.deletes == ()
+
+
+def test_long_queue_drains_with_an_in_flight_cap() -> None:
+    """ci-infra #606: 795 queued jobs, at most 30 pairs in flight. Capacity must keep growing
+    past 30 pairs in existence and the queue must drain."""
+    knobs = params(max_runners=1000, max_pending_pairs=30, downscale_delay=60.0)
+    queue = 795
+    jobs: list[tuple[str, int]] = []  # (runner pod, rounds left)
+    observed = Observed()
+    memory = Memory()
+    now = 0.0
+    peak_pairs = 0
+    seq = 0
+    for _ in range(200):
+        now += 10.0
+        observed = replace(observed, active_runners=len(jobs))
+        result, memory = plan(observed, demand(queue), knobs, memory, now)
+        assert result.advertised <= knobs.max_runners
+        # GitHub assigns up to the advertised capacity; each job lands on a spare pair
+        spare = result.advertised - len(jobs)
+        observed = apply_plan(observed, result, knobs, now)
+        peak_pairs = max(peak_pairs, sum(1 for p in observed.placeholders if p.role == RU))
+        assigned = max(0, min(queue, spare))
+        queue -= assigned
+        placeholders = list(observed.placeholders)
+        for _ in range(assigned):
+            slot = next(p.slot for p in placeholders if p.role == RU and p.phase == R)
+            placeholders = [p for p in placeholders if p.slot != slot]
+            jobs.append((f"run-{seq}", 3))
+            seq += 1
+        jobs = [(name, left - 1) for name, left in jobs if left > 1]
+        observed = schedule_all(
+            replace(
+                observed,
+                placeholders=tuple(placeholders),
+                runner_pods=tuple(runner(name) for name, _ in jobs),
+                workflow_pods=tuple(workflow(name) for name, _ in jobs),
+            )
+        )
+        if queue == 0 and not jobs:
+            break
+    assert queue == 0
+    assert peak_pairs > 30
+
+
+def test_operator_cap_change_mid_flight() -> None:
+    """ci-infra #921: max_runners goes to 0 while runners are busy; the advertised value must
+    be 0 on the very next pass and no new pairs may appear."""
+    observed = Observed(
+        placeholders=(*pairs(5),),
+        runner_pods=(runner("a"), runner("b")),
+        workflow_pods=(workflow("a"), workflow("b")),
+        active_runners=2,
+    )
+    result, memory = plan(observed, demand(50), params(max_runners=60), Memory(), NOW)
+    assert result.advertised == 7
+    result, _ = plan(observed, demand(50), params(max_runners=0), memory, NOW + 1)
+    assert result.advertised == 0
+    assert result.creates == ()
+
+
+# --- HUD fallback ---------------------------------------------------------------------------
+
+
+def hud_params(**kw: object) -> Params:
+    return params(hud_enabled=True, hud_stale_after=120.0, hud_failure_base_capacity=4, **kw)
+
+
+def ok(queued: int) -> HudOutcome:
+    return HudOutcome(result=HudResult.OK, duration=0.1, queued=queued)
+
+
+def failed(result: HudResult = HudResult.TIMEOUT) -> HudOutcome:
+    return HudOutcome(result=result, duration=10.0)
+
+
+def test_hud_disabled_means_zero_queued() -> None:
+    got = resolve_demand(HudState(), NOW, params())
+    assert (got.queued, got.source) == (0, DemandSource.DISABLED)
+
+
+def test_hud_never_answered_uses_the_floor() -> None:
+    got = resolve_demand(HudState(), NOW, hud_params())
+    assert (got.queued, got.source) == (4, DemandSource.FLOOR)
+
+
+@pytest.mark.parametrize(
+    ("failure_at", "expected"),
+    [
+        pytest.param(10.0, (17, DemandSource.HUD), id="fresh"),
+        pytest.param(60.0, (17, DemandSource.STALE), id="stale-within-window"),
+        pytest.param(130.0, (17, DemandSource.STALE), id="stale-at-the-edge"),
+        pytest.param(131.0, (4, DemandSource.FLOOR), id="floor-after-window"),
+    ],
+)
+def test_hud_holds_last_good_then_falls_to_the_floor(
+    failure_at: float, expected: tuple[int, DemandSource]
+) -> None:
+    state = record_hud(HudState(), ok(17), 10.0)
+    if failure_at > 10.0:
+        state = record_hud(state, failed(), failure_at)
+    got = resolve_demand(state, failure_at, hud_params())
+    assert (got.queued, got.source) == expected
+
+
+def test_hud_outage_never_reads_as_zero() -> None:
+    """ci-infra #577: an outage must not shrink capacity the way "0 queued" would."""
+    state = record_hud(HudState(), ok(0), 0.0)
+    state = record_hud(state, failed(HudResult.HTTP_ERROR), 500.0)
+    got = resolve_demand(state, 500.0, hud_params(proactive_capacity=1))
+    assert got.queued == 4
+    result, _ = plan(Observed(), got, hud_params(proactive_capacity=1), Memory(), 500.0)
+    assert result.desired_pairs == 5
+
+
+def test_hud_recovers_after_a_failure() -> None:
+    state = record_hud(HudState(), failed(HudResult.BAD_RESPONSE), 0.0)
+    state = record_hud(state, ok(2), 5.0)
+    got = resolve_demand(state, 6.0, hud_params())
+    assert (got.queued, got.source, got.age) == (2, DemandSource.HUD, 1.0)
+
+
+def test_hud_value_not_refreshed_in_time_is_not_trusted() -> None:
+    state = record_hud(HudState(), ok(9), 0.0)
+    got = resolve_demand(state, 1000.0, hud_params())
+    assert got.source == DemandSource.FLOOR
