@@ -75,25 +75,23 @@ class ActionsHTTPError(ActionsError):
         super().__init__(self._render())
 
     def _render(self) -> str:
-        parts = []
-        if self.method or self.url:
-            parts.append(f"{self.method} {self.url}".strip() + ":")
-        parts.append(f"status {self.status}")
-        detail = ": ".join(p for p in (self.type_name, self.message) if p)
+        # Only server-provided text is shortened; our own context always survives.
+        head = f"{self.method} {self.url}".strip()
+        text = f"{head}: status {self.status}" if head else f"status {self.status}"
+        detail = ": ".join(_one_line(p) for p in (self.type_name, self.message) if p.strip())
         if detail:
-            parts[-1] += ":"
-            parts.append(detail)
+            text += f": {detail}"
         ids = [
-            f"{k}={v}"
-            for k, v in (
+            f"{key}={_one_line(value)}"
+            for key, value in (
                 ("activity_id", self.activity_id),
                 ("github_request_id", self.github_request_id),
             )
-            if v
+            if value
         ]
         if ids:
-            parts.append(f"({', '.join(ids)})")
-        return _one_line(" ".join(parts))
+            text += f" ({', '.join(ids)})"
+        return text
 
     def __str__(self) -> str:
         return self._render()
@@ -129,7 +127,7 @@ class SessionConflictError(ActionsHTTPError):
     def _render(self) -> str:
         base = super()._render()
         if self.waited > 0:
-            return _one_line(
+            return (
                 f"{base}; still conflicting after {self.waited:.0f} s of retries: another "
                 "listener owns this scale set's session, or a dead one's has not expired yet"
             )
@@ -148,7 +146,7 @@ class RequestFailedError(ActionsError):
         self.url = url
         self.reason = reason
         self.transient = transient
-        super().__init__(_one_line(f"{method} {url}: {reason}"))
+        super().__init__(f"{method} {url}: {_one_line(reason)}")
 
 
 class RetriesExhaustedError(ActionsError):
@@ -159,9 +157,7 @@ class RetriesExhaustedError(ActionsError):
         self.url = url
         self.attempts = attempts
         self.last_error = last_error
-        super().__init__(
-            _one_line(f"{method} {url}: giving up after {attempts} attempts; last: {last_error}")
-        )
+        super().__init__(f"{method} {url}: giving up after {attempts} attempts; last: {last_error}")
 
     @property
     def status(self) -> int | None:

@@ -110,6 +110,7 @@ LONG_POLL_DEADLINE = 120.0
 _AUTH_STATUSES = frozenset({401, 403})
 _RETRY_AFTER_STATUSES = frozenset({429, 503})
 _DISTRIBUTION = "capacity-listener"
+_MAX_ERROR_BODY = 2000
 
 
 # --- User-Agent --------------------------------------------------------------------------------
@@ -367,7 +368,9 @@ def error_from_response(response: httpx.Response) -> ActionsHTTPError:
 
 
 def _error_body(response: httpx.Response) -> tuple[str, str]:
-    text = response.content.removeprefix(b"\xef\xbb\xbf").decode("utf-8", "replace").strip()
+    # A proxy or load balancer can answer with a whole HTML page; keep a bounded excerpt.
+    raw = response.content[:_MAX_ERROR_BODY].removeprefix(b"\xef\xbb\xbf")
+    text = raw.decode("utf-8", "replace").strip()
     if "text/plain" in response.headers.get("Content-Type", "") or not text:
         return "", text
     try:
@@ -379,8 +382,8 @@ def _error_body(response: httpx.Response) -> tuple[str, str]:
     folded = {str(k).lower(): v for k, v in body.items()}
     type_name, message = folded.get("typename"), folded.get("message")
     return (
-        type_name if isinstance(type_name, str) else "",
-        message if isinstance(message, str) else "",
+        type_name[:_MAX_ERROR_BODY] if isinstance(type_name, str) else "",
+        message[:_MAX_ERROR_BODY] if isinstance(message, str) else "",
     )
 
 
@@ -573,8 +576,14 @@ async def retry_on_conflict(
         sleep=sleep,
         before_sleep=before_sleep,
     )
+
+    async def attempt() -> httpx.Response:
+        # tenacity only awaits what it can tell is a coroutine function; ``call`` may be a
+        # plain lambda returning an awaitable.
+        return await call()
+
     try:
-        response: httpx.Response = await retrying(call)
+        response: httpx.Response = await retrying(attempt)
     except RetryError as exc:
         response = exc.last_attempt.result()
     return response, elapsed()

@@ -414,8 +414,11 @@ def test_error_from_text_plain_body() -> None:
 def test_error_from_unparseable_body_keeps_a_short_excerpt() -> None:
     html = b"<html>" + b"x" * 5000 + b"</html>"
     error = error_from_response(_response(502, html, {"Content-Type": "text/html"}))
-    assert len(str(error)) <= 300
+    prefix = "POST https://api.example.test/thing: status 502: "
+    assert str(error).startswith(prefix + "<html>xxx")
+    assert len(str(error)) <= len(prefix) + 300
     assert str(error).endswith("…")
+    assert len(error.message) <= 2000
 
 
 def test_error_for_401_is_unauthorized() -> None:

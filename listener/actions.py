@@ -1,0 +1,309 @@
+"""Actions-service client: message session, long poll, ack, acquirejobs, scale set (§3).
+
+Two kinds of calls:
+
+- *Admin* calls (session create/refresh/delete, acquirejobs, scale set) go to
+  ``{actions service url}/_apis/runtime/runnerscalesets/...`` with ``api-version=6.0-preview``
+  in the query and the admin token from :class:`~listener.github_auth.GitHubAuth`, which
+  refreshes it when due. acquirejobs then swaps in the message-queue token, as ARC does.
+- *Queue* calls (GET and DELETE message) go to the session's ``messageQueueUrl`` exactly as
+  given, with the message-queue token. A 401 there means the queue token expired: the
+  session is refreshed (PATCH) once and the call repeated once.
+
+Transport retries come from :func:`listener.http.send`; the only retry added here is the
+bounded one on a 409 at session create (ARC exits instead and the pod crash-loops until the
+old session expires).
+
+:meth:`ActionsClient.get_message` may be cancelled at any point (the loop abandons a poll when
+the advertised capacity changes); nothing is half-updated by that and the client stays usable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
+
+import httpx
+
+from listener.errors import ProtocolError, SessionConflictError
+from listener.github_auth import AdminConnection
+from listener.http import (
+    DEFAULT_DEADLINE,
+    LONG_POLL_DEADLINE,
+    LONG_POLL_TIMEOUT,
+    Clock,
+    Sleep,
+    error_from_response,
+    redact_url,
+    retry_on_conflict,
+    send,
+)
+from listener.wire import (
+    Message,
+    ScaleSetInfo,
+    Session,
+    WireError,
+    parse_acquired_jobs,
+    parse_message,
+    parse_scale_set,
+    parse_session,
+)
+
+__all__ = [
+    "API_VERSION",
+    "NIL_SESSION_ID",
+    "ActionsClient",
+    "AdminConnectionSource",
+    "admin_url",
+]
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "6.0-preview"
+NIL_SESSION_ID = "00000000-0000-0000-0000-000000000000"
+MAX_CAPACITY_HEADER = "X-ScaleSetMaxCapacity"
+_SCALE_SETS = "_apis/runtime/runnerscalesets"
+
+T = TypeVar("T")
+
+
+class AdminConnectionSource(Protocol):
+    """``GitHubAuth``: hands out a fresh-enough admin connection."""
+
+    async def admin_connection(self) -> AdminConnection: ...
+
+
+def admin_url(base: str, path: str) -> httpx.URL:
+    """``url.JoinPath(base, path)`` plus ``api-version`` when absent; keys sorted like Go's."""
+    url = httpx.URL(base)
+    params = list(url.params.multi_items())
+    if not any(key == "api-version" for key, _ in params):
+        params.append(("api-version", API_VERSION))
+    params.sort(key=lambda item: item[0])  # Go's url.Values.Encode; stable for repeated keys
+    return url.copy_with(path=f"{url.path.rstrip('/')}/{path.lstrip('/')}", params=params)
+
+
+def _json_body(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _parsed(parse: Callable[[bytes], T], response: httpx.Response) -> T:
+    try:
+        return parse(response.content)
+    except WireError as exc:
+        where = f"{response.request.method} {redact_url(response.request.url)}"
+        raise ProtocolError(f"{where}: {exc}") from None
+
+
+class ActionsClient:
+    """One scale set's session with the Actions service (like scaleset's session client)."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        auth: AdminConnectionSource,
+        scale_set_id: int,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        clock: Clock = time.monotonic,
+        wall_clock: Clock = time.time,
+    ) -> None:
+        self._client = client
+        self._auth = auth
+        self._scale_set_id = scale_set_id
+        self._sleep = sleep
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._session: Session | None = None
+        self._refresh_lock = asyncio.Lock()
+
+    @property
+    def session(self) -> Session | None:
+        """The current session (replaced on every refresh), or None."""
+        return self._session
+
+    def _require_session(self) -> Session:
+        if self._session is None:
+            raise RuntimeError("no message session: call create_session first")
+        return self._session
+
+    # --- admin calls -------------------------------------------------------------------------
+
+    async def _admin(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        queue_token: str | None = None,
+    ) -> httpx.Response:
+        connection = await self._auth.admin_connection()
+        url = admin_url(connection.actions_url, path)
+        headers = {
+            # ARC sends the content type even on requests without a body.
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {queue_token or connection.admin_token}",
+        }
+        return await send(
+            self._client,
+            lambda: self._client.build_request(method, url, content=body, headers=headers),
+            sleep=self._sleep,
+            clock=self._wall_clock,
+        )
+
+    async def create_session(self, owner: str, *, conflict_timeout: float) -> Session:
+        """Create the message session; a 409 is retried for up to ``conflict_timeout`` s."""
+        path = f"{_SCALE_SETS}/{self._scale_set_id}/sessions"
+        body = _json_body({"sessionId": NIL_SESSION_ID, "ownerName": owner})
+        response, waited = await retry_on_conflict(
+            lambda: self._admin("POST", path, body=body),
+            give_up_after=conflict_timeout,
+            sleep=self._sleep,
+            clock=self._clock,
+        )
+        if response.status_code == 409:
+            error = error_from_response(response)
+            raise SessionConflictError(
+                error.status,
+                error.type_name,
+                error.message,
+                error.activity_id,
+                error.github_request_id,
+                method=error.method,
+                url=error.url,
+                waited=waited,
+            )
+        if response.status_code != 200:
+            raise error_from_response(response)
+        self._session = _parsed(parse_session, response)
+        return self._session
+
+    async def refresh_session(self) -> Session:
+        """PATCH the session: new message-queue token; replaces the stored session."""
+        session = self._require_session()
+        path = f"{_SCALE_SETS}/{self._scale_set_id}/sessions/{session.session_id}"
+        response = await self._admin("PATCH", path)
+        if response.status_code != 200:
+            raise error_from_response(response)
+        self._session = _parsed(parse_session, response)
+        return self._session
+
+    async def delete_session(self) -> None:
+        """DELETE the session (204). Does nothing when there is no session."""
+        session = self._session
+        if session is None:
+            return
+        path = f"{_SCALE_SETS}/{self._scale_set_id}/sessions/{session.session_id}"
+        response = await self._admin("DELETE", path)
+        if response.status_code != 204:
+            raise error_from_response(response)
+        self._session = None
+
+    async def get_scale_set(self, scale_set_id: int) -> ScaleSetInfo:
+        """GET the runner scale set by id (its name and labels)."""
+        response = await self._admin("GET", f"{_SCALE_SETS}/{scale_set_id}")
+        if response.status_code != 200:
+            raise error_from_response(response)
+        return _parsed(parse_scale_set, response)
+
+    async def acquire_jobs(self, request_ids: Sequence[int]) -> list[int]:
+        """Acquire ``JobAvailable`` requests; returns the ids the service granted.
+
+        A partial grant is not an error. Built as an admin call (so the admin token may be
+        refreshed and ``api-version`` is added) but authorised with the queue token.
+        """
+        if not request_ids:
+            return []
+        path = f"{_SCALE_SETS}/{self._scale_set_id}/acquirejobs"
+        body = _json_body([int(i) for i in request_ids])
+        session = self._require_session()
+        response = await self._admin(
+            "POST", path, body=body, queue_token=session.message_queue_access_token
+        )
+        if response.status_code == 401:
+            session = await self._refresh_after_401(session)
+            response = await self._admin(
+                "POST", path, body=body, queue_token=session.message_queue_access_token
+            )
+        if response.status_code != 200:
+            raise error_from_response(response)
+        return _parsed(parse_acquired_jobs, response)
+
+    # --- queue calls ---------------------------------------------------------------------------
+
+    async def _refresh_after_401(self, seen: Session) -> Session:
+        # Calls that failed with the same token share one PATCH: whoever gets the lock second
+        # finds a session that is already newer than the one it used.
+        async with self._refresh_lock:
+            current = self._require_session()
+            if current.message_queue_access_token != seen.message_queue_access_token:
+                return current
+            log.info("message queue token expired; refreshing the session")
+            return await self.refresh_session()
+
+    async def _poll(
+        self, session: Session, last_message_id: int, max_capacity: int
+    ) -> httpx.Response:
+        url = httpx.URL(session.message_queue_url)
+        if last_message_id > 0:
+            url = url.copy_set_param("lastMessageId", str(last_message_id))
+        headers = {
+            "Accept": f"application/json; api-version={API_VERSION}",
+            "Authorization": f"Bearer {session.message_queue_access_token}",
+            MAX_CAPACITY_HEADER: str(max_capacity),
+        }
+        return await send(
+            self._client,
+            lambda: self._client.build_request(
+                "GET", url, headers=headers, timeout=LONG_POLL_TIMEOUT
+            ),
+            sleep=self._sleep,
+            clock=self._wall_clock,
+            deadline=LONG_POLL_DEADLINE,
+        )
+
+    async def get_message(self, last_message_id: int, max_capacity: int) -> Message | None:
+        """Long-poll for the next message; None when the service answers 202 (nothing new).
+
+        ``lastMessageId`` is sent only when ``last_message_id > 0``; ``max_capacity`` is the
+        ``X-ScaleSetMaxCapacity`` header value. Safe to cancel.
+        """
+        session = self._require_session()
+        response = await self._poll(session, last_message_id, max_capacity)
+        if response.status_code == 401:
+            session = await self._refresh_after_401(session)
+            response = await self._poll(session, last_message_id, max_capacity)
+        if response.status_code == 202:
+            return None
+        if response.status_code != 200:
+            raise error_from_response(response)
+        return _parsed(parse_message, response)
+
+    async def _ack(self, session: Session, message_id: int) -> httpx.Response:
+        url = httpx.URL(session.message_queue_url)
+        url = url.copy_with(path=f"{url.path}/{message_id}")  # the queue URL's query is kept
+        headers = {
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {session.message_queue_access_token}",
+        }
+        return await send(
+            self._client,
+            lambda: self._client.build_request("DELETE", url, headers=headers),
+            sleep=self._sleep,
+            clock=self._wall_clock,
+            deadline=DEFAULT_DEADLINE,
+        )
+
+    async def delete_message(self, message_id: int) -> None:
+        """Ack (DELETE) a message: 204 expected."""
+        session = self._require_session()
+        response = await self._ack(session, message_id)
+        if response.status_code == 401:
+            session = await self._refresh_after_401(session)
+            response = await self._ack(session, message_id)
+        if response.status_code != 204:
+            raise error_from_response(response)

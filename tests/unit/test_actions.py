@@ -1,0 +1,664 @@
+"""listener.actions: sessions, long poll, ack, acquirejobs, scale set (protocol §3)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import respx
+
+from listener.actions import ActionsClient, admin_url
+from listener.config import TokenCredentials, parse_github_target
+from listener.errors import (
+    ActionsHTTPError,
+    ProtocolError,
+    RetriesExhaustedError,
+    SessionConflictError,
+    UnauthorizedError,
+)
+from listener.github_auth import AdminConnection, GitHubAuth
+from listener.http import LONG_POLL_TIMEOUT, make_client, user_agent
+from tests.unit.listener_fixtures import (
+    SESSION_ID,
+    STATISTICS,
+    FakeTime,
+    admin_jwt,
+    ok_response,
+    read_head,
+    serve,
+    session_json,
+)
+
+UA = user_agent(7)
+ACTIONS = "https://pipelines.example/tenant/"
+SCALE_SETS = "https://pipelines.example/tenant/_apis/runtime/runnerscalesets"
+SESSIONS = f"{SCALE_SETS}/7/sessions"
+API = {"api-version": "6.0-preview"}
+QUEUE = "https://queue.example/_apis/q"
+ADMIN_TOKEN = "admin-token-abc"
+
+
+class StubAuth:
+    """Stands in for GitHubAuth; counts how often a connection was asked for."""
+
+    def __init__(self, actions_url: str = ACTIONS) -> None:
+        self.calls = 0
+        self.connection = AdminConnection(actions_url, ADMIN_TOKEN, expires_at=2e9)
+
+    async def admin_connection(self) -> AdminConnection:
+        self.calls += 1
+        return self.connection
+
+
+@pytest.fixture
+async def http_client() -> AsyncIterator[httpx.AsyncClient]:
+    async with make_client(user_agent=UA, env={}) as c:
+        yield c
+
+
+@pytest.fixture
+def fake() -> FakeTime:
+    return FakeTime()
+
+
+@pytest.fixture
+def auth() -> StubAuth:
+    return StubAuth()
+
+
+@pytest.fixture
+def actions(http_client: httpx.AsyncClient, auth: StubAuth, fake: FakeTime) -> ActionsClient:
+    return ActionsClient(
+        http_client, auth, 7, sleep=fake.sleep, clock=fake.clock, wall_clock=fake.clock
+    )
+
+
+def message_json(message_id: int = 42, jobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "messageId": message_id,
+        "messageType": "RunnerScaleSetJobMessages",
+        "statistics": STATISTICS,
+        "body": json.dumps(jobs or []),
+    }
+
+
+async def with_session(actions: ActionsClient) -> None:
+    route = respx.post(SESSIONS, params=API).respond(200, json=session_json())
+    await actions.create_session("listener-pod", conflict_timeout=0)
+    route.reset()
+    respx.routes.clear()
+
+
+# --- URLs ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("base", "expected"),
+    [
+        (
+            "https://p.example/t/",
+            "https://p.example/t/_apis/runtime/runnerscalesets/7/sessions?api-version=6.0-preview",
+        ),
+        (
+            "https://p.example/t",
+            "https://p.example/t/_apis/runtime/runnerscalesets/7/sessions?api-version=6.0-preview",
+        ),
+        (
+            "https://p.example/t?z=1&a=2",
+            "https://p.example/t/_apis/runtime/runnerscalesets/7/sessions"
+            "?a=2&api-version=6.0-preview&z=1",
+        ),
+        (
+            "https://p.example/t?api-version=7.0",
+            "https://p.example/t/_apis/runtime/runnerscalesets/7/sessions?api-version=7.0",
+        ),
+    ],
+)
+def test_admin_url_joins_path_and_sorts_query_like_go(base: str, expected: str) -> None:
+    assert str(admin_url(base, "_apis/runtime/runnerscalesets/7/sessions")) == expected
+
+
+# --- create session -----------------------------------------------------------------------------
+
+
+@respx.mock
+async def test_create_session_request_and_result(actions: ActionsClient, auth: StubAuth) -> None:
+    route = respx.post(SESSIONS, params=API).respond(
+        200, content=b"\xef\xbb\xbf" + json.dumps(session_json()).encode()
+    )
+    session = await actions.create_session("listener-pod", conflict_timeout=0)
+
+    assert session.session_id == SESSION_ID
+    assert session.message_queue_access_token == "queue-token-1"
+    assert session.statistics.total_assigned_jobs == 2
+    assert actions.session is session
+    assert auth.calls == 1
+    request = route.calls.last.request
+    assert str(request.url) == f"{SESSIONS}?api-version=6.0-preview"
+    assert request.content == (
+        b'{"sessionId":"00000000-0000-0000-0000-000000000000","ownerName":"listener-pod"}'
+    )
+    assert request.headers["Content-Type"] == "application/json"
+    assert request.headers["Authorization"] == f"Bearer {ADMIN_TOKEN}"
+    assert request.headers["User-Agent"] == UA
+
+
+@respx.mock
+async def test_create_session_409_then_success(actions: ActionsClient, fake: FakeTime) -> None:
+    route = respx.post(SESSIONS, params=API).mock(
+        side_effect=[
+            httpx.Response(409, json={"message": "already has an active session"}),
+            httpx.Response(409, json={"message": "already has an active session"}),
+            httpx.Response(200, json=session_json()),
+        ]
+    )
+    session = await actions.create_session("listener-pod", conflict_timeout=300)
+    assert session.session_id == SESSION_ID
+    assert route.call_count == 3
+    assert len(fake.sleeps) == 2
+    assert 5 <= fake.sleeps[0] <= 6
+    assert 10 <= fake.sleeps[1] <= 12
+    # Every attempt sends the same body.
+    assert len({call.request.content for call in route.calls}) == 1
+
+
+@respx.mock
+async def test_create_session_409_until_timeout(actions: ActionsClient, fake: FakeTime) -> None:
+    type_name = (
+        "GitHub.Actions.Runtime.WebApi.RunnerScaleSetSessionConflictException, "
+        "GitHub.Actions.Runtime.WebApi"
+    )
+    route = respx.post(SESSIONS, params=API).respond(
+        409,
+        json={
+            "typeName": type_name,
+            "message": "The actions runner scaleset linux already has an active session.",
+        },
+        headers={"ActivityId": "act-9"},
+    )
+    with pytest.raises(SessionConflictError) as info:
+        await actions.create_session("listener-pod", conflict_timeout=120)
+    error = info.value
+    assert error.status == 409
+    assert error.type_name == type_name
+    assert error.activity_id == "act-9"
+    assert error.waited == pytest.approx(120)
+    assert sum(fake.sleeps) == pytest.approx(120)
+    assert route.call_count == len(fake.sleeps) + 1
+    assert "still conflicting after 120 s" in str(error)
+    assert "already has an active session" in str(error)
+    assert ADMIN_TOKEN not in str(error)
+    assert actions.session is None
+
+
+@respx.mock
+async def test_create_session_409_with_no_budget_fails_at_once(
+    actions: ActionsClient, fake: FakeTime
+) -> None:
+    route = respx.post(SESSIONS, params=API).respond(409)
+    with pytest.raises(SessionConflictError):
+        await actions.create_session("listener-pod", conflict_timeout=0)
+    assert (route.call_count, fake.sleeps) == (1, [])
+
+
+@respx.mock
+async def test_create_session_refreshes_admin_token_per_conflict_attempt(
+    actions: ActionsClient, auth: StubAuth
+) -> None:
+    respx.post(SESSIONS, params=API).mock(
+        side_effect=[httpx.Response(409), httpx.Response(200, json=session_json())]
+    )
+    await actions.create_session("listener-pod", conflict_timeout=60)
+    assert auth.calls == 2  # a long conflict wait must not outlive the admin token
+
+
+@respx.mock
+async def test_create_session_5xx_exhausted(actions: ActionsClient, fake: FakeTime) -> None:
+    route = respx.post(SESSIONS, params=API).respond(503)
+    with pytest.raises(RetriesExhaustedError):
+        await actions.create_session("listener-pod", conflict_timeout=300)
+    assert route.call_count == 5
+    assert fake.sleeps == [1, 2, 4, 8]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (session_json(session_id="00000000-0000-0000-0000-000000000000"), "nil session id"),
+        ({**session_json(), "statistics": None}, "statistics: missing from the session"),
+    ],
+)
+@respx.mock
+async def test_create_session_bad_sessions(
+    actions: ActionsClient, body: dict[str, Any], message: str
+) -> None:
+    respx.post(SESSIONS, params=API).respond(200, json=body)
+    with pytest.raises(ProtocolError, match=message) as info:
+        await actions.create_session("listener-pod", conflict_timeout=0)
+    assert str(info.value).startswith(f"POST {SESSIONS}: ")
+    assert actions.session is None
+
+
+@respx.mock
+async def test_create_session_other_4xx(actions: ActionsClient) -> None:
+    respx.post(SESSIONS, params=API).respond(
+        404, text="scale set not found", headers={"Content-Type": "text/plain"}
+    )
+    with pytest.raises(ActionsHTTPError, match="status 404: scale set not found"):
+        await actions.create_session("listener-pod", conflict_timeout=300)
+
+
+# --- refresh and delete session -----------------------------------------------------------------
+
+
+@respx.mock
+async def test_refresh_session_patches_and_replaces(actions: ActionsClient) -> None:
+    await with_session(actions)
+    route = respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).respond(
+        200, json=session_json(token="queue-token-2")
+    )
+    session = await actions.refresh_session()
+    assert session.message_queue_access_token == "queue-token-2"
+    assert actions.session is session
+    request = route.calls.last.request
+    assert request.content == b""
+    assert request.headers["Content-Type"] == "application/json"
+    assert request.headers["Authorization"] == f"Bearer {ADMIN_TOKEN}"
+
+
+@respx.mock
+async def test_delete_session(actions: ActionsClient) -> None:
+    await with_session(actions)
+    route = respx.delete(f"{SESSIONS}/{SESSION_ID}", params=API).respond(204)
+    await actions.delete_session()
+    assert route.call_count == 1
+    assert route.calls.last.request.headers["Authorization"] == f"Bearer {ADMIN_TOKEN}"
+    assert actions.session is None
+    await actions.delete_session()  # nothing left to delete: no request
+    assert route.call_count == 1
+
+
+@respx.mock
+async def test_delete_expired_session_reports_the_service_error(actions: ActionsClient) -> None:
+    await with_session(actions)
+    respx.delete(f"{SESSIONS}/{SESSION_ID}", params=API).respond(
+        400,
+        json={
+            "typeName": "GitHub.Actions.Runtime.WebApi.RunnerScaleSetSessionExpiredException",
+            "message": f"The session identifier {SESSION_ID} is not valid.",
+        },
+    )
+    with pytest.raises(ActionsHTTPError, match="SessionExpiredException"):
+        await actions.delete_session()
+
+
+async def test_calls_before_create_session_are_a_programming_error(
+    actions: ActionsClient,
+) -> None:
+    with pytest.raises(RuntimeError, match="create_session"):
+        await actions.get_message(0, 1)
+
+
+# --- long poll ----------------------------------------------------------------------------------
+
+
+@respx.mock
+async def test_get_message_request_shape(actions: ActionsClient, auth: StubAuth) -> None:
+    await with_session(actions)
+    calls_before = auth.calls
+    route = respx.get(url__startswith=QUEUE).respond(200, json=message_json())
+    message = await actions.get_message(41, 2147483647)
+    assert message is not None
+    assert message.message_id == 42
+
+    request = route.calls.last.request
+    assert request.url.params.get("sessionId") == "abc"  # the queue URL's own query is kept
+    assert request.url.params.get("lastMessageId") == "41"
+    assert "api-version" not in request.url.params  # it goes in Accept for this call
+    assert request.headers["Accept"] == "application/json; api-version=6.0-preview"
+    assert request.headers["Authorization"] == "Bearer queue-token-1"
+    assert request.headers["X-ScaleSetMaxCapacity"] == "2147483647"
+    assert request.headers["User-Agent"] == UA
+    assert request.extensions["timeout"] == LONG_POLL_TIMEOUT.as_dict()
+    assert auth.calls == calls_before  # queue calls never touch the admin token
+
+
+@respx.mock
+async def test_get_message_without_last_id_uses_the_queue_url_as_given(
+    actions: ActionsClient,
+) -> None:
+    await with_session(actions)
+    route = respx.get(url__startswith=QUEUE).respond(202)
+    assert await actions.get_message(0, 3) is None
+    request = route.calls.last.request
+    assert str(request.url) == "https://queue.example/_apis/q?sessionId=abc"
+    assert request.headers["X-ScaleSetMaxCapacity"] == "3"
+
+
+@respx.mock
+async def test_get_message_401_refreshes_once_and_retries_once(actions: ActionsClient) -> None:
+    await with_session(actions)
+    poll = respx.get(url__startswith=QUEUE).mock(
+        side_effect=[httpx.Response(401), httpx.Response(200, json=message_json(7))]
+    )
+    patch = respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).respond(
+        200, json=session_json(token="queue-token-2")
+    )
+    message = await actions.get_message(5, 10)
+    assert message is not None
+    assert message.message_id == 7
+    assert patch.call_count == 1
+    tokens = [call.request.headers["Authorization"] for call in poll.calls]
+    assert tokens == ["Bearer queue-token-1", "Bearer queue-token-2"]
+    assert [call.request.url.params["lastMessageId"] for call in poll.calls] == ["5", "5"]
+
+
+@respx.mock
+async def test_get_message_second_401_is_fatal(actions: ActionsClient) -> None:
+    await with_session(actions)
+    poll = respx.get(url__startswith=QUEUE).respond(401, text="token expired")
+    patch = respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).respond(
+        200, json=session_json(token="queue-token-2")
+    )
+    with pytest.raises(UnauthorizedError) as info:
+        await actions.get_message(0, 10)
+    assert (poll.call_count, patch.call_count) == (2, 1)
+    assert "queue-token" not in str(info.value)
+
+
+@respx.mock
+async def test_get_message_5xx_is_retried_by_the_http_layer(
+    actions: ActionsClient, fake: FakeTime
+) -> None:
+    await with_session(actions)
+    poll = respx.get(url__startswith=QUEUE).mock(
+        side_effect=[httpx.Response(502), httpx.Response(202)]
+    )
+    assert await actions.get_message(0, 1) is None
+    assert poll.call_count == 2
+    assert fake.sleeps == [1.0]
+
+
+@pytest.mark.parametrize("status", [400, 403, 404, 501])
+@respx.mock
+async def test_get_message_other_statuses_are_errors(actions: ActionsClient, status: int) -> None:
+    await with_session(actions)
+    respx.get(url__startswith=QUEUE).respond(status)
+    with pytest.raises(ActionsHTTPError) as info:
+        await actions.get_message(0, 1)
+    assert info.value.status == status
+    assert info.value.url == QUEUE  # no session id or other query in errors
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({**message_json(), "messageType": "RunnerScaleSetSomethingElse"}, "unsupported message"),
+        ({k: v for k, v in message_json().items() if k != "statistics"}, "statistics: missing"),
+    ],
+)
+@respx.mock
+async def test_get_message_bad_messages(
+    actions: ActionsClient, body: dict[str, Any], message: str
+) -> None:
+    await with_session(actions)
+    respx.get(url__startswith=QUEUE).respond(200, json=body)
+    with pytest.raises(ProtocolError, match=message):
+        await actions.get_message(0, 1)
+
+
+@respx.mock
+async def test_get_message_parses_jobs_from_a_bom_body(actions: ActionsClient) -> None:
+    await with_session(actions)
+    jobs = [
+        {"messageType": "JobAvailable", "runnerRequestId": 101},
+        {
+            "messageType": "JobCompleted",
+            "runnerRequestId": 102,
+            "finishTime": "2026-05-01T10:00:00.1234567Z",
+            "result": "succeeded",
+        },
+    ]
+    content = b"\xef\xbb\xbf" + json.dumps(message_json(9, jobs)).encode()
+    respx.get(url__startswith=QUEUE).respond(200, content=content)
+    message = await actions.get_message(0, 1)
+    assert message is not None
+    assert [job.runner_request_id for job in message.jobs] == [101, 102]
+    assert message.jobs[1].finish_time is not None
+    assert message.jobs[1].finish_time.microsecond == 123456
+
+
+@respx.mock
+async def test_cancelling_a_poll_is_not_a_failure_and_the_client_stays_usable(
+    actions: ActionsClient, fake: FakeTime
+) -> None:
+    await with_session(actions)
+    started = asyncio.Event()
+
+    async def hold(request: httpx.Request) -> httpx.Response:
+        started.set()
+        await asyncio.sleep(3600)
+        return httpx.Response(202)
+
+    poll = respx.get(url__startswith=QUEUE).mock(side_effect=hold)
+    patch = respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).respond(200)
+    task = asyncio.create_task(actions.get_message(0, 5))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    poll.side_effect = None
+    poll.return_value = httpx.Response(200, json=message_json(3))
+    message = await actions.get_message(0, 6)
+    assert message is not None
+    assert message.message_id == 3
+    assert poll.calls.last.request.headers["X-ScaleSetMaxCapacity"] == "6"
+    assert patch.call_count == 0
+    assert fake.sleeps == []
+    assert actions.session is not None
+
+
+async def test_cancelling_a_real_long_poll_then_polling_again(fake: FakeTime) -> None:
+    """Over a real socket: abandon a held poll, re-issue at once with a new capacity."""
+    seen: list[str] = []
+    held = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head = await read_head(reader)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            capacity = next(h for h in head if h.lower().startswith("x-scalesetmaxcapacity"))
+            seen.append(capacity.split(":", 1)[1].strip())
+            if len(seen) == 1:
+                held.set()
+                await asyncio.sleep(3600)
+            writer.write(ok_response(b"", status="202 Accepted"))
+            await writer.drain()
+
+    async with serve(handler) as port, make_client(user_agent=UA, env={}) as client:
+        actions = ActionsClient(client, StubAuth(), 7, sleep=fake.sleep)
+        queue = f"http://127.0.0.1:{port}/_apis/q?sessionId=abc"
+        with respx.mock(assert_all_mocked=False) as mock:
+            mock.route(host="127.0.0.1").pass_through()
+            mock.post(SESSIONS, params=API).respond(200, json=session_json(queue_url=queue))
+            await actions.create_session("pod", conflict_timeout=0)
+            task = asyncio.create_task(actions.get_message(0, 4))
+            await asyncio.wait_for(held.wait(), 5)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert await asyncio.wait_for(actions.get_message(0, 9), 5) is None
+    assert seen == ["4", "9"]
+
+
+# --- ack ----------------------------------------------------------------------------------------
+
+
+@respx.mock
+async def test_delete_message_request_shape(actions: ActionsClient) -> None:
+    await with_session(actions)
+    route = respx.delete(f"{QUEUE}/42", params={"sessionId": "abc"}).respond(204)
+    await actions.delete_message(42)
+    request = route.calls.last.request
+    assert str(request.url) == "https://queue.example/_apis/q/42?sessionId=abc"
+    assert request.headers["Authorization"] == "Bearer queue-token-1"
+    assert request.headers["Content-Type"] == "application/json"
+
+
+@respx.mock
+async def test_delete_message_401_refreshes_once(actions: ActionsClient) -> None:
+    await with_session(actions)
+    route = respx.delete(f"{QUEUE}/42", params={"sessionId": "abc"}).mock(
+        side_effect=[httpx.Response(401), httpx.Response(204)]
+    )
+    patch = respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).respond(
+        200, json=session_json(token="queue-token-2")
+    )
+    await actions.delete_message(42)
+    assert patch.call_count == 1
+    assert route.calls.last.request.headers["Authorization"] == "Bearer queue-token-2"
+
+
+@pytest.mark.parametrize("status", [200, 404])
+@respx.mock
+async def test_delete_message_needs_204(actions: ActionsClient, status: int) -> None:
+    await with_session(actions)
+    respx.delete(f"{QUEUE}/42", params={"sessionId": "abc"}).respond(status)
+    with pytest.raises(ActionsHTTPError):
+        await actions.delete_message(42)
+
+
+@respx.mock
+async def test_concurrent_401s_share_one_session_refresh(actions: ActionsClient) -> None:
+    await with_session(actions)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        ok = request.headers["Authorization"] == "Bearer queue-token-2"
+        return httpx.Response(204 if ok else 401)
+
+    respx.delete(url__startswith=QUEUE).mock(side_effect=answer)
+    patch = respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).respond(
+        200, json=session_json(token="queue-token-2")
+    )
+    await asyncio.gather(actions.delete_message(1), actions.delete_message(2))
+    assert patch.call_count == 1
+
+
+# --- acquirejobs --------------------------------------------------------------------------------
+
+
+@respx.mock
+async def test_acquire_jobs_request_shape(actions: ActionsClient, auth: StubAuth) -> None:
+    await with_session(actions)
+    calls_before = auth.calls
+    route = respx.post(f"{SCALE_SETS}/7/acquirejobs", params=API).respond(
+        200, json={"count": 1, "value": [101]}
+    )
+    assert await actions.acquire_jobs([101, 102]) == [101]  # a partial grant is fine
+    request = route.calls.last.request
+    assert request.content == b"[101,102]"
+    assert request.headers["Authorization"] == "Bearer queue-token-1"  # not the admin token
+    assert request.headers["Content-Type"] == "application/json"
+    assert auth.calls == calls_before + 1  # built as an admin call: the token may be refreshed
+
+
+@respx.mock
+async def test_acquire_jobs_401_refreshes_once(actions: ActionsClient) -> None:
+    await with_session(actions)
+    route = respx.post(f"{SCALE_SETS}/7/acquirejobs", params=API).mock(
+        side_effect=[httpx.Response(401), httpx.Response(200, json={"count": 2, "value": [1, 2]})]
+    )
+    patch = respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).respond(
+        200, json=session_json(token="queue-token-2")
+    )
+    assert await actions.acquire_jobs([1, 2]) == [1, 2]
+    assert patch.call_count == 1
+    assert route.calls.last.request.headers["Authorization"] == "Bearer queue-token-2"
+
+
+@pytest.mark.parametrize("status", [400, 404, 409])
+@respx.mock
+async def test_acquire_jobs_other_statuses_are_errors(actions: ActionsClient, status: int) -> None:
+    await with_session(actions)
+    respx.post(f"{SCALE_SETS}/7/acquirejobs", params=API).respond(status)
+    with pytest.raises(ActionsHTTPError):
+        await actions.acquire_jobs([1])
+
+
+@respx.mock
+async def test_acquire_nothing_sends_nothing(actions: ActionsClient) -> None:
+    await with_session(actions)
+    before = len(respx.calls)
+    assert await actions.acquire_jobs([]) == []
+    assert len(respx.calls) == before
+
+
+# --- scale set ----------------------------------------------------------------------------------
+
+
+@respx.mock
+async def test_get_scale_set(actions: ActionsClient) -> None:
+    route = respx.get(f"{SCALE_SETS}/7", params=API).respond(
+        200, json={"id": 7, "name": "linux", "labels": [{"type": "System", "name": "gpu"}]}
+    )
+    info = await actions.get_scale_set(7)
+    assert (info.id, info.name, info.labels) == (7, "linux", ("gpu",))
+    assert route.calls.last.request.headers["Authorization"] == f"Bearer {ADMIN_TOKEN}"
+
+
+@respx.mock
+async def test_get_scale_set_404(actions: ActionsClient) -> None:
+    respx.get(f"{SCALE_SETS}/8", params=API).respond(404)
+    with pytest.raises(ActionsHTTPError, match="status 404"):
+        await actions.get_scale_set(8)
+
+
+# --- with the real auth chain -------------------------------------------------------------------
+
+
+@respx.mock
+async def test_admin_token_refresh_happens_before_admin_calls_only(
+    http_client: httpx.AsyncClient, fake: FakeTime
+) -> None:
+    reg = respx.post("https://api.github.com/orgs/acme/actions/runners/registration-token").respond(
+        201, json={"token": "reg"}
+    )
+    admin = respx.post("https://api.github.com/actions/runner-registration").mock(
+        side_effect=lambda request: httpx.Response(
+            200, json={"url": ACTIONS, "token": admin_jwt(fake.now + 600)}
+        )
+    )
+    create = respx.post(SESSIONS, params=API).respond(200, json=session_json())
+    poll = respx.get(url__startswith=QUEUE).respond(202)
+    acquire = respx.post(f"{SCALE_SETS}/7/acquirejobs", params=API).respond(
+        200, json={"count": 1, "value": [5]}
+    )
+    auth = GitHubAuth(
+        http_client,
+        parse_github_target("https://github.com/acme"),
+        TokenCredentials("ghp_pat"),
+        clock=fake.clock,
+        sleep=fake.sleep,
+    )
+    actions = ActionsClient(http_client, auth, 7, sleep=fake.sleep, clock=fake.clock)
+
+    await actions.create_session("pod", conflict_timeout=0)
+    assert (reg.call_count, admin.call_count) == (1, 1)
+    first_admin = create.calls.last.request.headers["Authorization"]
+
+    fake.now += 600  # the admin token has expired
+    assert await actions.get_message(0, 1) is None
+    assert admin.call_count == 1  # the long poll uses the queue token only
+    assert poll.call_count == 1
+
+    assert await actions.acquire_jobs([5]) == [5]
+    assert (reg.call_count, admin.call_count) == (2, 2)  # admin-built call refreshed first
+    assert acquire.calls.last.request.headers["Authorization"] == "Bearer queue-token-1"
+    assert first_admin.startswith("Bearer ey")
