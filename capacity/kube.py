@@ -1,53 +1,335 @@
 """The one module that talks to Kubernetes (kubernetes-asyncio).
 
-Everything else gets plain dicts and small dataclasses from here. Every call carries a
-deadline (``_request_timeout``); kubernetes-asyncio's own default is five minutes.
+Everything else gets plain values from here: the caller passes a *projection* that turns a
+raw object (a JSON dict) into the few fields it keeps, so neither kubernetes models nor whole
+objects stay in memory. Requests go through ``ApiClient.call_api`` with
+``_preload_content=False``: bodies are read as bytes and parsed once, watch streams line by
+line.
+
+Every call carries a deadline (``_request_timeout``; kubernetes-asyncio's own default is five
+minutes, and none at all for a stream). A watch asks the server to end it after
+``timeoutSeconds`` and the client gives up a little later.
+
+Retries: single calls are not retried here (the reconciler's next pass is the retry). The
+list+watch loop is the one place that reconnects, because a watch is a long-lived
+subscription: it re-watches from the last resourceVersion when a stream ends, relists on
+410 Gone, and backs off while the apiserver is unreachable.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+import random
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
 
+import aiohttp
 from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client.exceptions import ApiException
 
-__all__ = ["Kube", "KubeError", "connect"]
+__all__ = [
+    "ARC_GROUP",
+    "ARC_VERSION",
+    "Failed",
+    "Kube",
+    "KubeError",
+    "KubeErrorKind",
+    "Removed",
+    "Reset",
+    "Resource",
+    "Upserted",
+    "WatchEvent",
+    "connect",
+]
+
+log = logging.getLogger("capacity.kube")
 
 # kubernetes-asyncio logs whole request and response bodies at DEBUG.
 logging.getLogger("kubernetes_asyncio").setLevel(logging.INFO)
 
 _MERGE_PATCH = "application/merge-patch+json"
+ARC_GROUP = "actions.github.com"
+ARC_VERSION = "v1alpha1"
+
+T = TypeVar("T")
+Json = dict[str, Any]
+Projection = Callable[[Json], T | None]
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+class KubeErrorKind(StrEnum):
+    """What kind of failure a KubeError is (also a metrics label)."""
+
+    TRANSPORT = "transport"  # no HTTP answer: connection refused/reset, client deadline
+    FORBIDDEN = "forbidden"  # 403: RBAC
+    QUOTA = "quota"  # 403 "exceeded quota" (ResourceQuota admission)
+    INVALID = "invalid"  # 422: the object was rejected (a bad manifest or setting)
+    CONFLICT = "conflict"  # 409 other than AlreadyExists (e.g. a failed uid precondition)
+    GONE = "gone"  # 410: resourceVersion too old
+    THROTTLED = "throttled"  # 429
+    SERVER = "server"  # 5xx
+    OTHER = "other"
 
 
 class KubeError(Exception):
-    """A Kubernetes API call failed; ``status`` is the HTTP status (0 for transport errors)."""
+    """A Kubernetes API call failed; ``status`` is the HTTP status (0 for transport errors).
 
-    def __init__(self, action: str, status: int, reason: str) -> None:
+    The message is one line: the action, the status and the server's reason."""
+
+    def __init__(self, action: str, status: int, reason: str, *, quota: bool = False) -> None:
         self.action = action
         self.status = status
         self.reason = reason
+        self.kind = _kind(status, quota)
         super().__init__(f"kubernetes {action} failed: {status} {reason}".strip())
 
+    @property
+    def transient(self) -> bool:
+        """Worth retrying unchanged later (as opposed to a setting or RBAC to fix)."""
+        return self.kind in {
+            KubeErrorKind.TRANSPORT,
+            KubeErrorKind.THROTTLED,
+            KubeErrorKind.SERVER,
+            KubeErrorKind.CONFLICT,
+            KubeErrorKind.GONE,
+            KubeErrorKind.QUOTA,
+        }
 
-def _error(action: str, exc: ApiException) -> KubeError:
-    reason = str(exc.reason or "")
-    if exc.status == 403:
-        reason = f"forbidden (check the listener's RBAC in deploy/): {reason}"
-    return KubeError(action, int(exc.status or 0), reason[:300])
+
+def _kind(status: int, quota: bool) -> KubeErrorKind:
+    if status == 0:
+        return KubeErrorKind.TRANSPORT
+    if quota:
+        return KubeErrorKind.QUOTA
+    return {
+        403: KubeErrorKind.FORBIDDEN,
+        409: KubeErrorKind.CONFLICT,
+        410: KubeErrorKind.GONE,
+        422: KubeErrorKind.INVALID,
+        429: KubeErrorKind.THROTTLED,
+    }.get(status, KubeErrorKind.SERVER if status >= 500 else KubeErrorKind.OTHER)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    return " ".join(text.split())[:limit]
+
+
+def _status_error(action: str, status: int, body: bytes, rbac: str) -> KubeError:
+    """A KubeError from an error response (a ``Status`` object, or anything else)."""
+    reason, message = "", ""
+    try:
+        doc = json.loads(body)
+        if isinstance(doc, dict):
+            reason = str(doc.get("reason") or "")
+            message = str(doc.get("message") or "")
+    except ValueError:
+        message = body[:200].decode("utf-8", "replace")
+    quota = status == 403 and "exceeded quota" in message
+    text = f"{reason}: {message}" if reason and message else reason or message
+    if status == 403 and not quota:
+        # Name the exact permission, so the fix is obvious from one log line.
+        text = f"{text} (the listener's RBAC needs {rbac}; see deploy/)"
+    return KubeError(action, status, _one_line(text), quota=quota)
+
+
+def _transport(action: str, exc: BaseException) -> KubeError:
+    if isinstance(exc, TimeoutError):
+        return KubeError(action, 0, "deadline exceeded")
+    return KubeError(action, 0, _one_line(f"{type(exc).__name__}: {exc}"))
+
+
+_TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+
+# --- list+watch events --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A namespaced collection: ``path`` is its URL path, ``plural`` names it in messages
+    and RBAC hints."""
+
+    path: str
+    plural: str
+    namespace: str
+
+    @classmethod
+    def pods(cls, namespace: str) -> Resource:
+        return cls(f"/api/v1/namespaces/{namespace}/pods", "pods", namespace)
+
+    @classmethod
+    def arc(cls, plural: str, namespace: str) -> Resource:
+        """An ARC custom resource (ephemeralrunners, ephemeralrunnersets)."""
+        return cls(
+            f"/apis/{ARC_GROUP}/{ARC_VERSION}/namespaces/{namespace}/{plural}", plural, namespace
+        )
+
+    def rbac(self, verb: str) -> str:
+        return f"'{verb}' on {self.plural} in namespace {self.namespace}"
+
+
+@dataclass(frozen=True, slots=True)
+class Reset(Generic[T]):
+    """A complete (re)list: the cache is exactly ``items`` (name → projection) now."""
+
+    items: dict[str, T]
+
+
+@dataclass(frozen=True, slots=True)
+class Upserted(Generic[T]):
+    name: str
+    item: T
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The list or watch failed; the loop retries after ``retry_in`` seconds by itself."""
+
+    error: KubeError
+    retry_in: float
+
+
+WatchEvent = Reset[T] | Upserted[T] | Removed | Failed
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion is too old: relist."""
+
+
+@dataclass
+class _Backoff:
+    """Exponential backoff with full jitter, reset after a success."""
+
+    base: float = 0.5
+    cap: float = 15.0
+    attempt: int = 0
+
+    def next(self) -> float:
+        delay = min(self.cap, self.base * 2**self.attempt)
+        self.attempt += 1
+        return random.uniform(delay / 2, delay)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+# --- the client ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerSet:
+    """What the monitor needs from an EphemeralRunnerSet: its uid (the placeholders' owner)
+    and the runner pod template's spec (``spec.ephemeralRunnerSpec.spec``)."""
+
+    name: str
+    uid: str
+    pod_spec: Json
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A node as node checks see it."""
+
+    name: str
+    unschedulable: bool
+    taints: frozenset[str]  # taint keys
 
 
 class Kube:
-    """Thin, typed wrapper over the API calls this project makes."""
+    """Thin, typed wrapper over the API calls this project makes.
 
-    def __init__(self, api: client.ApiClient, *, request_timeout: float = 15.0) -> None:
+    ``requests`` counts every request sent, by ``"<verb> <plural>"`` (for benchmarks and
+    debugging; watches count once per stream opened)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        request_timeout: float = 15.0,
+        watch_timeout: tuple[int, int] = (240, 360),
+        list_page: int = 500,
+    ) -> None:
         self.api = api
         self.timeout = request_timeout
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
+        # The server ends each watch after a random time in this range (client-go does the
+        # same) so many listeners do not all reconnect at once.
+        self.watch_timeout = watch_timeout
+        self.list_page = list_page
+        self.requests: Counter[str] = Counter()
+
+    # --- raw requests ---------------------------------------------------------------------
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        action: str,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        deadline: float | aiohttp.ClientTimeout | None = None,
+    ) -> aiohttp.ClientResponse:
+        """Send one request; the caller reads (and releases) the response."""
+        self.requests[action] += 1
+        try:
+            resp: aiohttp.ClientResponse = await self.api.call_api(
+                path,
+                method,
+                query_params=list((query or {}).items()),
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=deadline if deadline is not None else self.timeout,
+            )
+        except _TRANSPORT_ERRORS as exc:
+            raise _transport(action, exc) from exc
+        return resp
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        action: str,
+        rbac: str,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        ok_statuses: frozenset[int] = frozenset(),
+    ) -> tuple[int, bytes]:
+        """One request with a deadline; ``(status, body)`` for 2xx and ``ok_statuses``,
+        KubeError otherwise."""
+        resp = await self._send(
+            method, path, action=action, query=query, body=body, content_type=content_type
+        )
+        try:
+            data = await resp.read()
+        except _TRANSPORT_ERRORS as exc:
+            raise _transport(action, exc) from exc
+        finally:
+            resp.release()
+        if 200 <= resp.status < 300 or resp.status in ok_statuses:
+            return resp.status, data
+        raise _status_error(action, resp.status, data, rbac)
+
+    # --- single objects -------------------------------------------------------------------
 
     async def merge_patch(
         self,
@@ -61,28 +343,253 @@ class Kube:
         subresource: str = "",
     ) -> bool:
         """JSON-merge-patch a namespaced custom object; ``False`` if it does not exist."""
-        action = f"patch {plural}/{name}{'/' + subresource if subresource else ''}"
-        call = (
-            self.custom.patch_namespaced_custom_object_status
-            if subresource == "status"
-            else self.custom.patch_namespaced_custom_object
+        path = f"/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}"
+        target = f"{plural}/{subresource}" if subresource else plural
+        status, _ = await self._call(
+            "PATCH",
+            f"{path}/{subresource}" if subresource else path,
+            action=f"patch {target}",
+            rbac=f"'patch' on {target} in namespace {namespace}",
+            body=dict(body),
+            content_type=_MERGE_PATCH,
+            ok_statuses=frozenset({404}),
         )
-        try:
-            await call(
-                group,
-                version,
-                namespace,
-                plural,
-                name,
-                dict(body),
-                _content_type=_MERGE_PATCH,
-                _request_timeout=self.timeout,
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise _error(action, exc) from exc
+        return status != 404
+
+    async def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> bool:
+        """Create a pod. ``True`` if created, ``False`` if one with that name already exists
+        (the outcome wanted either way; the caller's watch shows which pod it is)."""
+        name = str(manifest.get("metadata", {}).get("name", ""))
+        res = Resource.pods(namespace)
+        status, _ = await self._call(
+            "POST",
+            res.path,
+            action="create pods",
+            rbac=res.rbac("create"),
+            body=dict(manifest),
+            ok_statuses=frozenset({409}),
+        )
+        if status == 409:
+            log.debug("pod already exists", extra={"pod": name})
+            return False
         return True
+
+    async def delete_pod(self, namespace: str, name: str, *, uid: str | None = None) -> bool:
+        """Delete a pod at once (grace period 0). ``False`` if it was already gone, or (with
+        ``uid``) if the pod of that name is now a different one, which is then left alone."""
+        res = Resource.pods(namespace)
+        options: Json = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        status, _ = await self._call(
+            "DELETE",
+            f"{res.path}/{name}",
+            action="delete pods",
+            rbac=res.rbac("delete"),
+            body=options,
+            ok_statuses=frozenset({404, 409}) if uid else frozenset({404}),
+        )
+        return 200 <= status < 300
+
+    async def get_runner_set(self, namespace: str, name: str) -> RunnerSet | None:
+        """The EphemeralRunnerSet ``name``, or None if it does not exist."""
+        res = Resource.arc("ephemeralrunnersets", namespace)
+        status, data = await self._call(
+            "GET",
+            f"{res.path}/{name}",
+            action="get ephemeralrunnersets",
+            rbac=res.rbac("get"),
+            ok_statuses=frozenset({404}),
+        )
+        if status == 404:
+            return None
+        return runner_set_from(json.loads(data))
+
+    async def get_node(self, name: str) -> NodeState | None:
+        """A node's schedulability, or None if it does not exist."""
+        status, data = await self._call(
+            "GET",
+            f"/api/v1/nodes/{name}",
+            action="get nodes",
+            rbac="'get' on nodes (a ClusterRole)",
+            ok_statuses=frozenset({404}),
+        )
+        if status == 404:
+            return None
+        node = json.loads(data)
+        spec = node.get("spec") or {}
+        return NodeState(
+            name=name,
+            unschedulable=bool(spec.get("unschedulable")),
+            taints=frozenset(str(t.get("key", "")) for t in spec.get("taints") or ()),
+        )
+
+    # --- list and watch -------------------------------------------------------------------
+
+    async def list_objects(
+        self,
+        resource: Resource,
+        project: Projection[T],
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> tuple[dict[str, T], str]:
+        """Every matching object (projected; None projections are skipped) and the list's
+        resourceVersion. Paginated, so a large collection never sits in memory as one body."""
+        items: dict[str, T] = {}
+        query = _selectors(label_selector, field_selector)
+        query["limit"] = str(self.list_page)
+        cont = ""
+        while True:
+            page = dict(query)
+            if cont:
+                page["continue"] = cont
+            _, data = await self._call(
+                "GET",
+                resource.path,
+                action=f"list {resource.plural}",
+                rbac=resource.rbac("list"),
+                query=page,
+            )
+            doc = json.loads(data)
+            del data
+            for obj in doc.get("items") or ():
+                kept = project(obj)
+                if kept is not None:
+                    items[str(obj["metadata"]["name"])] = kept
+            meta = doc.get("metadata") or {}
+            cont = str(meta.get("continue") or "")
+            if not cont:
+                return items, str(meta.get("resourceVersion") or "")
+
+    async def informer(
+        self,
+        resource: Resource,
+        project: Projection[T],
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> AsyncIterator[WatchEvent[T]]:
+        """List, then watch, forever: yields Reset after every (re)list, then Upserted and
+        Removed for each change. A projection of None counts as "not ours" (Removed).
+        Failures are yielded as Failed and retried here with backoff; cancel the consumer's
+        task to stop."""
+        backoff = _Backoff()
+        version = ""
+        while True:
+            try:
+                if not version:
+                    items, version = await self.list_objects(
+                        resource,
+                        project,
+                        label_selector=label_selector,
+                        field_selector=field_selector,
+                    )
+                    yield Reset(items)
+                    backoff.reset()
+                async for event in self._watch(
+                    resource, project, version, label_selector, field_selector
+                ):
+                    if isinstance(event, str):  # a newer resourceVersion (bookmark or event)
+                        version = event
+                        backoff.reset()
+                    else:
+                        yield event
+            except _Gone:
+                log.info("watch expired, relisting", extra={"resource": resource.plural})
+                version = ""
+                # A relist right away is what 410 asks for; back off only if it repeats.
+                if backoff.attempt:
+                    await asyncio.sleep(backoff.next())
+                else:
+                    backoff.attempt += 1
+            except KubeError as exc:
+                if exc.kind == KubeErrorKind.GONE:  # a list's continue token expired
+                    version = ""
+                delay = backoff.next()
+                yield Failed(exc, delay)
+                await asyncio.sleep(delay)
+
+    async def _watch(
+        self,
+        resource: Resource,
+        project: Projection[T],
+        version: str,
+        label_selector: str,
+        field_selector: str,
+    ) -> AsyncIterator[WatchEvent[T] | str]:
+        """One watch stream from ``version``. Yields events, and the resourceVersion (a str)
+        after each one. Returns when the server ends the stream; raises _Gone on 410."""
+        server_timeout = random.randint(*self.watch_timeout)
+        query = _selectors(label_selector, field_selector)
+        query.update(
+            watch="true",
+            resourceVersion=version,
+            allowWatchBookmarks="true",
+            timeoutSeconds=str(server_timeout),
+        )
+        action = f"watch {resource.plural}"
+        deadline = aiohttp.ClientTimeout(total=server_timeout + 30, sock_connect=10)
+        resp = await self._send("GET", resource.path, action=action, query=query, deadline=deadline)
+        try:
+            if resp.status == 410:
+                raise _Gone()
+            if resp.status != 200:
+                try:
+                    body = await resp.read()
+                except _TRANSPORT_ERRORS:
+                    body = b""
+                raise _status_error(action, resp.status, body, resource.rbac("watch"))
+            while True:
+                try:
+                    line = await resp.content.readline()
+                except _TRANSPORT_ERRORS as exc:
+                    raise _transport(action, exc) from exc
+                if not line:
+                    return  # the server ended the stream (timeoutSeconds) or went away
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError as exc:
+                    raise KubeError(action, 0, "unreadable watch event") from exc
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    code = int(obj.get("code") or 0)
+                    if code == 410:
+                        raise _Gone()
+                    raise _status_error(action, code, line, resource.rbac("watch"))
+                meta = obj.get("metadata") or {}
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    name = str(meta.get("name") or "")
+                    kept = project(obj) if kind != "DELETED" else None
+                    yield Removed(name) if kept is None else Upserted(name, kept)
+                rv = meta.get("resourceVersion")
+                if rv:
+                    yield str(rv)
+        finally:
+            resp.close()  # an unfinished stream must not go back to the pool
+
+
+def _selectors(label_selector: str, field_selector: str) -> dict[str, str]:
+    query: dict[str, str] = {}
+    if label_selector:
+        query["labelSelector"] = label_selector
+    if field_selector:
+        query["fieldSelector"] = field_selector
+    return query
+
+
+def runner_set_from(obj: Json) -> RunnerSet:
+    """The parts of an EphemeralRunnerSet object the monitor uses."""
+    meta = obj.get("metadata") or {}
+    template = ((obj.get("spec") or {}).get("ephemeralRunnerSpec") or {}).get("spec") or {}
+    return RunnerSet(
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        pod_spec=template,
+    )
 
 
 @asynccontextmanager
@@ -94,6 +601,6 @@ async def connect(env: Mapping[str, str] | None = None) -> AsyncIterator[Kube]:
     if kubeconfig:
         await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     else:
-        config.load_incluster_config(client_configuration=configuration)
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     async with client.ApiClient(configuration) as api:
         yield Kube(api)

@@ -1,0 +1,245 @@
+"""The ``gha_capacity_*`` Prometheus series of the capacity monitor.
+
+Every series carries ``name`` (the EphemeralRunnerSet) and ``namespace`` (its namespace), like
+ARC's ``gha_*`` series. They live on the registry the listener passes in and are always
+registered while the monitor runs: no ``listenerMetrics`` allow-list applies to them.
+
+Like the listener's page, no ``_created`` series are written: the metrics are created
+unregistered and exposed through one collector that drops those samples (per registry, so
+prometheus_client's process-wide switch is left alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
+
+from capacity.model import Demand, DemandSource, HudResult, Observed, Plan, PodPhase, Role
+
+__all__ = ["CREATE_OK", "CapacityMetrics"]
+
+NAME: Final = "name"
+NAMESPACE: Final = "namespace"
+CREATE_OK: Final = "ok"
+CREATE_EXISTS: Final = "exists"
+
+_RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_HUD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class _NoCreated:
+    """Exposes metrics without their ``_created`` samples."""
+
+    def __init__(self, metrics: list[MetricWrapperBase]) -> None:
+        self._metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return [family for m in self._metrics for family in m.describe()]
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._metrics:
+            for family in metric.collect():
+                created = family.name + "_created"
+                family.samples = [s for s in family.samples if s.name != created]
+                yield family
+
+
+class CapacityMetrics:
+    """Records one reconcile pass, HUD requests and pod operations."""
+
+    def __init__(self, registry: CollectorRegistry, *, name: str, namespace: str) -> None:
+        base = (NAME, NAMESPACE)
+        self._base = {NAME: name, NAMESPACE: namespace}
+
+        def gauge(metric: str, doc: str, *extra: str) -> Gauge:
+            return Gauge(metric, doc, (*base, *extra), registry=None)
+
+        def counter(metric: str, doc: str, *extra: str) -> Counter:
+            return Counter(metric, doc, (*base, *extra), registry=None)
+
+        self.advertised = gauge(
+            "gha_capacity_advertised",
+            "Capacity last passed to the listener (the X-ScaleSetMaxCapacity value).",
+        )
+        self.desired_pairs = gauge(
+            "gha_capacity_desired_pairs",
+            "Placeholder pairs wanted: proactive capacity plus queued jobs, within headroom.",
+        )
+        self.pairs = gauge(
+            "gha_capacity_pairs",
+            "Placeholder pairs by state (running: both halves Running; broken: lone halves).",
+            "state",
+        )
+        self.placeholder_pods = gauge(
+            "gha_capacity_placeholder_pods", "Placeholder pods by role and phase.", "role", "phase"
+        )
+        self.runner_side = gauge(
+            "gha_capacity_runner_side",
+            "Bound real runner pods plus Running placeholder-runners.",
+        )
+        self.workflow_side = gauge(
+            "gha_capacity_workflow_side",
+            "Bound real workflow pods plus Running placeholder-workflows.",
+        )
+        self.queued_jobs = gauge(
+            "gha_capacity_queued_jobs", "Queued jobs the monitor plans for (HUD or fallback)."
+        )
+        self.demand_source = gauge(
+            "gha_capacity_demand_source",
+            "Where the queued-jobs value comes from (1 for the active source).",
+            "source",
+        )
+        self.proactive_capacity = gauge(
+            "gha_capacity_proactive_capacity", "Configured proactive (idle) capacity."
+        )
+        self.hud_requests = counter(
+            "gha_capacity_hud_requests", "HUD queued-jobs requests by result.", "result"
+        )
+        self.hud_duration = Histogram(
+            "gha_capacity_hud_request_duration_seconds",
+            "Duration of HUD queued-jobs requests.",
+            base,
+            buckets=_HUD_BUCKETS,
+            registry=None,
+        )
+        self.pair_creates = counter(
+            "gha_capacity_pair_creates",
+            "Placeholder pair creations by result (ok, exists, or the failure kind).",
+            "result",
+        )
+        self.pair_deletes = counter(
+            "gha_capacity_pair_deletes",
+            "Placeholder pairs (or lone halves) deleted, by reason.",
+            "reason",
+        )
+        self.kube_errors = counter(
+            "gha_capacity_kube_errors",
+            "Failed Kubernetes calls of the monitor, by operation and kind.",
+            "operation",
+            "kind",
+        )
+        self.reconcile_duration = Histogram(
+            "gha_capacity_reconcile_duration_seconds",
+            "Duration of reconcile passes (planning and applying).",
+            base,
+            buckets=_RECONCILE_BUCKETS,
+            registry=None,
+        )
+        self.last_success = gauge(
+            "gha_capacity_reconcile_last_success_timestamp_seconds",
+            "Unix time of the last reconcile pass that completed without error.",
+        )
+        self.signal_changes = counter(
+            "gha_capacity_signal_changes",
+            "Times the advertised capacity changed.",
+        )
+        everything: list[MetricWrapperBase] = [
+            self.advertised,
+            self.desired_pairs,
+            self.pairs,
+            self.placeholder_pods,
+            self.runner_side,
+            self.workflow_side,
+            self.queued_jobs,
+            self.demand_source,
+            self.proactive_capacity,
+            self.hud_requests,
+            self.hud_duration,
+            self.pair_creates,
+            self.pair_deletes,
+            self.kube_errors,
+            self.reconcile_duration,
+            self.last_success,
+            self.signal_changes,
+        ]
+        self._prime()
+        self._collector = _NoCreated(everything)
+        self._registry = registry
+        registry.register(self._collector)
+
+    def unregister(self) -> None:
+        self._registry.unregister(self._collector)
+
+    def _prime(self) -> None:
+        """Create every labelled series at zero, so dashboards and rate() see them from the
+        start rather than after the first event."""
+        b = self._base
+        for metric in (
+            self.advertised,
+            self.desired_pairs,
+            self.runner_side,
+            self.workflow_side,
+            self.queued_jobs,
+            self.proactive_capacity,
+            self.hud_duration,
+            self.reconcile_duration,
+            self.last_success,
+            self.signal_changes,
+        ):
+            metric.labels(**b)
+        for state in ("running", "pending", "broken"):
+            self.pairs.labels(**b, state=state)
+        for role in Role:
+            for phase in PodPhase:
+                self.placeholder_pods.labels(**b, role=role.value, phase=phase.value)
+        for source in DemandSource:
+            self.demand_source.labels(**b, source=source.value)
+        for result in HudResult:
+            self.hud_requests.labels(**b, result=result.value)
+        for outcome in (CREATE_OK, CREATE_EXISTS):
+            self.pair_creates.labels(**b, result=outcome)
+
+    # --- recording ------------------------------------------------------------------------
+
+    def record_pass(
+        self, plan: Plan, observed: Observed, demand: Demand, *, proactive: int
+    ) -> None:
+        b = self._base
+        self.desired_pairs.labels(**b).set(plan.desired_pairs)
+        self.pairs.labels(**b, state="running").set(plan.running_pairs)
+        self.pairs.labels(**b, state="pending").set(plan.pending_pairs)
+        self.pairs.labels(**b, state="broken").set(plan.broken)
+        self.runner_side.labels(**b).set(plan.runner_side)
+        self.workflow_side.labels(**b).set(plan.workflow_side)
+        self.queued_jobs.labels(**b).set(demand.queued)
+        for source in DemandSource:
+            self.demand_source.labels(**b, source=source.value).set(
+                1 if source == demand.source else 0
+            )
+        self.proactive_capacity.labels(**b).set(proactive)
+        counts: dict[tuple[str, str], int] = {}
+        for p in observed.placeholders:
+            key = (p.role.value, p.phase.value)
+            counts[key] = counts.get(key, 0) + 1
+        for role in Role:
+            for phase in PodPhase:
+                self.placeholder_pods.labels(**b, role=role.value, phase=phase.value).set(
+                    counts.get((role.value, phase.value), 0)
+                )
+
+    def record_advertised(self, value: int, *, changed: bool) -> None:
+        self.advertised.labels(**self._base).set(value)
+        if changed:
+            self.signal_changes.labels(**self._base).inc()
+
+    def record_hud(self, result: HudResult, duration: float) -> None:
+        self.hud_requests.labels(**self._base, result=result.value).inc()
+        self.hud_duration.labels(**self._base).observe(duration)
+
+    def record_create(self, result: str) -> None:
+        self.pair_creates.labels(**self._base, result=result).inc()
+
+    def record_delete(self, reason: str, count: int = 1) -> None:
+        self.pair_deletes.labels(**self._base, reason=reason).inc(count)
+
+    def record_kube_error(self, operation: str, kind: str) -> None:
+        self.kube_errors.labels(**self._base, operation=operation, kind=kind).inc()
+
+    def record_reconcile(self, duration: float, *, success_at: float | None) -> None:
+        self.reconcile_duration.labels(**self._base).observe(duration)
+        if success_at is not None:
+            self.last_success.labels(**self._base).set(success_at)
