@@ -1,0 +1,317 @@
+"""The long-poll loop over the real ActionsClient, with the Actions service faked by respx.
+
+The fake message queue below is stateful the way the service is: a poll returns the first
+unacked message after ``lastMessageId`` or holds, and unacked messages are delivered again.
+That is what makes abandoning a poll safe, and these tests check it end to end: every
+``X-ScaleSetMaxCapacity`` value sent, every message handled exactly once, ARC's order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+import respx
+
+from listener.actions import ActionsClient
+from listener.advertised import AdvertisedCapacity
+from listener.github_auth import AdminConnection
+from listener.http import make_client, user_agent
+from listener.loop import Listener
+from listener.scaler import Scaler
+from listener.wire import JobMessage, Statistics
+from tests.unit.listener_fixtures import STATISTICS, session_json
+
+ACTIONS = "https://pipelines.example/tenant/"
+SESSIONS = "https://pipelines.example/tenant/_apis/runtime/runnerscalesets/7/sessions"
+ACQUIRE = "https://pipelines.example/tenant/_apis/runtime/runnerscalesets/7/acquirejobs"
+QUEUE = "https://queue.example/_apis/q"
+
+
+class StubAuth:
+    async def admin_connection(self) -> AdminConnection:
+        return AdminConnection(ACTIONS, "admin-token", expires_at=2e9)
+
+
+def stats(assigned: int) -> dict[str, int]:
+    return {**STATISTICS, "totalAssignedJobs": assigned}
+
+
+@dataclass
+class FakeQueue:
+    """Message queue semantics: hold, deliver after lastMessageId, redeliver until acked."""
+
+    hold: float = 5.0
+    messages: dict[int, dict[str, Any]] = field(default_factory=dict)
+    headers: list[int] = field(default_factory=list)
+    last_ids: list[int] = field(default_factory=list)
+    acked: list[int] = field(default_factory=list)
+    acquired: list[list[int]] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    abandoned: int = 0
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def add(self, message_id: int, assigned: int, jobs: list[dict[str, Any]]) -> None:
+        self.messages[message_id] = {
+            "messageId": message_id,
+            "messageType": "RunnerScaleSetJobMessages",
+            "statistics": stats(assigned),
+            "body": json.dumps(jobs),
+        }
+        fired, self.arrived = self.arrived, asyncio.Event()
+        fired.set()
+
+    async def get(self, request: httpx.Request) -> httpx.Response:
+        self.headers.append(int(request.headers["X-ScaleSetMaxCapacity"]))
+        last = int(request.url.params.get("lastMessageId", "0"))
+        self.last_ids.append(last)
+        self.events.append(f"poll:{self.headers[-1]}")
+        try:
+            async with asyncio.timeout(self.hold):
+                while True:
+                    pending = sorted(i for i in self.messages if i > last)
+                    if pending:
+                        return httpx.Response(200, json=self.messages[pending[0]])
+                    await self.arrived.wait()
+        except TimeoutError:
+            return httpx.Response(202)
+        except asyncio.CancelledError:
+            self.abandoned += 1
+            raise
+
+    def delete(self, request: httpx.Request) -> httpx.Response:
+        message_id = int(request.url.path.rsplit("/", 1)[1])
+        self.acked.append(message_id)
+        self.messages.pop(message_id, None)
+        self.events.append(f"ack:{message_id}")
+        return httpx.Response(204)
+
+    def acquire(self, request: httpx.Request) -> httpx.Response:
+        ids = json.loads(request.content)
+        self.acquired.append(ids)
+        self.events.append("acquire")
+        return httpx.Response(200, json={"count": len(ids), "value": ids})
+
+
+class RecordingPatcher:
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+        self.replicas: list[Any] = []
+
+    async def patch_runner_set(self, body: dict[str, Any]) -> None:
+        self.replicas.append(body["spec"]["replicas"])
+        self.events.append(f"desired:{body['spec']['replicas']}")
+
+    async def patch_runner_status(self, runner_name: str, body: dict[str, Any]) -> None:
+        self.events.append(f"started:{runner_name}")
+
+
+class RecordingMetrics:
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+        self.stats: list[Statistics] = []
+
+    def record_statistics(self, stats: Statistics) -> None:
+        self.stats.append(stats)
+        self.events.append(f"stats:{stats.total_assigned_jobs}")
+
+    def record_desired_runners(self, count: int) -> None:
+        pass
+
+    def record_job_started(self, job: JobMessage) -> None:
+        pass
+
+    def record_job_completed(self, job: JobMessage) -> None:
+        self.events.append(f"completed:{job.runner_name}")
+
+
+@dataclass
+class Harness:
+    queue: FakeQueue
+    capacity: AdvertisedCapacity
+    listener: Listener
+    patcher: RecordingPatcher
+    stop: asyncio.Event
+    task: asyncio.Task[None] | None = None
+
+    async def start(self, client: ActionsClient) -> None:
+        session = await client.create_session("pod", conflict_timeout=0)
+        self.task = asyncio.create_task(self.listener.run(session, self.stop))
+
+    async def until(self, predicate: Any, what: str, within: float = 3.0) -> None:
+        async with asyncio.timeout(within):
+            while not predicate():
+                assert self.task is not None
+                if self.task.done():
+                    self.task.result()  # surface the loop's error
+                    raise AssertionError(f"loop ended while waiting for {what}")
+                await asyncio.sleep(0.005)
+
+    async def finish(self) -> None:
+        self.stop.set()
+        assert self.task is not None
+        async with asyncio.timeout(3):
+            await self.task
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    queue = FakeQueue()
+    with respx.mock(assert_all_called=False) as router:
+        router.post(SESSIONS).respond(200, json=session_json(queue_url=QUEUE))
+        router.get(url__startswith=QUEUE).mock(side_effect=queue.get)
+        router.delete(url__startswith=QUEUE + "/").mock(side_effect=queue.delete)
+        router.post(url__startswith=ACQUIRE).mock(side_effect=queue.acquire)
+        async with make_client(user_agent=user_agent(7), env={}) as http:
+            client = ActionsClient(http, StubAuth(), 7)
+            capacity = AdvertisedCapacity(10)
+            patcher = RecordingPatcher(queue.events)
+            listener = Listener(
+                session=client,
+                scaler=Scaler(min_runners=0, max_runners=10, patcher=patcher),
+                capacity=capacity,
+                metrics=RecordingMetrics(queue.events),
+                reissue_interval=0.05,
+            )
+            h = Harness(queue, capacity, listener, patcher, asyncio.Event())
+            await h.start(client)
+            yield h
+            if h.task is not None and not h.task.done():
+                await h.finish()
+
+
+def job(kind: str, **extra: Any) -> dict[str, Any]:
+    return {"messageType": kind, "jobId": f"j-{extra.get('runnerRequestId', 0)}", **extra}
+
+
+async def test_capacity_change_reissues_the_held_poll_at_once(harness: Harness) -> None:
+    q = harness.queue
+    await harness.until(lambda: q.headers == [10], "first poll with max_runners")
+    harness.capacity.set_max_capacity(3)
+    await harness.until(lambda: q.headers == [10, 3], "re-issued poll with the new value")
+    assert q.abandoned == 1
+    assert harness.listener.reissued_polls == 1
+    # Unchanged value → no re-issue.
+    harness.capacity.set_max_capacity(3)
+    await asyncio.sleep(0.1)
+    assert q.headers == [10, 3]
+
+
+async def test_value_is_clamped_to_max_runners(harness: Harness) -> None:
+    q = harness.queue
+    await harness.until(lambda: len(q.headers) == 1, "first poll")
+    harness.capacity.set_max_capacity(50)  # above max_runners (10): nothing changes
+    await asyncio.sleep(0.1)
+    assert q.headers == [10]
+    harness.capacity.set_max_runners(0)  # operator drains the scale set
+    await harness.until(lambda: q.headers == [10, 0], "cap applied at once")
+
+
+async def test_abandoned_poll_loses_no_message_and_handles_none_twice(harness: Harness) -> None:
+    q = harness.queue
+    await harness.until(lambda: len(q.headers) == 1, "first poll")
+    # Several changes while messages arrive: each message must be acked exactly once.
+    for i in range(1, 6):
+        q.add(i, assigned=i, jobs=[])
+        harness.capacity.set_max_capacity(i)
+        await asyncio.sleep(0.01)
+    await harness.until(lambda: q.acked == [1, 2, 3, 4, 5], "all messages acked once, in order")
+    await harness.until(lambda: q.last_ids[-1] == 5, "lastMessageId advanced")
+    await harness.finish()
+    assert sorted(set(q.acked)) == q.acked
+    assert harness.patcher.replicas[-1] == 5
+
+
+async def test_flapping_value_is_rate_limited(harness: Harness) -> None:
+    q = harness.queue
+    await harness.until(lambda: len(q.headers) == 1, "first poll")
+    for i in range(40):
+        harness.capacity.set_max_capacity(i % 2)
+        await asyncio.sleep(0.005)
+    harness.capacity.set_max_capacity(7)
+    await harness.until(lambda: q.headers[-1] == 7, "final value on the wire")
+    # ~0.25 s of flapping with a 0.05 s interval: a handful of polls, not 40.
+    assert len(q.headers) <= 10, q.headers
+
+
+async def test_changed_and_changed_back_keeps_the_poll(harness: Harness) -> None:
+    q = harness.queue
+    await harness.until(lambda: len(q.headers) == 1, "first poll")
+    harness.capacity.set_max_capacity(4)
+    harness.capacity.set_max_capacity(10)  # same as in flight again, before the loop woke
+    await asyncio.sleep(0.15)
+    assert q.headers == [10]
+    assert q.abandoned == 0
+
+
+async def test_arc_order_of_work_per_message(harness: Harness) -> None:
+    q = harness.queue
+    await harness.until(lambda: len(q.headers) == 1, "first poll")
+    q.events.clear()
+    q.add(
+        1,
+        assigned=2,
+        jobs=[
+            job("JobAvailable", runnerRequestId=11),
+            job("JobAssigned", runnerRequestId=12),
+            job("JobCompleted", runnerRequestId=13, runnerName="r-13", result="succeeded"),
+            job("JobStarted", runnerRequestId=14, runnerName="r-14"),
+            job("SomethingNew", runnerRequestId=15),
+        ],
+    )
+    await harness.until(lambda: "desired:2" in q.events, "desired count patched")
+    assert q.events[: q.events.index("desired:2") + 1] == [
+        "stats:2",
+        "ack:1",
+        "acquire",
+        "started:r-14",
+        "completed:r-13",
+        "desired:2",
+    ]
+    assert q.acquired == [[11]]
+
+
+async def test_202_reapplies_the_last_statistics(harness: Harness) -> None:
+    q = harness.queue
+    q.hold = 0.02
+    await harness.until(lambda: len(q.headers) == 1, "first poll")
+    q.add(1, assigned=3, jobs=[])
+    await harness.until(lambda: len(harness.patcher.replicas) >= 4, "202s re-apply")
+    # start-up (the session's statistics: 2 assigned), the message (3), then 202s keep 3.
+    assert harness.patcher.replicas[0] == STATISTICS["totalAssignedJobs"]
+    assert set(harness.patcher.replicas[1:4]) == {3}
+
+
+async def test_stop_abandons_the_held_poll_promptly(harness: Harness) -> None:
+    q = harness.queue
+    await harness.until(lambda: len(q.headers) == 1, "first poll")
+    await harness.finish()
+    assert q.abandoned == 1
+    assert len(q.headers) == 1
+
+
+async def test_stop_lets_the_message_in_progress_finish(harness: Harness) -> None:
+    q = harness.queue
+    gate = asyncio.Event()
+    original = harness.patcher.patch_runner_status
+
+    async def slow_status(name: str, body: dict[str, Any]) -> None:
+        await gate.wait()
+        await original(name, body)
+
+    harness.patcher.patch_runner_status = slow_status  # type: ignore[method-assign]
+    await harness.until(lambda: len(q.headers) == 1, "first poll")
+    q.add(1, assigned=1, jobs=[job("JobStarted", runnerRequestId=1, runnerName="r-1")])
+    await harness.until(lambda: q.acked == [1], "message acked, handler in progress")
+    harness.stop.set()
+    await asyncio.sleep(0.05)
+    assert harness.task is not None and not harness.task.done()
+    gate.set()
+    await harness.finish()
+    assert "started:r-1" in q.events
+    assert q.events[-1] == "desired:1"
