@@ -310,7 +310,8 @@ async def test_stop_lets_the_message_in_progress_finish(harness: Harness) -> Non
     await harness.until(lambda: q.acked == [1], "message acked, handler in progress")
     harness.stop.set()
     await asyncio.sleep(0.05)
-    assert harness.task is not None and not harness.task.done()
+    assert harness.task is not None
+    assert not harness.task.done()
     gate.set()
     await harness.finish()
     assert "started:r-1" in q.events
