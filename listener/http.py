@@ -308,8 +308,13 @@ class _ProxyRouter(httpx.AsyncBaseTransport):
 # --- client ------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4)
 def ssl_context(root_ca_pem: str = "") -> ssl.SSLContext:
-    """System trust store plus ``root_ca_pem`` (PEM, may hold several certificates)."""
+    """System trust store plus ``root_ca_pem`` (PEM, may hold several certificates).
+
+    Cached: loading the system store costs tens of milliseconds, and a context is safe to
+    share between clients (nothing here changes it after creation).
+    """
     context = ssl.create_default_context()
     if root_ca_pem.strip():
         try:
