@@ -116,10 +116,10 @@ async def test_linked_rows_follow_the_actions_queue() -> None:
 
 async def test_linked_rows_lag_behind() -> None:
     async with FakeActions() as actions, FakeHUD(TOKEN) as hud:
-        hud.link(actions, lag=0.3)
+        hud.link(actions, lag=0.5)
         actions.add_jobs(4, labels=["linux"])
         assert (await query(hud, {})).json() == []
-        await asyncio.sleep(0.35)
+        await asyncio.sleep(0.55)
         assert (await query(hud, {})).json()[0]["num_queued_jobs"] == 4
 
 
