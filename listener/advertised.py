@@ -27,9 +27,10 @@ class AdvertisedCapacity:
     value is ``max_runners``, exactly what ARC's listener sends.
     """
 
-    def __init__(self, max_runners: int) -> None:
+    def __init__(self, max_runners: int, *, confirmed: int | None = None) -> None:
         self._max_runners = _check(max_runners, "max_runners")
-        self._confirmed: int | None = None
+        # None: no monitor, send max_runners as ARC does. A number: scheduler-confirmed.
+        self._confirmed = confirmed
         self._version = 0
         self._changed = asyncio.Event()
 

@@ -22,10 +22,12 @@ import time
 import uuid
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
 
 from capacity import kube as kube_mod
+from capacity.settings import CapacitySettings, load_capacity_settings
 from listener import github_auth, http
 from listener.actions import ActionsClient
 from listener.advertised import AdvertisedCapacity
@@ -41,6 +43,8 @@ __all__ = ["Options", "main", "run"]
 log = logging.getLogger("listener")
 
 _SESSION_DELETE_TIMEOUT = 10.0
+
+T = TypeVar("T")
 
 
 class StartupError(Exception):
@@ -125,8 +129,13 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
         else None
     )
     health = Health()
-    health.add("poll", max_age=180.0)
-    advertised = AdvertisedCapacity(cfg.max_runners)
+    # Liveness must not kill the pod while it waits out a 409 session conflict.
+    health.add("poll", max_age=180.0, live_max_age=options.session_conflict_timeout + 3 * 180.0)
+    # With the monitor on, nothing is confirmed until its first pass: advertise 0, not
+    # max_runners, so a restart never opens the gate to capacity nobody has checked.
+    advertised = AdvertisedCapacity(
+        cfg.max_runners, confirmed=0 if capacity_settings is not None else None
+    )
 
     async with contextlib.AsyncExitStack() as stack:
         kube = await stack.enter_async_context(kube_mod.connect(env))
@@ -138,81 +147,121 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
         )
         auth = github_auth.GitHubAuth(client, target=cfg.target, credentials=cfg.credentials)
         actions = ActionsClient(client, auth, scale_set_id=cfg.runner_scale_set_id)
-        session = await actions.create_session(
-            _owner_name(), conflict_timeout=options.session_conflict_timeout
+        parts = _Parts(cfg, options, env, kube, actions, advertised, registry, metrics, health)
+        async with asyncio.TaskGroup() as tg:
+            # Probes and metrics come up first, so the kubelet sees a live process while the
+            # session is being created (which may wait out a 409 for minutes).
+            if cfg.metrics_addr:
+                metrics_app = build_app(
+                    registry=registry, metrics_endpoint=cfg.metrics_endpoint, health=health
+                )
+                tg.create_task(_guard("metrics", serve(metrics_app, cfg.metrics_addr, stop), stop))
+            if options.probe_addr and options.probe_addr != cfg.metrics_addr:
+                probe_app = build_app(registry=None, metrics_endpoint="", health=health)
+                tg.create_task(_guard("probes", serve(probe_app, options.probe_addr, stop), stop))
+            tg.create_task(_guard("listener", _listen(parts, capacity_settings, stop), stop))
+
+
+@dataclass(frozen=True)
+class _Parts:
+    cfg: Config
+    options: Options
+    env: Mapping[str, str]
+    kube: kube_mod.Kube
+    actions: ActionsClient
+    advertised: AdvertisedCapacity
+    registry: CollectorRegistry
+    metrics: ListenerMetrics | None
+    health: Health
+
+
+async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
+    """Await ``work`` unless ``stop`` is set first (then cancel it and return None)."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.wait({task})
+    return None if task.cancelled() else task.result()
+
+
+async def _listen(
+    p: _Parts, capacity_settings: CapacitySettings | None, stop: asyncio.Event
+) -> None:
+    """Session → loop (+ monitor) → session deleted, whatever happens."""
+    cfg = p.cfg
+    session = await _unless_stopped(
+        p.actions.create_session(
+            _owner_name(), conflict_timeout=p.options.session_conflict_timeout
+        ),
+        stop,
+    )
+    if session is None:
+        return
+    register_secret(session.message_queue_access_token)
+    log.info("session created", extra={"session_id": session.session_id})
+    try:
+        if p.metrics is not None:
+            p.metrics.record_static(cfg.min_runners, cfg.max_runners)
+        scaler = Scaler(
+            min_runners=cfg.min_runners,
+            max_runners=cfg.max_runners,
+            patcher=KubePatcher(
+                p.kube,
+                namespace=cfg.ephemeral_runner_set_namespace,
+                runner_set_name=cfg.ephemeral_runner_set_name,
+            ),
         )
-        register_secret(session.message_queue_access_token)
-        log.info("session created", extra={"session_id": session.session_id})
-        try:
-            if metrics is not None:
-                metrics.record_static(cfg.min_runners, cfg.max_runners)
-            scaler = Scaler(
-                min_runners=cfg.min_runners,
-                max_runners=cfg.max_runners,
-                patcher=KubePatcher(
-                    kube,
-                    namespace=cfg.ephemeral_runner_set_namespace,
+        loop = Listener(
+            session=p.actions,
+            scaler=scaler,
+            capacity=p.advertised,
+            metrics=p.metrics,
+            on_poll=lambda: p.health.mark("poll", time.monotonic()),
+            reissue_interval=p.options.reissue_interval,
+        )
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(_guard("loop", loop.run(session, stop), stop))
+            if capacity_settings is not None:
+                from capacity.monitor import CapacityMonitor
+
+                scale_set = await p.actions.get_scale_set(cfg.runner_scale_set_id)
+                p.health.add(
+                    "reconcile", max_age=max(180.0, 6 * capacity_settings.recalculate_interval)
+                )
+                monitor = CapacityMonitor(
+                    settings=capacity_settings,
+                    kube=p.kube,
+                    runner_namespace=cfg.ephemeral_runner_set_namespace,
                     runner_set_name=cfg.ephemeral_runner_set_name,
-                ),
-            )
-            loop = Listener(
-                session=actions,
-                scaler=scaler,
-                capacity=advertised,
-                metrics=metrics,
-                on_poll=lambda: health.mark("poll", time.monotonic()),
-                reissue_interval=options.reissue_interval,
-            )
-            async with asyncio.TaskGroup() as tg:
-                tg.create_task(_guard("listener", loop.run(session, stop), stop))
-                if cfg.metrics_addr:
-                    metrics_app = build_app(
-                        registry=registry, metrics_endpoint=cfg.metrics_endpoint, health=health
-                    )
-                    tg.create_task(
-                        _guard("metrics", serve(metrics_app, cfg.metrics_addr, stop), stop)
-                    )
-                if options.probe_addr and options.probe_addr != cfg.metrics_addr:
-                    probe_app = build_app(registry=None, metrics_endpoint="", health=health)
-                    tg.create_task(
-                        _guard("probes", serve(probe_app, options.probe_addr, stop), stop)
-                    )
-                if capacity_settings is not None:
-                    from capacity.monitor import CapacityMonitor
-
-                    scale_set = await actions.get_scale_set(cfg.runner_scale_set_id)
-                    health.add(
-                        "reconcile", max_age=max(180.0, 6 * capacity_settings.recalculate_interval)
-                    )
-                    monitor = CapacityMonitor(
-                        settings=capacity_settings,
-                        kube=kube,
-                        runner_namespace=cfg.ephemeral_runner_set_namespace,
-                        runner_set_name=cfg.ephemeral_runner_set_name,
-                        scale_set_name=cfg.runner_scale_set_name,
-                        runner_labels=scale_set.labels,
-                        max_runners=lambda: advertised.max_runners,
-                        set_max_capacity=advertised.set_max_capacity,
-                        registry=registry,
-                        on_reconcile=lambda: health.mark("reconcile", time.monotonic()),
-                        env=env,
-                    )
-                    tg.create_task(_guard("capacity", monitor.run(stop), stop))
-        finally:
-            # Runs on success, on error and on cancellation: a session left behind makes the
-            # next pod wait for its expiry (409).
-            try:
-                async with asyncio.timeout(_SESSION_DELETE_TIMEOUT):
-                    await actions.delete_session()
-            except Exception as exc:  # logged, as ARC does: the process is ending anyway
-                log.warning("could not delete the session", extra={"error": str(exc)})
-            else:
-                log.info("session deleted")
+                    scale_set_name=cfg.runner_scale_set_name,
+                    runner_labels=scale_set.labels,
+                    max_runners=lambda: p.advertised.max_runners,
+                    set_max_capacity=p.advertised.set_max_capacity,
+                    registry=p.registry,
+                    on_reconcile=lambda: p.health.mark("reconcile", time.monotonic()),
+                    env=p.env,
+                )
+                tg.create_task(_guard("capacity", monitor.run(stop), stop))
+    finally:
+        # Runs on success, on error and on cancellation: a session left behind makes the
+        # next pod wait for its expiry (409).
+        try:
+            async with asyncio.timeout(_SESSION_DELETE_TIMEOUT):
+                await p.actions.delete_session()
+        except Exception as exc:  # logged, as ARC does: the process is ending anyway
+            log.warning("could not delete the session", extra={"error": str(exc)})
+        else:
+            log.info("session deleted")
 
 
-def _capacity_settings(env: Mapping[str, str]):  # type: ignore[no-untyped-def]
-    from capacity.settings import load_capacity_settings
-
+def _capacity_settings(env: Mapping[str, str]) -> CapacitySettings | None:
+    """The monitor's settings, or None when capacity-awareness is off (ARC's behaviour)."""
     settings = load_capacity_settings(env)
     return settings if settings.enabled else None
 
