@@ -1,0 +1,92 @@
+"""``python -m listener`` fails fast with one clear line and exit status 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SECRET = "ghp_thisIsNotARealTokenButLooksLikeOne"
+
+
+def run_listener(env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LISTENER_", "CAPACITY_"))}
+    env.update(env_extra)
+    return subprocess.run(
+        [sys.executable, "-m", "listener"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def valid_config(**overrides: object) -> dict[str, object]:
+    config: dict[str, object] = {
+        "configure_url": "https://github.com/acme",
+        "github_token": SECRET,
+        "ephemeral_runner_set_namespace": "arc-runners",
+        "ephemeral_runner_set_name": "linux-abcde",
+        "max_runners": 5,
+        "min_runners": 0,
+        "runner_scale_set_id": 7,
+        "log_level": "info",
+        "log_format": "text",
+    }
+    config.update(overrides)
+    return config
+
+
+def test_missing_config_path() -> None:
+    result = run_listener({})
+    assert result.returncode == 1
+    assert result.stderr == "Error: LISTENER_CONFIG_PATH environment variable is not set\n"
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        pytest.param({"configure_url": ""}, "GitHubConfigUrl is not provided", id="no-url"),
+        pytest.param(
+            {"min_runners": 6},
+            'MinRunners "6" cannot be greater than MaxRunners "5"',
+            id="min-above-max",
+        ),
+        pytest.param({"log_format": "xml"}, "xml", id="log-format"),
+    ],
+)
+def test_bad_config_is_one_line_without_secrets(
+    tmp_path: Path, overrides: dict[str, object], expected: str
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(valid_config(**overrides)))
+    result = run_listener({"LISTENER_CONFIG_PATH": str(path)})
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: ")
+    assert expected in lines[0]
+    assert SECRET not in result.stderr + result.stdout
+
+
+def test_bad_capacity_setting_names_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(valid_config()))
+    result = run_listener(
+        {
+            "LISTENER_CONFIG_PATH": str(path),
+            "CAPACITY_ENABLED": "true",
+            "CAPACITY_PLACEHOLDER_READY_TIMEOUT": "5 minutes",
+        }
+    )
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "placeholder_ready_timeout" in lines[0]
+    assert "5 minutes" in lines[0]
