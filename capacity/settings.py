@@ -1,0 +1,414 @@
+"""Per-scale-set capacity settings: an optional YAML file and/or `CAPACITY_*` environment
+variables (environment wins; nested keys use "__", e.g. `CAPACITY_HUD__TIMEOUT=5s`).
+
+    CAPACITY_CONFIG_FILE   path of the YAML file (absent: environment only)
+    HUD_API_TOKEN          the HUD token (only from the environment; never in the file)
+
+Keys are snake_case, as in `deploy/` examples. Durations accept "30s", "5m", "1h", "1h30m",
+"500ms" or plain seconds. Every bad value fails with one line naming the field, e.g.
+`capacity setting placeholder_ready_timeout: invalid duration '5 minutes'`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+from pydantic_settings.sources.utils import parse_env_vars
+
+from capacity.model import Params
+
+ENV_PREFIX = "CAPACITY_"
+CONFIG_FILE_ENV = "CAPACITY_CONFIG_FILE"
+HUD_TOKEN_ENV = "HUD_API_TOKEN"
+
+DEFAULT_IMAGE = "public.ecr.aws/docker/library/alpine:3.21"
+DEFAULT_HUD_URL = "https://hud.pytorch.org/api/clickhouse/queued_jobs_aggregate"
+# Used for the runner half when neither the settings nor the runner pod template give requests.
+DEFAULT_RUNNER_REQUESTS: Mapping[str, str] = {"cpu": "750m", "memory": "512Mi"}
+
+
+class CapacitySettingsError(ValueError):
+    """A bad capacity setting. str() is one line naming the field and the value."""
+
+
+# --- value types --------------------------------------------------------------------------
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from "30s", "5m", "1h30m", "500ms" or a plain number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid duration {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            parts = _DURATION_PART.findall(text)
+            if not text or "".join(n + u for n, u in parts) != text:
+                raise ValueError(f"invalid duration {value!r}") from None
+            seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    else:
+        raise ValueError(f"invalid duration {value!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"invalid duration {value!r}")
+    return seconds
+
+
+def _positive_duration(value: object) -> float:
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError(f"duration must be more than 0, got {value!r}")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+PositiveDuration = Annotated[float, BeforeValidator(_positive_duration)]
+
+# Kubernetes quantities: a decimal number and an optional suffix.
+_QUANTITY = re.compile(r"^(\d+(\.\d+)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
+_BYTE_RESOURCES = ("memory", "ephemeral-storage")
+
+
+def check_quantity(resource: str, value: object) -> str:
+    """Validate one resource request; return it as the string Kubernetes expects."""
+    text = str(value).strip() if isinstance(value, str | int | float) else None
+    if isinstance(value, bool) or text is None:
+        raise ValueError(f"invalid quantity {value!r} for {resource}")
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise ValueError(f"invalid quantity {value!r} for {resource}")
+    number, suffix = float(match.group(1)), match.group(3) or ""
+    if number <= 0:
+        raise ValueError(f"quantity for {resource} must be more than 0, got {value!r}")
+    if resource == "cpu" and suffix not in ("", "m"):
+        raise ValueError(f"invalid cpu quantity {value!r} (use cores like '2' or '750m')")
+    if (resource in _BYTE_RESOURCES or resource.startswith("hugepages-")) and suffix == "m":
+        # "512m" is 0.512 bytes: almost always a typo for "512Mi"
+        raise ValueError(f"invalid {resource} quantity {value!r} (did you mean {text[:-1]}Mi?)")
+    if "/" in resource and (suffix or match.group(2)):
+        raise ValueError(f"extended resource {resource} needs a whole number, got {value!r}")
+    return text
+
+
+_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-zA-Z0-9]([-a-zA-Z0-9_.]*)$")
+_STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+class Resources(BaseModel):
+    """Container resource requests, Kubernetes style: `{requests: {cpu: "4", memory: "16Gi",
+    nvidia.com/gpu: "1"}}`. Extended resources (with a "/") must be whole numbers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requests: dict[str, str]
+
+    @field_validator("requests", mode="before")
+    @classmethod
+    def _check(cls, value: object) -> dict[str, str]:
+        if not isinstance(value, Mapping) or not value:
+            raise ValueError(f"requests must be a non-empty mapping, got {value!r}")
+        out: dict[str, str] = {}
+        for name, quantity in value.items():
+            name = str(name)
+            standard = name in _STANDARD_RESOURCES or name.startswith("hugepages-")
+            if not standard and ("/" not in name or not _RESOURCE_NAME.match(name)):
+                raise ValueError(f"unknown resource {name!r} (extended resources need a domain)")
+            out[name] = check_quantity(name, quantity)
+        return out
+
+
+class Toleration(BaseModel):
+    """A pod toleration, with Kubernetes' field names."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(default=None, alias="tolerationSeconds")
+
+    def to_k8s(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class HudParameters(BaseModel):
+    """The `parameters` JSON sent to HUD (camelCase names on the wire). `runnerLabels` is not
+    configurable: it is always the scale set's labels."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    queued_threshold_minutes: int = Field(default=0, ge=0)
+    max_age_days: int = Field(default=1, ge=1)
+    # Empty strings are dropped before sending: HUD reads `orgs: [""]` as *all* orgs. An
+    # empty list leaves `orgs` out, so HUD applies its own default.
+    orgs: list[str] = Field(default_factory=list)
+    repo: str = ""
+
+
+class HudSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    url: str = DEFAULT_HUD_URL
+    parameters: HudParameters = Field(default_factory=HudParameters)
+    timeout: PositiveDuration = 10.0
+    max_response_bytes: int = Field(default=4_500_000, gt=0)  # Vercel's response limit
+    stale_after: Duration = 300.0
+    failure_base_capacity: int = Field(default=1, ge=0)
+    # Only ever set by `load_capacity_settings` from HUD_API_TOKEN.
+    token: SecretStr | None = Field(default=None, exclude=True, repr=False)
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value) or any(c.isspace() for c in value):
+            raise ValueError(f"invalid URL {value!r} (needs http:// or https://)")
+        return value
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _not_from_sources(cls, value: object) -> None:
+        if value is not None:
+            raise ValueError(f"set the token through {HUD_TOKEN_ENV}, not the settings")
+        return None
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class CapacitySettings(BaseSettings):
+    """The capacity monitor's settings for one scale set (design §6)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        case_sensitive=False,
+        extra="forbid",
+        frozen=True,
+    )
+
+    enabled: bool = False
+    proactive_capacity: int = Field(default=0, ge=0)
+    recalculate_interval: PositiveDuration = 30.0
+    placeholder_ready_timeout: PositiveDuration = 300.0
+    # Required when enabled; must be the requests of the *largest* workflow pod.
+    workflow_resources: Resources | None = None
+    # None: the runner pod template's requests, else DEFAULT_RUNNER_REQUESTS.
+    runner_resources: Resources | None = None
+    # None: the runner pod template's. The workflow_* ones default to the runner half's.
+    node_selector: dict[str, str] | None = None
+    tolerations: list[Toleration] | None = None
+    workflow_node_selector: dict[str, str] | None = None
+    workflow_tolerations: list[Toleration] | None = None
+    placeholder_namespace: str | None = None  # None: the runner namespace
+    placeholder_image: str = DEFAULT_IMAGE
+    placeholder_ttl: PositiveDuration = 900.0
+    renew_before: Duration = 300.0
+    max_pending_pairs: int = Field(default=30, ge=1)
+    downscale_delay: Duration = 300.0
+    node_checks: bool = False
+    hud: HudSettings = Field(default_factory=HudSettings)
+
+    @field_validator("placeholder_namespace")
+    @classmethod
+    def _check_namespace(cls, value: str | None) -> str | None:
+        if value is not None and not _DNS_LABEL.match(value):
+            raise ValueError(f"invalid namespace {value!r}")
+        return value
+
+    @field_validator("placeholder_image")
+    @classmethod
+    def _check_image(cls, value: str) -> str:
+        if not value.strip() or any(c.isspace() for c in value):
+            raise ValueError(f"invalid image {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _check_together(self) -> CapacitySettings:
+        if self.enabled and self.workflow_resources is None:
+            raise ValueError(
+                "workflow_resources: required when enabled (the requests of the largest "
+                "workflow pod)"
+            )
+        if self.renew_before >= self.placeholder_ttl:
+            raise ValueError(
+                f"renew_before: {self.renew_before:g}s must be shorter than "
+                f"placeholder_ttl ({self.placeholder_ttl:g}s)"
+            )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Keyword arguments first, then whatever `load_capacity_settings` prepared (the
+        # environment before the file). os.environ is never read implicitly.
+        return (init_settings, *_LOADING.get())
+
+
+# The sources of the `load_capacity_settings` call in progress.
+_LOADING: ContextVar[tuple[PydanticBaseSettingsSource, ...]] = ContextVar("_LOADING", default=())
+
+
+class _MappingEnvSource(EnvSettingsSource):
+    """The environment source, reading a given mapping instead of os.environ (so start-up
+    code and tests pass the environment explicitly)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]) -> None:
+        self._given_env = dict(env)
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(
+            self._given_env, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str
+        )
+
+
+# --- loading and error lines --------------------------------------------------------------
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _error_line(error: ErrorDetails) -> str:
+    path = _field_path(error["loc"])
+    kind = error["type"]
+    if kind == "value_error":
+        problem = str(error.get("ctx", {}).get("error", error["msg"]))
+    elif kind == "missing":
+        problem = "is required"
+    elif kind == "extra_forbidden":
+        problem = "unknown setting"  # never echo the value: it may be a misplaced secret
+    else:
+        problem = f"{error['msg'][:1].lower()}{error['msg'][1:]} (got {error['input']!r})"
+    if not path:  # model-level checks name their field themselves
+        return f"capacity setting {problem}"
+    return f"capacity setting {path}: {problem}"
+
+
+def _first_error_line(exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False)
+    line = _error_line(errors[0])
+    if len(errors) > 1:
+        line += f" (and {len(errors) - 1} more)"
+    return line
+
+
+def _unknown_env_names(env: Mapping[str, str]) -> list[str]:
+    """CAPACITY_* variables that name no setting (typos would otherwise pass silently).
+    Unknown nested keys are caught by the models themselves."""
+    fields = set(CapacitySettings.model_fields)
+    unknown = []
+    for name in sorted(env):
+        if not name.upper().startswith(ENV_PREFIX) or name.upper() == CONFIG_FILE_ENV:
+            continue
+        head = name[len(ENV_PREFIX) :].split("__", 1)[0].lower()
+        if head not in fields:
+            unknown.append(name)
+    return unknown
+
+
+def load_capacity_settings(env: Mapping[str, str]) -> CapacitySettings:
+    """Read the settings from `env` (normally os.environ) and the YAML file it names.
+    Raises CapacitySettingsError with one line on any bad value."""
+    sources: list[PydanticBaseSettingsSource] = [_MappingEnvSource(CapacitySettings, env)]
+    path_text = env.get(CONFIG_FILE_ENV, "").strip()
+    if path_text:
+        path = Path(path_text)
+        if not path.is_file():
+            raise CapacitySettingsError(f"capacity settings file {path_text}: not found")
+        try:
+            yaml_source = YamlConfigSettingsSource(CapacitySettings, yaml_file=path)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1})" if mark is not None else ""
+            raise CapacitySettingsError(
+                f"capacity settings file {path_text}: not valid YAML{where}"
+            ) from None
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, UnicodeDecodeError):
+                raise CapacitySettingsError(
+                    f"capacity settings file {path_text}: not UTF-8 text"
+                ) from None
+            # the top level is a list or a scalar
+            raise CapacitySettingsError(
+                f"capacity settings file {path_text}: must be a mapping of settings"
+            ) from None
+        except OSError as exc:
+            raise CapacitySettingsError(
+                f"capacity settings file {path_text}: cannot read ({exc.__class__.__name__})"
+            ) from None
+        if not isinstance(yaml_source.yaml_data, dict):
+            raise CapacitySettingsError(
+                f"capacity settings file {path_text}: must be a mapping of settings"
+            )
+        sources.append(yaml_source)  # after env: the environment wins
+    unknown = _unknown_env_names(env)
+    if unknown:
+        raise CapacitySettingsError(f"capacity setting {unknown[0]}: unknown environment variable")
+    token_reset = _LOADING.set(tuple(sources))
+    try:
+        settings = CapacitySettings()
+    except ValidationError as exc:
+        raise CapacitySettingsError(_first_error_line(exc)) from None
+    finally:
+        _LOADING.reset(token_reset)
+    token = env.get(HUD_TOKEN_ENV, "")
+    if token:
+        settings = settings.model_copy(
+            update={"hud": settings.hud.model_copy(update={"token": SecretStr(token)})}
+        )
+    return settings
+
+
+def to_params(settings: CapacitySettings, max_runners: int) -> Params:
+    """The policy's knobs. `max_runners` comes from ARC's config and may change later."""
+    return Params(
+        max_runners=max(0, max_runners),
+        proactive_capacity=settings.proactive_capacity,
+        max_pending_pairs=settings.max_pending_pairs,
+        ready_timeout=settings.placeholder_ready_timeout,
+        downscale_delay=settings.downscale_delay,
+        ttl=settings.placeholder_ttl,
+        renew_before=settings.renew_before,
+        node_checks=settings.node_checks,
+        hud_enabled=settings.hud.enabled,
+        hud_stale_after=settings.hud.stale_after,
+        hud_failure_base_capacity=settings.hud.failure_base_capacity,
+    )
