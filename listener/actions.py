@@ -111,13 +111,16 @@ class ActionsClient:
         sleep: Sleep = asyncio.sleep,
         clock: Clock = time.monotonic,
         wall_clock: Clock = time.time,
+        on_secret: Callable[[str], None] = lambda _secret: None,
     ) -> None:
+        """``on_secret`` gets every message-queue token (e.g. to mask it in logs)."""
         self._client = client
         self._auth = auth
         self._scale_set_id = scale_set_id
         self._sleep = sleep
         self._clock = clock
         self._wall_clock = wall_clock
+        self._on_secret = on_secret
         self._session: Session | None = None
         self._refresh_lock = asyncio.Lock()
 
@@ -179,8 +182,12 @@ class ActionsClient:
             )
         if response.status_code != 200:
             raise error_from_response(response)
-        self._session = _parsed(parse_session, response)
-        return self._session
+        return self._store(_parsed(parse_session, response))
+
+    def _store(self, session: Session) -> Session:
+        self._on_secret(session.message_queue_access_token)
+        self._session = session
+        return session
 
     async def refresh_session(self) -> Session:
         """PATCH the session: new message-queue token; replaces the stored session."""
@@ -189,8 +196,7 @@ class ActionsClient:
         response = await self._admin("PATCH", path)
         if response.status_code != 200:
             raise error_from_response(response)
-        self._session = _parsed(parse_session, response)
-        return self._session
+        return self._store(_parsed(parse_session, response))
 
     async def delete_session(self) -> None:
         """DELETE the session (204). Does nothing when there is no session."""

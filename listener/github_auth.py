@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -121,13 +122,16 @@ class GitHubAuth:
         force_ghes: bool = False,
         clock: Clock = time.time,
         sleep: Sleep = asyncio.sleep,
+        on_secret: Callable[[str], None] = lambda _secret: None,
     ) -> None:
+        """``on_secret`` is called with every token obtained (e.g. to mask it in logs)."""
         self._client = client
         self._target = target
         self._credentials = credentials
         self._api_url = github_api_url(target, force_ghes=force_ghes)
         self._clock = clock
         self._sleep = sleep
+        self._on_secret = on_secret
         self._connection: AdminConnection | None = None
         self._lock = asyncio.Lock()
 
@@ -169,10 +173,12 @@ class GitHubAuth:
         )
         if not response.is_success:
             raise error_from_response(response)
+        admin_token = _string_field(response, "token")
+        self._on_secret(admin_token)
         connection = AdminConnection(
             actions_url=_string_field(response, "url"),
-            admin_token=(token := _string_field(response, "token")),
-            expires_at=_token_expiry(token),
+            admin_token=admin_token,
+            expires_at=_token_expiry(admin_token),
         )
         log.info(
             "obtained an Actions service admin token",
@@ -188,6 +194,7 @@ class GitHubAuth:
             bearer = await self._installation_token(self._credentials)
         else:
             bearer = self._credentials.token
+        self._on_secret(bearer)
         url = f"{self._api_url}{self._target.registration_token_path}"
         headers = {
             "Authorization": f"Bearer {bearer}",
@@ -201,11 +208,14 @@ class GitHubAuth:
         )
         if response.status_code != 201:
             raise error_from_response(response)
-        return _string_field(response, "token")
+        registration_token = _string_field(response, "token")
+        self._on_secret(registration_token)
+        return registration_token
 
     async def _installation_token(self, app: AppCredentials) -> str:
         url = f"{self._api_url}/app/installations/{app.installation_id}/access_tokens"
         token = app_jwt(app, self._clock())
+        self._on_secret(token)
         headers = {
             "Authorization": f"Bearer {token}",
             "Content-Type": "application/vnd.github+json",
@@ -218,4 +228,6 @@ class GitHubAuth:
         )
         if response.status_code != 201:
             raise error_from_response(response)
-        return _string_field(response, "token")
+        installation_token = _string_field(response, "token")
+        self._on_secret(installation_token)
+        return installation_token

@@ -662,3 +662,18 @@ async def test_admin_token_refresh_happens_before_admin_calls_only(
     assert (reg.call_count, admin.call_count) == (2, 2)  # admin-built call refreshed first
     assert acquire.calls.last.request.headers["Authorization"] == "Bearer queue-token-1"
     assert first_admin.startswith("Bearer ey")
+
+
+@respx.mock
+async def test_every_queue_token_is_reported_for_log_masking(
+    http_client: httpx.AsyncClient, fake: FakeTime
+) -> None:
+    secrets: list[str] = []
+    actions = ActionsClient(http_client, StubAuth(), 7, sleep=fake.sleep, on_secret=secrets.append)
+    respx.post(SESSIONS, params=API).respond(200, json=session_json())
+    respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).respond(
+        200, json=session_json(token="queue-token-2")
+    )
+    await actions.create_session("pod", conflict_timeout=0)
+    await actions.refresh_session()
+    assert secrets == ["queue-token-1", "queue-token-2"]

@@ -52,7 +52,7 @@ def fake() -> FakeTime:
 
 
 def pat_auth(
-    client: httpx.AsyncClient, fake: FakeTime, url: str = ORG_URL, **kwargs: bool
+    client: httpx.AsyncClient, fake: FakeTime, url: str = ORG_URL, *, force_ghes: bool = False
 ) -> GitHubAuth:
     return GitHubAuth(
         client,
@@ -60,7 +60,7 @@ def pat_auth(
         credentials=TokenCredentials(PAT),
         clock=fake.clock,
         sleep=fake.sleep,
-        **kwargs,
+        force_ghes=force_ghes,
     )
 
 
@@ -430,7 +430,7 @@ async def test_runner_registration_accepts_any_2xx_and_a_bom(
         ({"url": ACTIONS_URL}, r"response has no 'token'"),
         ({"url": "", "token": "x.y.z"}, r"response has no 'url'"),
         ({"url": ACTIONS_URL, "token": "opaque"}, r"admin token is not a JWT"),
-        ([1, 2], r"response has no 'url'"),
+        ([1, 2], r"response has no 'token'"),
     ],
 )
 @respx.mock
@@ -464,3 +464,30 @@ async def test_registration_token_missing_from_201(
         ProtocolError, match=r"^POST https://api\.github\.com/orgs/acme/.*not valid"
     ):
         await pat_auth(client, fake).admin_connection()
+
+
+@respx.mock
+async def test_every_token_is_reported_for_log_masking(
+    client: httpx.AsyncClient, fake: FakeTime, rsa_key: rsa.RSAPrivateKey
+) -> None:
+    respx.post("https://api.github.com/app/installations/9/access_tokens").respond(
+        201, json={"token": INSTALLATION_TOKEN}
+    )
+    mock_registration(fake)
+    secrets: list[str] = []
+    auth = GitHubAuth(
+        client,
+        parse_github_target(ORG_URL),
+        AppCredentials(app_id="1", installation_id=9, private_key=pem_pkcs1(rsa_key)),
+        clock=fake.clock,
+        sleep=fake.sleep,
+        on_secret=secrets.append,
+    )
+    connection = await auth.admin_connection()
+    assert secrets[0].startswith("ey")  # the App JWT
+    assert secrets[1:] == [
+        INSTALLATION_TOKEN,
+        INSTALLATION_TOKEN,
+        REGISTRATION_TOKEN,
+        connection.admin_token,
+    ]
