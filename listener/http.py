@@ -12,8 +12,10 @@ Client (:func:`make_client`):
   match: httpx treats a ``NO_PROXY`` CIDR such as ``10.0.0.0/8`` as a single address, proxies
   loopback addresses, reads ``ALL_PROXY`` and prefers the lower-case variable when both are
   set. So the client is built with ``trust_env=False`` and a small router picks the direct or
-  the proxied transport per request. Remaining gap: SOCKS proxies are refused (httpx needs an
-  extra package for them; ARC's pods only ever get ``http(s)://`` proxy URLs).
+  the proxied transport per request. Remaining gaps: a ``socks5://`` proxy (which Go would
+  use) is refused at start-up with a one-line error, because httpx needs an extra package
+  for it; Go's CGI rule (ignore ``HTTP_PROXY`` when ``REQUEST_METHOD`` is set) is not
+  reproduced.
 - Deadlines: a per-operation :class:`httpx.Timeout` on the client (``LONG_POLL_TIMEOUT`` is
   passed for the long poll), and :func:`send` bounds each whole attempt as well, so a server
   that trickles bytes cannot hold a call forever.
@@ -78,8 +80,10 @@ __all__ = [
     "error_from_response",
     "make_client",
     "redact_url",
+    "retry_after",
     "retry_on_conflict",
     "send",
+    "ssl_context",
     "user_agent",
 ]
 
