@@ -145,8 +145,13 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
                 user_agent=http.user_agent(cfg.runner_scale_set_id),
             )
         )
-        auth = github_auth.GitHubAuth(client, target=cfg.target, credentials=cfg.credentials)
-        actions = ActionsClient(client, auth, scale_set_id=cfg.runner_scale_set_id)
+        # Every token obtained later (installation, registration, admin, queue) is masked too.
+        auth = github_auth.GitHubAuth(
+            client, target=cfg.target, credentials=cfg.credentials, on_secret=register_secret
+        )
+        actions = ActionsClient(
+            client, auth, scale_set_id=cfg.runner_scale_set_id, on_secret=register_secret
+        )
         parts = _Parts(cfg, options, env, kube, actions, advertised, registry, metrics, health)
         async with asyncio.TaskGroup() as tg:
             # Probes and metrics come up first, so the kubelet sees a live process while the
@@ -203,7 +208,6 @@ async def _listen(
     )
     if session is None:
         return
-    register_secret(session.message_queue_access_token)
     log.info("session created", extra={"session_id": session.session_id})
     try:
         if p.metrics is not None:
