@@ -47,8 +47,6 @@ HUD_TOKEN_ENV = "HUD_API_TOKEN"
 
 DEFAULT_IMAGE = "public.ecr.aws/docker/library/alpine:3.21"
 DEFAULT_HUD_URL = "https://hud.pytorch.org/api/clickhouse/queued_jobs_aggregate"
-# Used for the runner half when neither the settings nor the runner pod template give requests.
-DEFAULT_RUNNER_REQUESTS: Mapping[str, str] = {"cpu": "750m", "memory": "512Mi"}
 
 
 class CapacitySettingsError(ValueError):
@@ -223,7 +221,7 @@ class CapacitySettings(BaseSettings):
     placeholder_ready_timeout: PositiveDuration = 300.0
     # Required when enabled; must be the requests of the *largest* workflow pod.
     workflow_resources: Resources | None = None
-    # None: the runner pod template's requests, else DEFAULT_RUNNER_REQUESTS.
+    # None: the runner pod template's requests, else 750m CPU / 512Mi (specs.py).
     runner_resources: Resources | None = None
     # None: the runner pod template's. The workflow_* ones default to the runner half's.
     node_selector: dict[str, str] | None = None
