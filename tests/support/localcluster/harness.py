@@ -40,6 +40,7 @@ FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 STOP_GRACE_SECONDS = 10.0
 START_TIMEOUT = 90.0
 NODE_READY_TIMEOUT = 60.0
+UNCACHED_RESOURCE = "podtemplates"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -268,6 +269,11 @@ class LocalCluster:
                 # Priority admission stays on (it is in the default set): it fills in
                 # spec.priority from priorityClassName, which preemption needs.
                 "--enable-priority-and-fairness=false",
+                # Watches are served from the watch cache, which answers a stale
+                # resourceVersion with a replay of current state rather than 410 while it
+                # has never dropped an event. PodTemplates (unused by anything here) skip
+                # the cache, so a watch on them after compact_storage() gets a real 410.
+                f"--watch-cache-sizes={UNCACHED_RESOURCE}#0",
             ],
         )
         self._rest = KubeREST(self.kubeconfig)
@@ -418,6 +424,26 @@ class LocalCluster:
             self._rest.close()
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
+
+    def compact_storage(self) -> int | None:
+        """Compact etcd to its current revision, as the API server does every few minutes.
+
+        Afterwards a watch from an older resourceVersion gets 410 Gone whether the API server
+        serves it from its watch cache or from etcd. Returns the revision, or None for an
+        attached cluster whose etcd is out of reach.
+        """
+        port = self.ports.get("etcd_client")
+        if port is None:
+            return None
+        base = f"http://127.0.0.1:{port}/v3/kv"
+        # etcd's JSON gateway: any range read returns the store's current revision.
+        head = httpx.post(f"{base}/range", json={"key": "AA=="}, timeout=5).json()
+        revision = int(head["header"]["revision"])
+        resp = httpx.post(
+            f"{base}/compaction", json={"revision": str(revision), "physical": True}, timeout=10
+        )
+        resp.raise_for_status()
+        return revision
 
     def pids(self) -> dict[str, int]:
         return {c.name: c.proc.pid for c in self.components if c.proc is not None}
