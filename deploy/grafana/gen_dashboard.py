@@ -369,6 +369,20 @@ def sections() -> Iterator[tuple[str, list[Panel]]]:
                 ),
                 stack=True,
             ),
+            timeseries(
+                "Kubernetes API errors",
+                "Failed Kubernetes calls of the capacity monitor by operation and kind; "
+                "a steady stream of forbidden errors means the RBAC in deploy/rbac is missing.",
+                targets(
+                    (
+                        f"sum by (operation, kind) (increase(gha_capacity_kube_errors_total"
+                        f"{{{SEL}}}[{RATE}]))",
+                        "{{operation}} {{kind}}",
+                    )
+                ),
+                stack=True,
+                width=24,
+            ),
         ],
     )
     yield (

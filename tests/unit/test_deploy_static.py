@@ -323,7 +323,7 @@ def test_metric_list_has_arc_series_and_capacity_family() -> None:
     assert arc <= families.keys()
     assert {"gha_available_jobs", "gha_acquired_jobs"} <= families.keys()
     capacity = {name for name in families if name.startswith("gha_capacity_")}
-    assert len(capacity) == 16, sorted(capacity)
+    assert len(capacity) == 17, sorted(capacity)
     for name in capacity:
         assert {"name", "namespace"} <= families[name].labels, name
 
@@ -354,6 +354,42 @@ def test_metric_list_matches_listener_metrics_module() -> None:
     ):
         for name, spec in specs.items():
             assert families[name].labels == frozenset(spec.labels), (kind, name)
+
+
+def test_metric_list_matches_capacity_metrics_module() -> None:
+    """Families, types, labels and primed label values as capacity/metrics.py exports them."""
+    from prometheus_client import CollectorRegistry
+
+    from capacity.metrics import CapacityMetrics
+    from capacity.model import DeleteReason
+
+    registry = CollectorRegistry()
+    CapacityMetrics(registry, name="arc-cpu-x2v9k", namespace="arc-runners")
+    families = read_metric_list()
+    exported: dict[str, tuple[str, set[str], dict[str, set[str]]]] = {}
+    for family in registry.collect():
+        name = family.name + "_total" if family.type == "counter" else family.name
+        labels: set[str] = set()
+        values: dict[str, set[str]] = {}
+        for sample in family.samples:
+            for key, value in sample.labels.items():
+                if key != "le":
+                    labels.add(key)
+                    values.setdefault(key, set()).add(value)
+        exported[name] = (family.type, labels, values)
+    listed = {n for n in families if n.startswith("gha_capacity_")}
+    assert listed == set(exported)
+    for name, (kind, labels, values) in exported.items():
+        family = families[name]
+        assert family.type == kind, name
+        # A family the monitor does not prime has no samples yet: its labels are unknown here.
+        assert not labels or family.labels == labels, (name, labels)
+        for label, allowed in family.values.items():
+            if label in values:
+                assert allowed == values[label], (name, label)
+    assert families["gha_capacity_pair_deletes_total"].values["reason"] == {
+        reason.value for reason in DeleteReason
+    }
 
 
 def test_dashboard_queries_use_only_exported_metrics() -> None:
@@ -533,6 +569,94 @@ def test_runner_and_workflow_templates(flavour: str) -> None:
     assert template["spec"]["priorityClassName"] == "arc-workflow"
     job = named(template["spec"]["containers"], "$job")
     assert job["resources"]["requests"]
+
+
+def hook_template(flavour: str) -> dict[str, Any]:
+    (configmap,) = yaml_docs(DEPLOY / "helm" / f"workflow-pod-template-{flavour}.yaml")
+    template: dict[str, Any] = yaml.safe_load(configmap["data"]["workflow.yaml"])
+    return template
+
+
+@pytest.mark.parametrize("flavour", ["cpu", "gpu"])
+def test_capacity_examples_load_and_match_the_pod_templates(flavour: str) -> None:
+    from capacity.settings import load_capacity_settings
+
+    path = DEPLOY / "config" / f"capacity-{flavour}.yaml"
+    settings = load_capacity_settings({"CAPACITY_CONFIG_FILE": str(path)})
+    assert settings.enabled
+    assert settings.hud.enabled
+
+    workflow = hook_template(flavour)["spec"]
+    job = named(workflow["containers"], "$job")
+    assert settings.workflow_resources is not None
+    assert settings.workflow_resources.requests == {
+        k: str(v) for k, v in job["resources"]["requests"].items()
+    }
+    # Workflow placeholders go where workflow pods go.
+    if "nodeSelector" in workflow:
+        assert settings.workflow_node_selector == workflow["nodeSelector"]
+    if "tolerations" in workflow:
+        assert settings.workflow_tolerations is not None
+        assert [t.to_k8s() for t in settings.workflow_tolerations] == workflow["tolerations"]
+
+    (values,) = yaml_docs(DEPLOY / "helm" / f"values-capacity-{flavour}.yaml")
+    runner_spec = values["template"]["spec"]
+    runner = named(runner_spec["containers"], "runner")
+    if settings.runner_resources is not None:
+        assert settings.runner_resources.requests == runner["resources"]["requests"]
+    if settings.node_selector is not None:
+        assert settings.node_selector == runner_spec.get("nodeSelector")
+
+
+def test_settings_reference_matches_generator() -> None:
+    generator = load_script(DEPLOY / "gen_reference.py")
+    assert (DEPLOY / "config" / "REFERENCE.md").read_text(encoding="utf-8") == generator.render(), (
+        "deploy/config/REFERENCE.md is stale: run `python deploy/gen_reference.py`"
+    )
+
+
+REFERENCE_SAMPLES: dict[str, tuple[str, Any]] = {
+    # reference type column (start) -> (environment value, expected setting value)
+    "boolean": ("true", True),
+    "integer": ("3", 3),
+    "duration": ("1h30m", 5400.0),
+    "map of string": ('{"pool": "ci"}', {"pool": "ci"}),
+    "list of string": ('["my-org"]', ["my-org"]),
+}
+STRING_SAMPLES = {
+    "placeholder_namespace": "ci-placeholders",
+    "placeholder_image": "registry.example.com/pause:3",
+    "hud.url": "https://hud.example.com/api/queued",
+    "hud.parameters.repo": "my-org/my-repo",
+}
+
+
+def test_reference_environment_variables_set_their_setting() -> None:
+    """Each documented CAPACITY_* variable, set alone, changes the setting it names."""
+    from capacity.settings import load_capacity_settings
+
+    text = (DEPLOY / "config" / "REFERENCE.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `([a-z_.]+)` \| `(CAPACITY_[A-Z_]+)` \| ([^|]+?) \|", text, re.M)
+    assert len(rows) >= 25
+    checked = 0
+    for path, variable, kind in rows:
+        base = kind.split(" (")[0]
+        if base == "string":
+            raw, expected = STRING_SAMPLES[path], STRING_SAMPLES[path]
+        elif path == "renew_before":  # must stay below placeholder_ttl (15m)
+            raw, expected = "90s", 90.0
+        elif base in REFERENCE_SAMPLES:
+            raw, expected = REFERENCE_SAMPLES[base]
+        else:
+            continue  # sections, resources and tolerations: covered by the examples above
+        # enabled=true needs workflow_resources; give it, unless it is the variable under test.
+        env = {"CAPACITY_WORKFLOW_RESOURCES": '{"requests": {"cpu": "1"}}', variable: raw}
+        settings: Any = load_capacity_settings(env)
+        for part in path.split("."):
+            settings = getattr(settings, part)
+        assert settings == expected, (variable, raw, settings)
+        checked += 1
+    assert checked >= 20
 
 
 # --- the dependency lock -------------------------------------------------------------------

@@ -1,0 +1,262 @@
+"""Writes deploy/config/REFERENCE.md from the settings model (capacity/settings.py).
+
+Names, environment variables, types, defaults and limits come from the model itself; only the
+one-line descriptions live here, keyed by setting. Generation fails when a setting has no
+description or a description names no setting, and tests/unit/test_deploy_static.py fails when
+the committed file differs from this output. Regenerate with
+``python deploy/gen_reference.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from capacity import settings as capacity_settings  # noqa: E402
+from listener.app import Options  # noqa: E402
+
+OUTPUT = ROOT / "deploy" / "config" / "REFERENCE.md"
+
+DESCRIPTIONS: dict[str, str] = {
+    "enabled": "Turns the capacity monitor on. Off: the listener behaves exactly like ARC's "
+    "and advertises `maxRunners`.",
+    "proactive_capacity": "Placeholder pairs kept ready on top of the queued jobs, so jobs "
+    "start without waiting for a node. Costs idle nodes.",
+    "recalculate_interval": "Period of the fallback reconcile pass and of the HUD queries; "
+    "watch events trigger passes in between.",
+    "placeholder_ready_timeout": "A pair with a half still Pending after this long is "
+    "deleted (never advertised) and retried on a later pass.",
+    "workflow_resources": "Requests of each workflow placeholder: the LARGEST request any "
+    "workflow pod of this scale set makes. Required when enabled.",
+    "runner_resources": "Requests of each runner placeholder. Unset: the runner pod "
+    "template's requests, else cpu 750m / memory 512Mi.",
+    "node_selector": "nodeSelector of the runner placeholders. Unset: the runner pod template's.",
+    "tolerations": "Tolerations of the runner placeholders. Unset: the runner pod template's.",
+    "workflow_node_selector": "nodeSelector of the workflow placeholders: the nodes workflow "
+    "pods run on (the hook template's). Unset: the runner placeholders'.",
+    "workflow_tolerations": "Tolerations of the workflow placeholders. Unset: the runner "
+    "placeholders'.",
+    "placeholder_namespace": "Namespace of the placeholder pods. Unset: the runner namespace. "
+    "Must be the EphemeralRunnerSet's namespace for the garbage collector to keep them.",
+    "placeholder_image": "Image of the placeholder pods (runs `sleep` for the TTL).",
+    "placeholder_ttl": "Lifetime of a placeholder pod (its `sleep`); a safety net if the "
+    "listener disappears.",
+    "renew_before": "Replace a Running pair this long before its TTL ends, make-before-break, "
+    "so capacity does not dip. Must be shorter than `placeholder_ttl`.",
+    "max_pending_pairs": "At most this many pairs Pending at once (a creation-rate limit, "
+    "not a cap on pairs in existence).",
+    "downscale_delay": "Scale-down waits until the desired pair count has stayed lower for "
+    "this long; scale-up is immediate.",
+    "node_checks": "Count a Running placeholder only on a usable node (not cordoned, no "
+    "`karpenter.sh/disrupted` taint). Needs deploy/rbac/clusterrole-node-checks.yaml.",
+    "hud": "The HUD queued-jobs source (below).",
+    "hud.enabled": "Query HUD for jobs queued for this scale set's labels. Off: desired "
+    "pairs = `proactive_capacity`.",
+    "hud.url": "The queued-jobs endpoint.",
+    "hud.parameters": "The `parameters` JSON sent to HUD (below).",
+    "hud.timeout": "Deadline of one HUD request.",
+    "hud.max_response_bytes": "Responses larger than this are rejected (result `too_large`).",
+    "hud.stale_after": "While HUD fails, keep using the last good value for this long, then "
+    "fall back to the floor.",
+    "hud.failure_base_capacity": "The floor while HUD is failing: desired pairs = "
+    "`proactive_capacity` + this.",
+    "hud.parameters.queued_threshold_minutes": "Count only jobs queued at least this long.",
+    "hud.parameters.max_age_days": "Ignore jobs queued longer ago than this.",
+    "hud.parameters.orgs": "Organisations to count; empty: HUD's default.",
+    "hud.parameters.repo": "Repository to count (`owner/name`); empty: all.",
+}
+
+LISTENER_ENV: dict[str, tuple[str, str]] = {
+    # Options field -> (environment variable, description)
+    "probe_addr": (
+        "LISTENER_PROBE_ADDR",
+        "Address of the /healthz and /readyz endpoints.",
+    ),
+    "session_conflict_timeout": (
+        "LISTENER_SESSION_CONFLICT_TIMEOUT",
+        "Seconds to keep retrying a 409 (the previous pod's session still exists) before exiting.",
+    ),
+    "reissue_interval": (
+        "LISTENER_REISSUE_INTERVAL",
+        "Minimum seconds between two re-issued long polls when the advertised capacity changes.",
+    ),
+}
+
+
+def _is_duration(info: FieldInfo) -> bool:
+    validators = (capacity_settings.parse_duration, capacity_settings._positive_duration)
+    return any(getattr(meta, "func", None) in validators for meta in info.metadata)
+
+
+def _constraints(info: FieldInfo) -> str:
+    parts = []
+    for meta in info.metadata:
+        for attr, symbol in (("ge", "≥"), ("gt", ">")):
+            value = getattr(meta, attr, None)
+            if value is not None:
+                parts.append(f"{symbol} {value}")
+    if any(getattr(m, "func", None) is capacity_settings._positive_duration for m in info.metadata):
+        parts.append("> 0")
+    return ", ".join(parts)
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args)
+    if origin is typing.Literal:
+        return " / ".join(f"`{a}`" for a in args)
+    if origin is dict:
+        return f"map of {_type_name(args[1])}"
+    if origin is list:
+        return f"list of {_type_name(args[0])}"
+    if annotation is capacity_settings.Resources:
+        return "resources (`{requests: {cpu, memory, …}}`)"
+    if annotation is capacity_settings.Toleration:
+        return "toleration"
+    names = {bool: "boolean", int: "integer", float: "number", str: "string"}
+    if annotation in names:
+        return names[annotation]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "section"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _seconds(value: float) -> str:
+    if value >= 60 and value % 60 == 0:
+        return f"{int(value // 60)}m"
+    return f"{value:g}s"
+
+
+def _default(info: FieldInfo) -> str:
+    if info.is_required():
+        return "required"
+    value = info.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        return "see below"
+    if value is None:
+        return "unset"
+    if _is_duration(info):
+        return f"`{_seconds(float(value))}`"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, list | dict) and not value:
+        return "empty"
+    if isinstance(value, str) and not value:
+        return "empty"
+    return f"`{value}`"
+
+
+def _rows(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, FieldInfo]]:
+    for name, info in model.model_fields.items():
+        if info.exclude:  # the HUD token: environment only, documented separately
+            continue
+        yield prefix + name, info
+
+
+def _table(model: type[BaseModel], prefix: str, used: set[str]) -> list[str]:
+    lines = [
+        "| Setting | Environment variable | Type | Default | Description |",
+        "|---|---|---|---|---|",
+    ]
+    nested: list[tuple[str, type[BaseModel]]] = []
+    for path, info in _rows(model, prefix):
+        if path not in DESCRIPTIONS:
+            raise SystemExit(f"gen_reference: no description for setting {path!r}")
+        used.add(path)
+        kind = "duration" if _is_duration(info) else _type_name(info.annotation)
+        limits = _constraints(info)
+        if limits:
+            kind += f" ({limits})"
+        env = capacity_settings.ENV_PREFIX + path.upper().replace(".", "__")
+        lines.append(f"| `{path}` | `{env}` | {kind} | {_default(info)} | {DESCRIPTIONS[path]} |")
+        annotation = info.annotation
+        leaf_models = (capacity_settings.Resources, capacity_settings.Toleration)
+        if (
+            isinstance(annotation, type)
+            and issubclass(annotation, BaseModel)
+            and annotation not in leaf_models
+        ):
+            nested.append((path, annotation))
+    out = lines
+    for path, sub in nested:
+        out += ["", f"## `{path}`", "", *_table(sub, path + ".", used)]
+    return out
+
+
+def render() -> str:
+    used: set[str] = set()
+    tables = _table(capacity_settings.CapacitySettings, "", used)
+    unused = set(DESCRIPTIONS) - used
+    if unused:
+        raise SystemExit(f"gen_reference: descriptions for unknown settings {sorted(unused)}")
+    env_file = capacity_settings.CONFIG_FILE_ENV
+    token_env = capacity_settings.HUD_TOKEN_ENV
+    listener_rows = []
+    for option in dataclasses.fields(Options):
+        if option.name not in LISTENER_ENV:
+            raise SystemExit(f"gen_reference: no description for listener option {option.name}")
+        variable, text = LISTENER_ENV[option.name]
+        default = option.default
+        shown = f"{default:g}" if isinstance(default, float) else str(default)
+        listener_rows.append(f"| `{variable}` | `{shown}` | {text} |")
+    lines = [
+        "# Capacity settings reference",
+        "",
+        "<!-- Generated by deploy/gen_reference.py from capacity/settings.py: do not edit. -->",
+        "",
+        "Per scale set. Settings come from a YAML file named by "
+        f"`{env_file}` (examples: `capacity-cpu.yaml`, `capacity-gpu.yaml` in this "
+        f"directory) and from environment variables `{capacity_settings.ENV_PREFIX}<SETTING>` "
+        "on the listener container; the environment wins over the file. Nested settings join "
+        "their names with `__` (`CAPACITY_HUD__TIMEOUT=5s`); maps and lists are given as "
+        'JSON in the environment (`CAPACITY_NODE_SELECTOR=\'{"pool":"ci"}\'`).',
+        "",
+        "Durations accept `500ms`, `30s`, `5m`, `1h`, `1h30m` or a plain number of seconds. "
+        'Resource quantities are Kubernetes quantities (`"2"`, `750m`, `16Gi`); extended '
+        "resources such as `nvidia.com/gpu` take whole numbers. Unknown settings and bad "
+        "values stop the listener at start-up with one line naming the setting.",
+        "",
+        f"The HUD token is read only from `{token_env}` (a Secret, see deploy/README.md), "
+        "never from the file.",
+        "",
+        "## Settings",
+        "",
+        *tables,
+        "",
+        "## Listener environment",
+        "",
+        "Not capacity settings: options of the listener process itself.",
+        "",
+        "| Environment variable | Default | Description |",
+        "|---|---|---|",
+        "| `LISTENER_CONFIG_PATH` | set by ARC | ARC's config.json for this scale set. |",
+        f"| `{env_file}` | unset | The capacity settings file (YAML). |",
+        f"| `{token_env}` | unset | The HUD API token (`x-hud-internal-bot` header). |",
+        *listener_rows,
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    OUTPUT.write_text(render(), encoding="utf-8")
+    print(f"wrote {OUTPUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
