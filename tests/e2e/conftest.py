@@ -1,0 +1,57 @@
+"""Fixtures for the end-to-end tier: the listener process, the fake Actions service and HUD,
+the runner stand-in, on the real local control plane.
+
+``local_cluster`` (session): an external disposable cluster (``LOCALCLUSTER_KUBECONFIG``), a
+running ``python -m tests.support.localcluster up``, or one started for this run (built from
+the Go module proxy on first use). A failed build or start fails the tests; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.e2e import Stage, local_control_plane
+from tests.support.localcluster import BuildError, ClusterError, LocalCluster
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None]:
+    """On failure, attach every listener's log and the sites' state to the report."""
+    outcome = yield
+    report = outcome.get_result()
+    stage = getattr(item, "funcargs", {}).get("stage")
+    if not report.failed or not isinstance(stage, Stage):
+        return
+    for site in stage.sites:
+        report.sections.append((f"site {site.spec.name}", repr(site.view())))
+        for listener in site.listeners:
+            report.sections.append((f"{listener.name} log", listener.log_tail(120)))
+        if site.standin is not None and site.standin.errors:
+            report.sections.append((f"stand-in {site.spec.name}", "\n".join(site.standin.errors)))
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    try:
+        with local_control_plane(tmp_path_factory.mktemp("e2e-cluster")) as cluster:
+            yield cluster
+    except (BuildError, ClusterError) as exc:
+        pytest.fail(f"local control plane: {exc}", pytrace=False)
+
+
+@pytest.fixture
+async def stage(local_cluster: LocalCluster, tmp_path: Path) -> AsyncIterator[Stage]:
+    """A fresh scenario: fake Actions service (2 s poll hold) and fake HUD, ready for sites."""
+    async with Stage(local_cluster, tmp_path / "stage") as scene:
+        yield scene

@@ -1,0 +1,116 @@
+"""The runner stand-in on its own (no listener): it must behave like ARC's controllers and the
+runner closely enough for the other scenarios to mean something.
+
+The ERS is patched here exactly as the listener patches it, and jobs are assigned with the
+fake's own assignment round (what a poll would do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from tests.support.e2e import Site, SiteSpec, Stage
+from tests.support.fake_actions import JobState
+from tests.support.runner_standin import (
+    ARC_GROUP,
+    ARC_VERSION,
+    ER_PLURAL,
+    ERS_PLURAL,
+    LABEL_RUNNER_POD,
+    LABEL_SCALE_SET_NAME,
+    MERGE_PATCH,
+)
+
+
+async def patch_ers(site: Site, replicas: int, patch_id: int) -> None:
+    body = {"spec": {"patchID": patch_id, "replicas": replicas or None}}
+    await client.CustomObjectsApi(site.stage.api).patch_namespaced_custom_object(
+        ARC_GROUP,
+        ARC_VERSION,
+        site.namespace,
+        ERS_PLURAL,
+        site.runner_set_name,
+        body,
+        _content_type=MERGE_PATCH,
+    )
+
+
+async def ephemeral_runners(site: Site) -> list[dict[str, Any]]:
+    listed = await client.CustomObjectsApi(site.stage.api).list_namespaced_custom_object(
+        ARC_GROUP, ARC_VERSION, site.namespace, ER_PLURAL
+    )
+    return [r for r in listed["items"] if not r["metadata"].get("deletionTimestamp")]
+
+
+async def test_standin_follows_replicas_runs_jobs_and_strands_without_capacity(
+    stage: Stage,
+) -> None:
+    site = await stage.add_site(
+        SiteSpec(
+            name="standin",
+            scale_set_id=11,
+            job_seconds=1.0,
+            strand_after=2.0,
+        )
+    )
+    standin = site.standin
+    assert standin is not None
+    core = client.CoreV1Api(stage.api)
+
+    await patch_ers(site, 3, 1)
+    await site.wait_for(lambda: standin.stats().runners_idle == 3, "3 idle runners", 60)
+    pods = await core.list_namespaced_pod(site.namespace, label_selector=LABEL_SCALE_SET_NAME)
+    assert len(pods.items) == 3
+    for pod in pods.items:
+        assert pod.spec.priority_class_name == "arc-runner"
+        assert pod.spec.priority == 0
+        assert pod.metadata.labels[LABEL_SCALE_SET_NAME] == "standin"
+        assert pod.status.phase == "Running"
+    runners = await ephemeral_runners(site)
+    assert {r["metadata"]["annotations"]["actions.github.com/patch-id"] for r in runners} == {"1"}
+    assert {r["status"]["phase"] for r in runners} == {"Running"}
+
+    done = stage.fake.add_jobs(2, labels=["linux"])
+    stage.fake.assign(site.scale_set_id, None)
+    await site.wait_for(lambda: standin.stats().jobs_completed == 2, "two jobs done", 60)
+    assert all(j.workflow_started_at is not None and j.result == "succeeded" for j in done)
+    assert stage.fake.stranded() == []
+
+    # The workflow pool is lost: the next job's workflow pod can never schedule.
+    await site.remove_nodes("workflow")
+    (doomed,) = stage.fake.add_jobs(1, labels=["linux"])
+    stage.fake.assign(site.scale_set_id, None)
+    await site.wait_for(lambda: standin.stats().stranded_reported == 1, "a stranded job", 60)
+    assert doomed.state is JobState.RUNNING
+    assert doomed.workflow_started_at is None
+    assert stage.fake.stranded(site.scale_set_id) == [doomed]
+    workflow = await core.list_namespaced_pod(site.namespace, label_selector=LABEL_RUNNER_POD)
+    assert [(p.spec.priority_class_name, p.status.phase) for p in workflow.items] == [
+        ("arc-workflow", "Pending")
+    ]
+    assert workflow.items[0].metadata.name == f"{doomed.runner_name}-workflow"
+    # Finished runners are gone, pods and EphemeralRunners alike.
+    await site.wait_for(lambda: standin.stats().runners == 1, "finished runners removed", 30)
+
+    # patchID > 0: scale up only, never down.
+    await patch_ers(site, 4, 2)
+    await site.wait_for(lambda: standin.stats().runners_idle == 3, "3 new idle runners", 60)
+    await patch_ers(site, 1, 3)
+    await site.wait_for(lambda: standin.stats().patch_id == 3, "patch 3 seen", 10)
+    await asyncio.sleep(1.0)  # give a (wrong) scale-down the chance to happen
+    assert standin.stats().runners == 4
+
+    # patchID 0: idle runners are deleted, the busy (stranded) one is kept.
+    await patch_ers(site, 1, 0)
+    await site.wait_for(lambda: standin.stats().runners == 1, "scale down to the busy runner", 30)
+    assert standin.stats().runners_busy == 1
+    await site.wait_for(
+        lambda: len(stage.fake.scale_sets[site.scale_set_id].runners) == 1,
+        "idle runners unregistered",
+        10,
+    )
+    assert stage.fake.jobs_of(site.scale_set_id, JobState.RUNNING) == [doomed]
+    assert standin.errors == []

@@ -1,0 +1,866 @@
+"""End-to-end plumbing shared by tests/e2e, the demo and the benchmarks (test infrastructure).
+
+The pieces, bottom up:
+
+* ``local_control_plane``: a local Kubernetes control plane — an external disposable one
+  (``LOCALCLUSTER_KUBECONFIG``), one already started with ``python -m tests.support.localcluster
+  up``, or a fresh one started here (built from the Go module proxy on first use).
+* ``ListenerProcess``: our listener as a real subprocess (``python -m listener``) with a
+  generated ARC ``config.json``, capacity settings YAML and environment; its log is kept in a
+  file; ``stop()`` sends SIGTERM as the kubelet does and returns the exit status.
+* ``Stage`` and ``Site``: one scenario. A Stage owns the fake Actions service (one job queue),
+  the fake HUD and a Kubernetes client; each Site is one "cluster" of a scale set — its own
+  namespace, a runner node pool and a workflow node pool (fake kwok nodes, reserved by label
+  and taint), the EphemeralRunnerSet, the runner stand-in and, when started, a listener.
+
+Everything async runs on one event loop, the one serving the fakes. Blocking control-plane
+helpers (node create/delete wait with ``time.sleep``) are pushed to threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from tests.support.fake_actions import FakeActions, JobState
+from tests.support.fake_hud import FakeHUD
+from tests.support.localcluster import LocalCluster, ensure_built
+from tests.support.localcluster.build import cache_root
+from tests.support.localcluster.harness import pid_runs
+from tests.support.localcluster.rest import KubeError
+from tests.support.runner_standin import (
+    ARC_GROUP,
+    ARC_VERSION,
+    ERS_PLURAL,
+    RunnerStandIn,
+    StandInSpec,
+    ephemeral_runner_set_manifest,
+    watch_objects,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PAT = "ghp_e2e_fake_token"
+HUD_TOKEN = "hud-e2e-token"
+# Placeholder labels (capacity/model.py); repeated here so this module does not import the
+# product to observe it.
+PLACEHOLDER_ROLE_LABEL = "capacity-listener.dev/role"
+PLACEHOLDER_SCALE_SET_LABEL = "capacity-listener.dev/scale-set"
+POOL_KEY = "e2e.capacity-listener.dev/pool"
+LADDER = ("arc-workflow", "placeholder-workflow", "arc-runner", "placeholder-runner")
+_PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------- control plane
+
+
+def detached_kubeconfig() -> Path | None:
+    """The kubeconfig of a cluster started with `python -m tests.support.localcluster up`,
+    if all of its processes still run."""
+    state_file = cache_root() / "run" / "state.json"
+    try:
+        state = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        return None
+    pids: Mapping[str, int] = state.get("pids") or {}
+    binaries: Mapping[str, str] = state.get("binaries") or {}
+    if not pids or not all(pid_runs(pid, binaries.get(name, "")) for name, pid in pids.items()):
+        return None
+    return Path(state["kubeconfig"])
+
+
+@contextlib.contextmanager
+def local_control_plane(
+    workdir: Path, progress: Callable[[str], None] = _say
+) -> Iterator[LocalCluster]:
+    """A control plane for one run; a cluster started here is stopped on exit."""
+    artifacts = ensure_built(progress)
+    external = os.environ.get("LOCALCLUSTER_KUBECONFIG") or detached_kubeconfig()
+    if external:
+        progress(f"using the running control plane ({external})")
+        cluster = LocalCluster.attach(Path(external))
+        cluster.install_crds(artifacts.crd_dir)
+        try:
+            yield cluster
+        finally:
+            cluster.rest.close()
+        return
+    progress("starting a local control plane (etcd, kube-apiserver, scheduler, KCM, kwok)")
+    cluster = LocalCluster(artifacts, workdir)
+    cluster.start()
+    progress(f"control plane up in {cluster.start_seconds:.1f}s at {cluster.server}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def install_priority_classes(cluster: LocalCluster) -> list[str]:
+    """Create the shipped PriorityClasses (priorityclasses/*.yaml); existing ones are kept."""
+    names = []
+    for path in sorted((REPO_ROOT / "priorityclasses").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or doc.get("kind") != "PriorityClass":
+                continue
+            names.append(doc["metadata"]["name"])
+            try:
+                cluster.rest.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", doc)
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+    missing = [
+        name
+        for name in LADDER
+        if not cluster.rest.exists(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+    ]
+    if missing:
+        raise RuntimeError(f"PriorityClasses missing (not in priorityclasses/): {missing}")
+    return names
+
+
+@contextlib.asynccontextmanager
+async def kube_client(kubeconfig: Path) -> AsyncIterator[client.ApiClient]:
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    async with client.ApiClient(configuration) as api:
+        yield api
+
+
+# ---------------------------------------------------------------------- the listener process
+
+
+def listener_config(
+    fake: FakeActions,
+    *,
+    namespace: str,
+    runner_set_name: str,
+    scale_set_id: int,
+    scale_set_name: str,
+    max_runners: int,
+    min_runners: int = 0,
+    metrics_port: int | None = None,
+    log_level: str = "debug",
+    log_format: str = "text",
+) -> dict[str, Any]:
+    """ARC's config.json for one scale set (PAT credentials, keys in the controller's order)."""
+    return {
+        "configure_url": fake.configure_url("acme"),
+        "vault_type": "",
+        "vault_lookup_key": "",
+        "github_app_id": "",
+        "github_app_installation_id": 0,
+        "github_app_private_key": "",
+        "github_token": PAT,
+        "ephemeral_runner_set_namespace": namespace,
+        "ephemeral_runner_set_name": runner_set_name,
+        "max_runners": max_runners,
+        "min_runners": min_runners,
+        "runner_scale_set_id": scale_set_id,
+        "runner_scale_set_name": scale_set_name,
+        "server_root_ca": "",
+        "log_level": log_level,
+        "log_format": log_format,
+        "metrics_addr": f"127.0.0.1:{metrics_port}" if metrics_port else "",
+        "metrics_endpoint": "/metrics" if metrics_port else "",
+        "metrics": None,
+    }
+
+
+def _die_with_parent() -> None:
+    # The listener must not outlive a test run that is killed without cleanup.
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class ListenerProcess:
+    """``python -m listener`` as a subprocess. ``start()``; ``await stop()`` sends SIGTERM."""
+
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        config_json: Mapping[str, Any],
+        *,
+        kubeconfig: Path,
+        capacity: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.workdir = workdir
+        self.config = dict(config_json)
+        self.kubeconfig = kubeconfig
+        self.capacity = dict(capacity) if capacity is not None else None
+        self.extra_env = dict(env or {})
+        self.log_path = workdir / f"{name}.log"
+        self.probe_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+
+    @property
+    def metrics_url(self) -> str | None:
+        addr = self.config.get("metrics_addr") or ""
+        if not addr:
+            return None
+        return f"http://{addr}{self.config.get('metrics_endpoint') or '/metrics'}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "listener not started"
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def environment(self) -> dict[str, str]:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        config_path = self.workdir / f"{self.name}-config.json"
+        config_path.write_text(json.dumps(self.config, separators=(",", ":")) + "\n")
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("CAPACITY_", "LISTENER_", "HUD_"))
+        }
+        env.update(
+            {
+                "LISTENER_CONFIG_PATH": str(config_path),
+                "KUBECONFIG": str(self.kubeconfig),
+                "LISTENER_PROBE_ADDR": f"127.0.0.1:{self.probe_port}",
+                # Loopback fakes: never route them through a developer's proxy.
+                "NO_PROXY": "127.0.0.1,localhost",
+                "no_proxy": "127.0.0.1,localhost",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        if self.capacity is not None:
+            settings_path = self.workdir / f"{self.name}-capacity.yaml"
+            settings_path.write_text(yaml.safe_dump(self.capacity, sort_keys=False))
+            env["CAPACITY_CONFIG_FILE"] = str(settings_path)
+            env["HUD_API_TOKEN"] = HUD_TOKEN
+        env.update(self.extra_env)
+        return env
+
+    def start(self) -> ListenerProcess:
+        env = self.environment()
+        with self.log_path.open("ab") as log:
+            log.write(f"--- {self.name} starting at {time.strftime('%H:%M:%S')}\n".encode())
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "listener"],
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
+        self.started_at = time.monotonic()
+        return self
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def rss_kib(self) -> int | None:
+        """VmRSS of the process from /proc, in KiB."""
+        return _proc_status_kib(self.pid, "VmRSS")
+
+    def hwm_kib(self) -> int | None:
+        return _proc_status_kib(self.pid, "VmHWM")
+
+    async def wait_exit(self, within: float) -> int | None:
+        deadline = time.monotonic() + within
+        while True:
+            code = self.returncode
+            if code is not None or time.monotonic() >= deadline:
+                return code
+            await asyncio.sleep(0.05)
+
+    async def stop(self, within: float = 30.0) -> int:
+        """SIGTERM and wait (as the kubelet does); SIGKILL after ``within`` seconds (then the
+        status is negative)."""
+        if self.proc is None:
+            raise RuntimeError("listener not started")
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            if await self.wait_exit(within) is None:
+                self.proc.kill()
+                await self.wait_exit(5.0)
+        return int(self.proc.returncode)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    async def wait_log(self, needle: str, within: float = 30.0) -> None:
+        """Wait until ``needle`` appears in the log; fail with the log tail otherwise."""
+        deadline = time.monotonic() + within
+        while needle not in self.log_text():
+            if self.returncode is not None:
+                raise AssertionError(
+                    f"{self.name} exited with {self.returncode} before logging {needle!r}:\n"
+                    f"{self.log_tail()}"
+                )
+            if time.monotonic() >= deadline:
+                raise AssertionError(
+                    f"{self.name} did not log {needle!r} within {within:.0f}s:\n{self.log_tail()}"
+                )
+            await asyncio.sleep(0.1)
+
+    async def metrics_text(self) -> str:
+        url = self.metrics_url
+        if url is None:
+            return ""
+        async with httpx.AsyncClient(timeout=5.0, trust_env=False) as http:
+            response = await http.get(url)
+            response.raise_for_status()
+            return response.text
+
+
+def _proc_status_kib(pid: int, key: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def metric_value(text: str, name: str, labels: Mapping[str, str] | None = None) -> float | None:
+    """The value of one sample in Prometheus text format (first match), or None."""
+    want = labels or {}
+    for line in text.splitlines():
+        if not line.startswith(name) or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        metric, _, label_text = head.partition("{")
+        if metric != name:
+            continue
+        found = dict(
+            part.split("=", 1) for part in label_text.rstrip("}").split(",") if "=" in part
+        )
+        if all(found.get(k, "").strip('"') == v for k, v in want.items()):
+            return float(value)
+    return None
+
+
+# ---------------------------------------------------------------------- scenario: sites
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Fake nodes of one kind; ``cpu``/``memory``/``pods`` per node."""
+
+    nodes: int
+    cpu: str = "4"
+    memory: str = "16Gi"
+    pods: int = 110
+
+
+@dataclass(frozen=True)
+class SiteSpec:
+    """One cluster of one scale set. Runner and workflow pods get separate pools, so a full
+    workflow pool strands jobs while runner pods still start (the failure in design §1)."""
+
+    name: str
+    scale_set_id: int
+    labels: tuple[str, ...] = ("linux",)
+    runner_pool: Pool = field(default_factory=lambda: Pool(nodes=1, cpu="8"))
+    workflow_pool: Pool = field(default_factory=lambda: Pool(nodes=1, cpu="4"))
+    runner_requests: Mapping[str, str] = field(
+        default_factory=lambda: {"cpu": "500m", "memory": "512Mi"}
+    )
+    workflow_requests: Mapping[str, str] = field(
+        default_factory=lambda: {"cpu": "1", "memory": "2Gi"}
+    )
+    job_seconds: float = 3.0
+    strand_after: float = 10.0
+
+
+@dataclass(frozen=True)
+class SiteView:
+    """What the demo prints and tests assert on, for one site at one moment."""
+
+    advertised: int | None
+    pairs_running: int
+    pairs_pending: int
+    placeholders: int
+    runners: int
+    runners_busy: int
+    workflow_running: int
+    workflow_pending: int
+    assigned: int
+    running: int
+    completed: int
+    stranded: int
+
+
+@dataclass(frozen=True)
+class PodEvent:
+    """A placeholder pod change as this process's watch saw it (wall clock)."""
+
+    wall: float
+    kind: str  # ADDED | MODIFIED | DELETED
+    name: str
+    role: str
+    phase: str
+    terminating: bool
+
+
+class Site:
+    """A namespace, two node pools, an EphemeralRunnerSet, the runner stand-in and a listener."""
+
+    def __init__(self, stage: Stage, spec: SiteSpec, namespace: str) -> None:
+        self.stage = stage
+        self.spec = spec
+        self.namespace = namespace
+        self.runner_set_name = f"{spec.name}-ers"
+        self.nodes: dict[str, list[str]] = {"runner": [], "workflow": []}
+        self.standin: RunnerStandIn | None = None
+        self.listener: ListenerProcess | None = None
+        self.listeners: list[ListenerProcess] = []
+        self.placeholders: dict[str, dict[str, Any]] = {}
+        self.placeholder_events: list[PodEvent] = []
+        self._watch_task: asyncio.Task[None] | None = None
+        self._node_seq = 0
+
+    @property
+    def fake(self) -> FakeActions:
+        return self.stage.fake
+
+    @property
+    def scale_set_id(self) -> int:
+        return self.spec.scale_set_id
+
+    # --- placement ------------------------------------------------------------------------
+
+    def pool_value(self, pool: str) -> str:
+        return f"{self.namespace}.{pool}"
+
+    def node_selector(self, pool: str) -> dict[str, str]:
+        return {POOL_KEY: self.pool_value(pool)}
+
+    def tolerations(self, pool: str) -> list[dict[str, str]]:
+        return [
+            {
+                "key": POOL_KEY,
+                "operator": "Equal",
+                "value": self.pool_value(pool),
+                "effect": "NoSchedule",
+            }
+        ]
+
+    def placement(self, pool: str) -> dict[str, Any]:
+        return {"nodeSelector": self.node_selector(pool), "tolerations": self.tolerations(pool)}
+
+    async def add_nodes(self, pool: str, count: int, shape: Pool | None = None) -> list[str]:
+        """Create ``count`` fake nodes in ``pool`` ("runner" or "workflow") and wait for them."""
+        shape = shape or (self.spec.runner_pool if pool == "runner" else self.spec.workflow_pool)
+        value = self.pool_value(pool)
+        names = []
+        for _ in range(count):
+            self._node_seq += 1
+            names.append(f"kwok-{self.namespace}-{pool[0]}{self._node_seq}")
+        cluster = self.stage.cluster
+
+        def create() -> None:
+            for name in names:
+                cluster.add_node(
+                    name,
+                    cpu=shape.cpu,
+                    memory=shape.memory,
+                    pods=shape.pods,
+                    labels={POOL_KEY: value},
+                    taints=[{"key": POOL_KEY, "value": value, "effect": "NoSchedule"}],
+                    wait=False,
+                )
+            for name in names:
+                cluster.wait_node_ready(name)
+
+        await asyncio.to_thread(create)
+        self.nodes[pool].extend(names)
+        return names
+
+    async def remove_nodes(self, pool: str, count: int | None = None) -> list[str]:
+        """Lose nodes as a cloud does (spot reclaim, InsufficientCapacity on replacement):
+        cordon, delete every pod bound to them at once, delete the node. Nothing replaces it."""
+        names = list(self.nodes[pool][: count if count is not None else len(self.nodes[pool])])
+        core = client.CoreV1Api(self.stage.api)
+        for name in names:
+            await core.patch_node(name, {"spec": {"unschedulable": True}}, _request_timeout=15)
+        for name in names:
+            pods = await core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={name}", _request_timeout=15
+            )
+            for pod in pods.items:
+                with contextlib.suppress(ApiException):
+                    await core.delete_namespaced_pod(
+                        pod.metadata.name,
+                        pod.metadata.namespace,
+                        grace_period_seconds=0,
+                        _request_timeout=15,
+                    )
+        cluster = self.stage.cluster
+        await asyncio.to_thread(lambda: [cluster.remove_node(n) for n in names])
+        for name in names:
+            self.nodes[pool].remove(name)
+        return names
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        spec = self.spec
+        await self.add_nodes("runner", spec.runner_pool.nodes)
+        await self.add_nodes("workflow", spec.workflow_pool.nodes)
+        self.fake.add_scale_set(spec.scale_set_id, spec.name, list(spec.labels))
+        manifest = ephemeral_runner_set_manifest(
+            name=self.runner_set_name,
+            namespace=self.namespace,
+            scale_set_id=spec.scale_set_id,
+            scale_set_name=spec.name,
+            configure_url=self.fake.configure_url("acme"),
+        )
+        # Runner pod template requests and placement, as a chart's template would carry them.
+        manifest["spec"]["ephemeralRunnerSpec"]["spec"] = {
+            "containers": [
+                {
+                    "name": "runner",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": dict(spec.runner_requests)},
+                }
+            ],
+            **self.placement("runner"),
+        }
+        await client.CustomObjectsApi(self.stage.api).create_namespaced_custom_object(
+            ARC_GROUP, ARC_VERSION, self.namespace, ERS_PLURAL, manifest, _request_timeout=15
+        )
+        self.standin = RunnerStandIn(
+            self.stage.api,
+            self.fake,
+            StandInSpec(
+                namespace=self.namespace,
+                runner_set_name=self.runner_set_name,
+                scale_set_name=spec.name,
+                scale_set_id=spec.scale_set_id,
+                runner_requests=spec.runner_requests,
+                workflow_requests=spec.workflow_requests,
+                runner_placement=self.placement("runner"),
+                workflow_placement=self.placement("workflow"),
+                default_job_seconds=spec.job_seconds,
+                strand_after=spec.strand_after,
+            ),
+        )
+        await self.standin.start()
+        self._watch_task = asyncio.get_running_loop().create_task(
+            self._watch_placeholders(), name=f"placeholders-{spec.name}"
+        )
+
+    async def close(self) -> None:
+        for listener in self.listeners:
+            if listener.returncode is None:
+                await listener.stop(within=15.0)
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watch_task
+        if self.standin is not None:
+            await self.standin.stop(delete=False)
+
+    # --- the listener ---------------------------------------------------------------------
+
+    def capacity_settings(
+        self,
+        *,
+        proactive: int = 0,
+        hud: bool = False,
+        **overrides: Any,
+    ) -> dict[str, Any]:
+        """Capacity settings YAML for this site (capacity on), tuned for fast tests."""
+        spec = self.spec
+        settings: dict[str, Any] = {
+            "enabled": True,
+            "proactive_capacity": proactive,
+            "recalculate_interval": "2s",
+            "placeholder_ready_timeout": "10s",
+            "workflow_resources": {"requests": dict(spec.workflow_requests)},
+            "runner_resources": {"requests": dict(spec.runner_requests)},
+            "node_selector": self.node_selector("runner"),
+            "tolerations": self.tolerations("runner"),
+            "workflow_node_selector": self.node_selector("workflow"),
+            "workflow_tolerations": self.tolerations("workflow"),
+            # kwok never pulls it; a short name keeps the manifests readable.
+            "placeholder_image": "registry.k8s.io/pause:3.10",
+            "max_pending_pairs": 50,
+            "downscale_delay": "5s",
+        }
+        if hud and self.stage.hud is not None:
+            settings["hud"] = {
+                "enabled": True,
+                "url": self.stage.hud.endpoint,
+                "timeout": "2s",
+                "stale_after": "5s",
+                "failure_base_capacity": 2,
+            }
+        settings.update(overrides)
+        return settings
+
+    def start_listener(
+        self,
+        *,
+        capacity: Mapping[str, Any] | None,
+        max_runners: int = 10,
+        min_runners: int = 0,
+        metrics: bool = True,
+        env: Mapping[str, str] | None = None,
+        log_level: str = "debug",
+    ) -> ListenerProcess:
+        """Start a listener process for this site (``capacity`` None: capacity-awareness off,
+        the stock ARC behaviour)."""
+        if self.listener is not None and self.listener.returncode is None:
+            raise RuntimeError(f"{self.spec.name}: a listener is already running")
+        generation = len(self.listeners) + 1
+        cfg = listener_config(
+            self.fake,
+            namespace=self.namespace,
+            runner_set_name=self.runner_set_name,
+            scale_set_id=self.spec.scale_set_id,
+            scale_set_name=self.spec.name,
+            max_runners=max_runners,
+            min_runners=min_runners,
+            metrics_port=free_port() if metrics else None,
+            log_level=log_level,
+        )
+        process = ListenerProcess(
+            f"listener-{self.spec.name}-{generation}",
+            self.stage.workdir,
+            cfg,
+            kubeconfig=self.stage.cluster.kubeconfig,
+            capacity=capacity,
+            env=env,
+        )
+        self.listener = process.start()
+        self.listeners.append(process)
+        return process
+
+    async def wait_session(self, within: float = 30.0) -> None:
+        """Until the current listener holds a session and has polled at least once."""
+        listener = self.listener
+        assert listener is not None
+
+        def polled() -> bool:
+            session = self.fake.session(self.scale_set_id)
+            return session is not None and any(
+                p.session_id == session.session_id for p in self.fake.polls
+            )
+
+        await self.wait_for(polled, f"{self.spec.name}: a session and a poll", within)
+
+    async def wait_for(self, predicate: Callable[[], bool], what: str, within: float) -> None:
+        """Wait for ``predicate``; on timeout fail with the listener's log tail."""
+        try:
+            async with asyncio.timeout(within):
+                while not predicate():
+                    if self.listener is not None and self.listener.returncode is not None:
+                        raise AssertionError(
+                            f"{self.listener.name} exited with {self.listener.returncode} "
+                            f"while waiting for {what}:\n{self.listener.log_tail()}"
+                        )
+                    await asyncio.sleep(0.1)
+        except TimeoutError:
+            tail = self.listener.log_tail() if self.listener is not None else "(no listener)"
+            raise AssertionError(
+                f"timed out after {within:.0f}s waiting for {what}; {self.view()}\n{tail}"
+            ) from None
+
+    # --- observation ----------------------------------------------------------------------
+
+    async def _watch_placeholders(self) -> None:
+        def record(kind: str, pod: dict[str, Any]) -> None:
+            meta = pod["metadata"]
+            self.placeholder_events.append(
+                PodEvent(
+                    wall=time.time(),
+                    kind=kind,
+                    name=meta["name"],
+                    role=(meta.get("labels") or {}).get(PLACEHOLDER_ROLE_LABEL, ""),
+                    phase=(pod.get("status") or {}).get("phase", ""),
+                    terminating=bool(meta.get("deletionTimestamp")),
+                )
+            )
+
+        def on_list(items: list[dict[str, Any]]) -> None:
+            self.placeholders = {p["metadata"]["name"]: p for p in items}
+            for pod in items:
+                record("LISTED", pod)
+
+        def on_event(kind: str, pod: dict[str, Any]) -> None:
+            name = pod["metadata"]["name"]
+            if kind == "DELETED":
+                self.placeholders.pop(name, None)
+            else:
+                self.placeholders[name] = pod
+            record(kind, pod)
+
+        while True:
+            try:
+                await watch_objects(
+                    self.stage.api,
+                    client.CoreV1Api(self.stage.api).list_namespaced_pod,
+                    (self.namespace,),
+                    {"label_selector": f"{PLACEHOLDER_SCALE_SET_LABEL}={self.spec.name}"},
+                    on_event,
+                    on_list,
+                )
+            except ApiException:
+                await asyncio.sleep(1.0)
+
+    def placeholder_counts(self) -> dict[str, dict[str, int]]:
+        """{role: {phase: count}}; a terminating pod counts as "Terminating"."""
+        counts: dict[str, dict[str, int]] = {}
+        for pod in self.placeholders.values():
+            role = (pod["metadata"].get("labels") or {}).get(PLACEHOLDER_ROLE_LABEL, "?")
+            phase = (pod.get("status") or {}).get("phase", "Pending")
+            if pod["metadata"].get("deletionTimestamp"):
+                phase = "Terminating"
+            by_phase = counts.setdefault(role, {})
+            by_phase[phase] = by_phase.get(phase, 0) + 1
+        return counts
+
+    def advertised(self) -> int | None:
+        history = self.fake.capacity_history(self.scale_set_id)
+        return history[-1].value if history else None
+
+    def view(self) -> SiteView:
+        counts = self.placeholder_counts()
+        runner_side = counts.get("placeholder-runner", {})
+        workflow_side = counts.get("placeholder-workflow", {})
+        pairs_running = min(runner_side.get("Running", 0), workflow_side.get("Running", 0))
+        total_pairs = max(sum(runner_side.values()), sum(workflow_side.values()))
+        stats = self.standin.stats() if self.standin is not None else None
+        jobs = self.fake.jobs_of(self.scale_set_id)
+        return SiteView(
+            advertised=self.advertised(),
+            pairs_running=pairs_running,
+            pairs_pending=max(0, total_pairs - pairs_running),
+            placeholders=len(self.placeholders),
+            runners=stats.runners if stats else 0,
+            runners_busy=stats.runners_busy if stats else 0,
+            workflow_running=stats.workflow_running if stats else 0,
+            workflow_pending=stats.workflow_pending if stats else 0,
+            assigned=sum(1 for j in jobs if j.state in (JobState.AVAILABLE, JobState.ASSIGNED)),
+            running=sum(1 for j in jobs if j.state is JobState.RUNNING),
+            completed=sum(1 for j in jobs if j.state is JobState.COMPLETED),
+            stranded=len(self.fake.stranded(self.scale_set_id)),
+        )
+
+
+class Stage:
+    """One scenario: the fakes, a Kubernetes client and the sites. ``async with Stage(...)``."""
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        workdir: Path,
+        *,
+        fake: FakeActions | None = None,
+        hud: bool = True,
+        prefix: str = "e2e",
+    ) -> None:
+        self.cluster = cluster
+        self.workdir = workdir
+        self.fake = fake or FakeActions(pats=[PAT], poll_hold=2.0, strand_grace=10.0)
+        self.hud: FakeHUD | None = FakeHUD(HUD_TOKEN) if hud else None
+        self.prefix = prefix
+        self.sites: list[Site] = []
+        self._api_cm: contextlib.AbstractAsyncContextManager[client.ApiClient] | None = None
+        self._api: client.ApiClient | None = None
+
+    @property
+    def api(self) -> client.ApiClient:
+        assert self._api is not None, "stage not entered"
+        return self._api
+
+    async def __aenter__(self) -> Stage:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(install_priority_classes, self.cluster)
+        self._api_cm = kube_client(self.cluster.kubeconfig)
+        self._api = await self._api_cm.__aenter__()
+        await self.fake.start()
+        if self.hud is not None:
+            await self.hud.start()
+            self.hud.link(self.fake)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for site in self.sites:
+            with contextlib.suppress(Exception):
+                await site.close()
+        await self.fake.stop()
+        if self.hud is not None:
+            await self.hud.stop()
+        for site in self.sites:
+            await asyncio.to_thread(self._delete_site, site)
+        if self._api_cm is not None:
+            await self._api_cm.__aexit__(None, None, None)
+
+    def _delete_site(self, site: Site) -> None:
+        with contextlib.suppress(Exception):
+            self.cluster.delete_namespace(site.namespace)
+        for name in site.nodes["runner"] + site.nodes["workflow"]:
+            with contextlib.suppress(Exception):
+                self.cluster.remove_node(name)
+
+    async def add_site(self, spec: SiteSpec) -> Site:
+        namespace = await asyncio.to_thread(self.cluster.create_namespace, self.prefix)
+        site = Site(self, spec, namespace)
+        self.sites.append(site)
+        await site.setup()
+        return site
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100) of ``values``; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
+    return ordered[rank - 1]
+
+
+def new_workdir(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
