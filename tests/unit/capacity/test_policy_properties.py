@@ -114,7 +114,7 @@ def ready_count(pods: tuple[RealPod, ...]) -> int:
     )
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(world_st())
 def test_advertised_never_exceeds_max_runners(
     world: World,
@@ -125,7 +125,7 @@ def test_advertised_never_exceeds_max_runners(
     assert count_sides(observed, params).advertised <= params.max_runners
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(world_st(), st.data())
 def test_uncounted_placeholders_never_change_advertised(world: World, data: st.DataObject) -> None:
     """Flip any placeholder that is not Running (or is terminating) to another uncounted
@@ -147,7 +147,7 @@ def test_uncounted_placeholders_never_change_advertised(world: World, data: st.D
     assert after == before
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(world_st())
 def test_advertised_is_backed_only_by_running_pods(
     world: World,
@@ -169,7 +169,7 @@ def test_advertised_is_backed_only_by_running_pods(
     assert result.advertised == count_sides(applied, params).advertised
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(world_st())
 def test_desired_pairs_within_headroom(world: World) -> None:
     observed, params, demand, memory = world
@@ -177,7 +177,7 @@ def test_desired_pairs_within_headroom(world: World) -> None:
     assert 0 <= result.desired_pairs <= max(0, params.max_runners - observed.active_runners)
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(world_st())
 def test_creates_never_push_runners_over_max_runners(
     world: World,
@@ -193,7 +193,7 @@ def test_creates_never_push_runners_over_max_runners(
     assert live <= max(params.max_runners, live_runner_halves(observed))
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(world_st())
 def test_plan_is_idempotent(world: World) -> None:
     observed, params, demand, memory = world
@@ -206,7 +206,7 @@ def test_plan_is_idempotent(world: World) -> None:
     assert again == memory
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(world_st(), st.integers(1, 20))
 def test_more_demand_never_means_fewer_pairs(world: World, extra: int) -> None:
     observed, params, demand, memory = world
@@ -222,7 +222,7 @@ def test_more_demand_never_means_fewer_pairs(world: World, extra: int) -> None:
     )
 
 
-@settings(max_examples=400)
+@settings(max_examples=400, deadline=None)
 @given(world_st())
 def test_pending_pairs_after_a_pass_within_the_in_flight_cap(
     world: World,
@@ -234,7 +234,7 @@ def test_pending_pairs_after_a_pass_within_the_in_flight_cap(
     assert second.pending_pairs <= params.max_pending_pairs
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(world_st())
 def test_deletes_name_existing_live_pods_and_creates_are_new_slots(
     world: World,
