@@ -288,7 +288,7 @@ async def test_label_selected_watch_and_relist_after_410(
     await core.create_namespaced_pod_template(
         namespace, {"metadata": {"name": "old", "labels": {key: value}}, **template}
     )
-    assert local_cluster.compact_storage() is not None
+    assert local_cluster.compact_storage() is not None, "needs etcd access (use `up` clusters)"
 
     async def watch_templates(rv: str, until: str) -> list[tuple[str, str]]:
         seen: list[tuple[str, str]] = []

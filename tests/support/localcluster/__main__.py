@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .build import BuildError, cache_root, ensure_built
-from .harness import ClusterError, LocalCluster, pid_runs, save_state, stop_pid
+from .harness import STATE_FILE, ClusterError, LocalCluster, pid_runs, save_state, stop_pid
 from .rest import KubeREST
 
 
@@ -24,7 +24,7 @@ def run_dir() -> Path:
 
 
 def _state_file() -> Path:
-    return run_dir() / "state.json"
+    return run_dir() / STATE_FILE
 
 
 def _load_state() -> dict[str, Any] | None:
@@ -73,6 +73,7 @@ def cmd_up(_: argparse.Namespace) -> int:
     cluster.start(detach=True)
     save_state(_state_file(), cluster)
     print(f"up in {cluster.start_seconds:.1f}s, server {cluster.server}", file=sys.stderr)
+    print(f"phases (s since start): {cluster.timings}", file=sys.stderr)
     print(f"logs:\n{cluster.describe_logs()}", file=sys.stderr)
     _print_env(str(cluster.kubeconfig))
     return 0

@@ -121,7 +121,7 @@ def install_into(module_dir: Path, out_dir: Path) -> list[str]:
         src = module_dir / CRD_SUBDIR / f"actions.github.com_{plural}.yaml"
         if not src.is_file():
             raise CRDError(f"{ARC_MODULE}@{ARC_VERSION} has no {CRD_SUBDIR}/{src.name}")
-        crd = yaml.safe_load(src.read_text())
+        crd = yaml.load(src.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         added = apply_delta(plural, crd)
         applied += added
         dst = out_dir / src.name
