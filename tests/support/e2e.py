@@ -467,6 +467,11 @@ class Site:
     def scale_set_id(self) -> int:
         return self.spec.scale_set_id
 
+    @property
+    def capacity_on(self) -> bool:
+        """Whether the current listener runs with capacity-awareness."""
+        return self.listener is not None and self.listener.capacity is not None
+
     # --- placement ------------------------------------------------------------------------
 
     def pool_value(self, pool: str) -> str:
