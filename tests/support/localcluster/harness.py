@@ -16,6 +16,7 @@ import functools
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -39,6 +40,7 @@ from .rest import KubeError, KubeREST, wait_for
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 STOP_GRACE_SECONDS = 10.0
 START_TIMEOUT = 90.0
+START_ATTEMPTS = 3
 NODE_READY_TIMEOUT = 60.0
 UNCACHED_RESOURCE = "podtemplates"
 STATE_FILE = "state.json"
@@ -224,7 +226,17 @@ class LocalCluster:
             atexit.register(self.stop)
             _install_sigterm_handler()
         try:
-            self._start(self.artifacts)
+            for attempt in range(START_ATTEMPTS):
+                try:
+                    self._start(self.artifacts)
+                    break
+                except ClusterError as exc:
+                    # Ports are picked free but bound later by the children; another
+                    # cluster on the machine may take one in between. Retry on new ports.
+                    if "address already in use" not in str(exc) or attempt + 1 == START_ATTEMPTS:
+                        raise
+                    self._stop_components()
+                    shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
         except BaseException:
             self.stop()
             raise
@@ -437,14 +449,19 @@ class LocalCluster:
             if self._stopped:
                 return
             self._stopped = True
+        self._stop_components()
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+
+    def _stop_components(self) -> None:
         for comp in reversed(self.components):
             proc = comp.proc
             if proc is not None and proc.poll() is None:
                 _stop_group(proc.pid, functools.partial(_running, proc))
+        self.components.clear()
         if self._rest is not None:
             self._rest.close()
-        with contextlib.suppress(Exception):
-            atexit.unregister(self.stop)
+            self._rest = None
 
     def compact_storage(self) -> int | None:
         """Compact etcd to its current revision, as the API server does every few minutes.
