@@ -207,7 +207,9 @@ class DeleteReason(StrEnum):
 
     TIMEOUT = "timeout"  # a half still Pending after ready_timeout: the whole pair goes
     EXCESS = "excess"  # more pairs than the (damped) target, or above the max_runners headroom
-    BROKEN = "broken"  # a lone half that no real runner needs and no other half can pair with
+    # a lone half that no real runner needs and no other half can pair with, left over for
+    # downscale_delay
+    BROKEN = "broken"
     EXPIRED = "expired"  # reached its TTL, or replaced by a Running pair (make-before-break)
     FINISHED = "finished"  # Succeeded/Failed: the sleep ended or the pod was evicted
     ORPHAN = "orphan"  # not owned by this listener's owner
@@ -256,7 +258,10 @@ class Plan:
 class Memory:
     """State the policy carries from one pass to the next (returned by the policy; the caller
     only stores it). `desired_window` is a sliding-window maximum of recent desired values,
-    newest last, used to damp scale-down. `next_slot` is the next slot id to hand out."""
+    newest last, used to damp scale-down. `next_slot` is the next slot id to hand out.
+    `lone_since` maps each left-over lone half (pod name) to when it was first seen so, to
+    damp its removal like any other scale-down."""
 
     desired_window: tuple[tuple[float, int], ...] = field(default=())
     next_slot: int = 0
+    lone_since: tuple[tuple[str, float], ...] = field(default=())

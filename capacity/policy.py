@@ -22,7 +22,8 @@ repaired by re-creating the missing half. Lone halves are treated as a pool:
   workflow capacity while some real runner still lacks a bound workflow pod ("reserved");
 - the remaining lone halves are paired up runner-with-workflow across slots ("virtual
   pairs", which count like complete ones: the advertised sides already see them);
-- whatever is left cannot form capacity and is deleted (reason BROKEN).
+- whatever is left cannot form capacity; it is deleted (reason BROKEN) once it has been
+  left over for `downscale_delay` (it may still be taken by a real pod meanwhile).
 
 The plan, in order:
 
@@ -38,7 +39,9 @@ The plan, in order:
 6. renewing pairs are kept only while Running fresh pairs do not yet cover the target
    (make-before-break); the others go (EXPIRED, or EXCESS when the target itself fell);
 7. more than `max_pending_pairs` pairs Pending → the newest Pending ones go (EXCESS);
-8. new pairs up to `desired_pairs`, limited so that (a) pairs Pending stay within
+8. left-over lone halves older than `downscale_delay` go (BROKEN); lone placeholder-runners
+   beyond max_runners go at once (EXCESS);
+9. new pairs up to `desired_pairs`, limited so that (a) pairs Pending stay within
    `max_pending_pairs` — the cap is on pairs *in flight*, not in existence, so a long queue
    drains (ci-infra #606) — and (b) placeholder-runners plus active real runners never
    exceed `max_runners` (ci-infra #528). Consequence of (b): a pool sized exactly at the cap
@@ -197,17 +200,16 @@ def _renew_keep_order(pair: _Pair, params: Params) -> tuple[bool, float, str]:
     return (not pair.ready(params), -pair.expires_at, pair.runner.name)
 
 
-def _unmatched_runners(runner_pods: Iterable[RealPod], workflow_pods: Iterable[RealPod]) -> int:
-    """Real runners that may still need workflow capacity: alive, and without a bound
-    workflow pod. Over-counting here only keeps a lone placeholder-workflow a little longer."""
-    with_workflow = {w.name for w in workflow_pods if _holds_capacity(w)}
-    return sum(
-        1
-        for r in runner_pods
-        if not r.terminating
-        and r.phase in _HOLDING_PHASES
-        and r.name + WORKFLOW_POD_SUFFIX not in with_workflow
-    )
+def _runners_needing_workflow_room(observed: Observed) -> int:
+    """Real runners that may still need workflow capacity: alive runner pods without a bound
+    workflow pod, or — if more — active EphemeralRunners without one. The EphemeralRunner
+    count leads the pod watch, so a survivor is not mistaken for an orphan when the watch
+    shows its runner half preempted before it shows the runner pod. Over-counting only keeps
+    a lone placeholder-workflow a little longer."""
+    with_workflow = {w.name for w in observed.workflow_pods if _holds_capacity(w)}
+    alive = [r for r in observed.runner_pods if not r.terminating and r.phase in _HOLDING_PHASES]
+    served = sum(1 for r in alive if r.name + WORKFLOW_POD_SUFFIX in with_workflow)
+    return max(0, len(alive) - served, observed.active_runners - served)
 
 
 def _slide(
@@ -290,13 +292,10 @@ def plan(
     # 3. Lone halves: reserve, pair up, delete the rest.
     lone_runners.sort(key=lambda p: _lone_keep_order(p, params))
     lone_workflows.sort(key=lambda p: _lone_keep_order(p, params))
-    reserved = min(
-        len(lone_workflows), _unmatched_runners(observed.runner_pods, observed.workflow_pods)
-    )
+    reserved = min(len(lone_workflows), _runners_needing_workflow_room(observed))
     spare_workflows = lone_workflows[reserved:]
     virtual = [_Pair(r, w) for r, w in zip(lone_runners, spare_workflows, strict=False)]
-    delete(lone_runners[len(virtual) :], DeleteReason.BROKEN)
-    delete(spare_workflows[len(virtual) :], DeleteReason.BROKEN)
+    leftovers = lone_runners[len(virtual) :] + spare_workflows[len(virtual) :]
     pairs = complete + virtual
     running_pairs = sum(1 for pair in pairs if pair.ready(params))
 
@@ -337,8 +336,24 @@ def plan(
     kept_total = len(kept) - over
     kept_pending = len(pending) - over
 
-    # 8. Scale up at once, within the in-flight cap and the max_runners headroom.
-    room = headroom(params, observed.active_runners)
+    # 8. Lone halves nothing can use go after the downscale delay (they still protect room
+    # a real pod may take meanwhile), at once if they would exceed max_runners.
+    seen_since = dict(memory.lone_since)
+    lone_since: list[tuple[str, float]] = []
+    runner_room = max(0, params.max_runners - kept_total)
+    kept_lone_runners = 0
+    for p in leftovers:
+        since = min(seen_since.get(p.name, now), now)
+        if now - since >= params.downscale_delay:
+            delete([p], DeleteReason.BROKEN)
+        elif p.role == Role.RUNNER and kept_lone_runners >= runner_room:
+            delete([p], DeleteReason.EXCESS)
+        else:
+            kept_lone_runners += p.role == Role.RUNNER
+            lone_since.append((p.name, since))
+
+    # 9. Scale up at once, within the in-flight cap and the max_runners headroom.
+    room = headroom(params, observed.active_runners) - kept_lone_runners
     count = max(
         0,
         min(desired - kept_fresh, room - kept_total, params.max_pending_pairs - kept_pending),
@@ -361,4 +376,5 @@ def plan(
         renewing_pairs=len(renewing),
         broken=len(lone_runners) + len(lone_workflows),
     )
-    return result, Memory(desired_window=window, next_slot=first + count)
+    memory = Memory(desired_window=window, next_slot=first + count, lone_since=tuple(lone_since))
+    return result, memory

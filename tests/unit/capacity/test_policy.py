@@ -75,6 +75,7 @@ CASES = {
         runners=(runner("r1"),),
         queued=1,
         active=1,
+        knobs={"downscale_delay": 0.0},
         # slot 1's runner half is a lone half; the survivor is not there (terminating), so
         # nothing reserves it and nothing pairs with it
         advertised=1,
@@ -131,17 +132,45 @@ CASES = {
         queued=1,
         advertised=2,
     ),
-    "survivor-nobody-needs-is-removed": Case(
+    "survivor-nobody-needs-is-removed-without-damping": Case(
         placeholders=(*pair(0), ph(1, W)),
         queued=1,
+        knobs={"downscale_delay": 0.0},
         advertised=1,
         deletes={"ph-1-w": DeleteReason.BROKEN},
+    ),
+    "survivor-nobody-needs-waits-for-the-downscale-delay": Case(
+        placeholders=(*pair(0), ph(1, W)), queued=1, advertised=1
+    ),
+    # The EphemeralRunner is counted before the watch shows its runner pod: the survivor is
+    # kept for it even with no damping at all.
+    "survivor-kept-while-the-runner-pod-is-not-seen-yet": Case(
+        placeholders=(*pair(0), ph(1, W)),
+        active=1,
+        queued=1,
+        knobs={"downscale_delay": 0.0},
+        advertised=1,
     ),
     "lone-runner-half-is-not-repaired": Case(
         placeholders=(ph(0, RU),),
         queued=1,
+        knobs={"downscale_delay": 0.0},
         creates=1,
         deletes={"ph-0-r": DeleteReason.BROKEN},
+    ),
+    "lone-runner-half-counts-against-the-headroom": Case(
+        placeholders=(ph(0, RU),),
+        queued=5,
+        knobs={"max_runners": 3},
+        advertised=0,
+        creates=2,
+    ),
+    "lone-runner-halves-above-max-runners-go-at-once": Case(
+        placeholders=(*pairs(2), ph(5, RU), ph(6, RU, created=5)),
+        queued=2,
+        knobs={"max_runners": 3},
+        advertised=2,
+        deletes={"ph-6-r": DeleteReason.EXCESS},
     ),
     "either-half-pending-past-timeout-deletes-the-pair": Case(
         placeholders=(*pair(0, R, P, created=-250),),
@@ -224,6 +253,41 @@ def test_plan_examples(case: Case) -> None:
     assert result.advertised == case.advertised
     assert len(result.creates) == case.creates
     assert {d.name: d.reason for d in result.deletes} == case.deletes
+
+
+def test_left_over_halves_go_after_the_downscale_delay() -> None:
+    knobs = params(downscale_delay=60.0)
+    observed = Observed(placeholders=(*pair(0), ph(1, W), ph(2, W, P, created=90)))
+    memory = Memory()
+    for t in (100.0, 130.0, 159.0):
+        result, memory = plan(observed, demand(1), knobs, memory, t)
+        assert result.deletes == (), t
+    result, memory = plan(observed, demand(1), knobs, memory, 160.0)
+    assert {d.name: d.reason for d in result.deletes} == {
+        "ph-1-w": DeleteReason.BROKEN,
+        "ph-2-w": DeleteReason.BROKEN,
+    }
+    assert memory.lone_since == ()
+
+
+def test_a_left_over_half_that_finds_a_partner_is_not_deleted() -> None:
+    """The workflow pod's preemption shows up before the workflow pod is bound: slot 0's
+    runner half looks left over for a moment, then pairs with slot 1's survivor."""
+    knobs = params(downscale_delay=60.0)
+    runner_pod = runner("arc-1")
+    early = Observed(
+        placeholders=(ph(0, RU), ph(1, W)),
+        runner_pods=(runner_pod,),
+        workflow_pods=(workflow("arc-1", P, bound=False),),
+        active_runners=1,
+    )
+    result, memory = plan(early, demand(1), knobs, Memory(), 100.0)
+    assert result.deletes == ()
+    later = replace(early, workflow_pods=(workflow("arc-1"),))
+    result, memory = plan(later, demand(1), knobs, memory, 200.0)
+    assert result.deletes == ()
+    assert result.advertised == 2
+    assert memory.lone_since == ()
 
 
 def test_unsynced_view_takes_no_action() -> None:
