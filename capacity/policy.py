@@ -289,7 +289,7 @@ def plan(
         else:
             lone_workflows.append(halves[Role.WORKFLOW])
 
-    # 3. Lone halves: reserve, pair up, delete the rest.
+    # 3. Lone halves: reserve, pair up; the rest are left over (step 8).
     lone_runners.sort(key=lambda p: _lone_keep_order(p, params))
     lone_workflows.sort(key=lambda p: _lone_keep_order(p, params))
     reserved = min(len(lone_workflows), _runners_needing_workflow_room(observed))
