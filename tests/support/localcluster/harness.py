@@ -556,8 +556,29 @@ class LocalCluster:
 
         return wait_for(ready, timeout, f"node {name} Ready without not-ready taint")
 
-    def remove_node(self, name: str, timeout: float = 30.0) -> None:
-        """Delete a node and wait until it is gone."""
+    def remove_node(self, name: str, timeout: float = 30.0, *, delete_pods: bool = True) -> None:
+        """Delete a node and wait until it is gone.
+
+        By default its pods are deleted first, immediately (grace 0): once the node is gone
+        kwok no longer finishes their deletion, and the pod GC would leave them (and their
+        namespace) terminating for its 40 s quarantine. ``delete_pods=False`` keeps them, to
+        model a node that vanishes under its pods.
+        """
+        if delete_pods:
+            pods = self.rest.request(
+                "GET", "/api/v1/pods", params={"fieldSelector": f"spec.nodeName={name}"}
+            )
+            for pod in pods.get("items", []):
+                meta = pod["metadata"]
+                try:
+                    self.rest.request(
+                        "DELETE",
+                        f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                        params={"gracePeriodSeconds": "0"},
+                    )
+                except KubeError as exc:
+                    if exc.status != 404:
+                        raise
         try:
             self.rest.request("DELETE", f"/api/v1/nodes/{name}")
         except KubeError as exc:
