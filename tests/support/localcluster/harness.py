@@ -2,9 +2,9 @@
 kube-scheduler and kwok (fake nodes whose pods become Running), from cached binaries.
 
 Every process gets its own process group and is stopped by PID (SIGTERM, then SIGKILL) on
-``stop()``, at interpreter exit and, for attached clusters, when the parent dies (Linux
-parent-death signal), so none outlives the test run. A detached cluster (``up`` in the CLI)
-records its PIDs in a state file and is stopped by ``down``.
+``stop()``, at interpreter exit, on SIGTERM, and (Linux parent-death signal) when the Python
+process dies without cleaning up, so none outlives the test run. A detached cluster (``up``
+in the CLI) records its PIDs in a state file and is stopped by ``down``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -649,16 +649,6 @@ def _install_sigterm_handler() -> None:
 
     signal.signal(signal.SIGTERM, handler)
     _sigterm_installed = True
-
-
-@contextlib.contextmanager
-def running_cluster(artifacts: Artifacts, workdir: Path) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(artifacts, workdir)
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def save_state(path: Path, cluster: LocalCluster) -> None:
