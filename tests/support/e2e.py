@@ -653,6 +653,7 @@ class Site:
         metrics: bool = True,
         env: Mapping[str, str] | None = None,
         log_level: str = "debug",
+        kubeconfig: Path | None = None,
     ) -> ListenerProcess:
         """Start a listener process for this site (``capacity`` None: capacity-awareness off,
         the stock ARC behaviour)."""
@@ -674,7 +675,7 @@ class Site:
             f"listener-{self.spec.name}-{generation}",
             self.stage.workdir,
             cfg,
-            kubeconfig=self.stage.cluster.kubeconfig,
+            kubeconfig=kubeconfig or self.stage.cluster.kubeconfig,
             capacity=capacity,
             env=env,
         )

@@ -1,0 +1,598 @@
+"""Outcome benchmarks (``make bench`` / ``python -m tests.support.bench``): one JSON document
+on stdout, progress on stderr. Never used for assertions; numbers depend on the machine.
+
+Each benchmark runs the real listener process with the fake Actions service, the fake HUD and
+the runner stand-in on the local control plane (design §9):
+
+* ``capacity_signal_latency``: a placeholder pair becomes Running, or a placeholder is
+  preempted → the new ``X-ScaleSetMaxCapacity`` value arrives at the Actions service. From
+  timestamps: the pod change as this process's watch saw it vs the fake's poll record. The
+  fake holds long polls 50 s, like the real service, so stock ARC's bound is one long poll.
+* ``stranded_jobs``: the capacity-loss scenario (workflow pool lost, 6 jobs queued) with the
+  monitor on and with the stock static header.
+* ``apiserver_requests_100_idle_pairs``: the listener's requests to the apiserver, counted by a
+  proxy between the two, per minute once 100 pairs are Running and nothing changes.
+* ``listener_memory_1000_pairs``: VmRSS / VmHWM from /proc with 1,000 Running pairs and
+  thousands of unrelated pods in the same namespace; reconcile pass time from the listener's
+  own histogram; process CPU while idle.
+* ``job_start_latency``: queue → workflow pod Running for a burst, with warm pairs, without
+  (pairs created on demand from HUD) and with the stock listener (no gating).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from aiohttp import web
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from tests.support.e2e import (
+    PodEvent,
+    Pool,
+    Site,
+    SiteSpec,
+    Stage,
+    free_port,
+    local_control_plane,
+    metric_value,
+    new_workdir,
+    percentile,
+)
+from tests.support.fake_actions import FakeActions, FakeJob, JobState
+from tests.support.localcluster import LocalCluster
+
+PAT = "ghp_e2e_fake_token"
+LONG_POLL = 50.0
+ROUND = 3
+
+
+def _say(line: str) -> None:
+    print(f"bench: {line}", file=sys.stderr, flush=True)
+
+
+def _stats(values: list[float]) -> dict[str, Any]:
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, ROUND)
+
+    return {
+        "n": len(values),
+        "p50_s": r(percentile(values, 50)),
+        "p99_s": r(percentile(values, 99)),
+        "max_s": r(max(values) if values else None),
+    }
+
+
+async def _until(
+    predicate: Callable[[], bool], what: str, within: float, site: Site | None = None
+) -> None:
+    deadline = time.monotonic() + within
+    while not predicate():
+        if site is not None and site.listener is not None and site.listener.returncode is not None:
+            raise RuntimeError(
+                f"listener exited ({site.listener.returncode}) waiting for {what}:\n"
+                f"{site.listener.log_tail(20)}"
+            )
+        if time.monotonic() > deadline:
+            view = site.view() if site is not None else ""
+            raise RuntimeError(f"timed out after {within:.0f}s waiting for {what} {view}")
+        await asyncio.sleep(0.1)
+
+
+def _fake() -> FakeActions:
+    return FakeActions(pats=[PAT], poll_hold=LONG_POLL, strand_grace=10.0)
+
+
+# ---------------------------------------------------------------------- the counting proxy
+
+
+class CountingProxy:
+    """Plain-HTTP proxy in front of the apiserver that records every request (watches are
+    streamed through). The listener gets a kubeconfig that points here."""
+
+    _HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "host"})
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.requests: list[tuple[float, str, str]] = []  # (monotonic, verb, resource)
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.port = 0
+
+    async def start(self) -> str:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=False, limit=0),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            auto_decompress=False,
+        )
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        self.port = free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        return f"http://127.0.0.1:{self.port}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    @staticmethod
+    def classify(method: str, path: str, query: Mapping[str, str]) -> tuple[str, str]:
+        parts = [p for p in path.split("/") if p]
+        # /api/v1/... or /apis/<group>/<version>/...
+        rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+        if rest[:1] == ["namespaces"] and len(rest) >= 3:
+            rest = rest[2:]
+        resource = rest[0] if rest else "/"
+        named = len(rest) >= 2
+        if len(rest) >= 3:
+            resource = f"{resource}/{rest[2]}"  # a subresource, e.g. ephemeralrunners/status
+        verb = method.lower()
+        if method == "GET":
+            watching = query.get("watch") in ("1", "true")
+            verb = "watch" if watching else ("get" if named else "list")
+        elif method == "DELETE" and not named:
+            verb = "deletecollection"
+        elif method == "POST":
+            verb = "create"
+        return verb, resource
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        assert self._session is not None
+        verb, resource = self.classify(request.method, request.path, request.query)
+        self.requests.append((time.monotonic(), verb, resource))
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in self._HOP}
+        body = await request.read()
+        async with self._session.request(
+            request.method,
+            self.upstream + request.path_qs,
+            headers=headers,
+            data=body or None,
+        ) as upstream:
+            response = web.StreamResponse(
+                status=upstream.status,
+                headers={k: v for k, v in upstream.headers.items() if k.lower() not in self._HOP},
+            )
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+
+    def window(self, start: float, end: float) -> Counter[tuple[str, str]]:
+        return Counter((v, r) for t, v, r in self.requests if start <= t < end)
+
+
+def proxied_kubeconfig(cluster: LocalCluster, proxy_url: str, path: Path) -> Path:
+    """A copy of the cluster's kubeconfig whose server is the proxy (same credentials)."""
+    cfg = yaml.safe_load(cluster.kubeconfig.read_text())
+    for entry in cfg["clusters"]:
+        entry["cluster"] = {"server": proxy_url}
+    path.write_text(yaml.safe_dump(cfg))
+    path.chmod(0o600)
+    return path
+
+
+# ---------------------------------------------------------------------- benchmarks
+
+
+@dataclass
+class Bench:
+    cluster: LocalCluster
+    workdir: Path
+
+    def stage(self, name: str, *, fake: FakeActions | None = None) -> Stage:
+        return Stage(self.cluster, self.workdir / name, fake=fake or _fake(), prefix="bench")
+
+    # --- capacity-signal latency ----------------------------------------------------------
+
+    async def capacity_signal_latency(self, pairs: int = 10, intruders: int = 5) -> dict[str, Any]:
+        async with self.stage("latency") as stage:
+            site = await stage.add_site(
+                SiteSpec(
+                    name="latency",
+                    scale_set_id=101,
+                    runner_pool=Pool(nodes=1, cpu="16"),
+                    # Exactly `pairs` workflow slots, so each intruder preempts one placeholder.
+                    workflow_pool=Pool(nodes=1, cpu=str(pairs), memory="64Gi"),
+                )
+            )
+            site.start_listener(
+                capacity=site.capacity_settings(proactive=pairs),
+                max_runners=pairs,
+                log_level="info",
+            )
+            _say(f"latency: waiting for {pairs} pairs")
+            await _until(lambda: site.advertised() == pairs, f"{pairs} advertised", 120, site)
+            core = client.CoreV1Api(stage.api)
+            names = [f"intruder-{i}" for i in range(intruders)]
+            _say(f"latency: {intruders} higher-priority pods preempt placeholders, one by one")
+            for name in names:
+                await core.create_namespaced_pod(site.namespace, _intruder(site, name))
+                await asyncio.sleep(2.0)
+            await _until(lambda: site.advertised() == pairs - intruders, "drop", 30, site)
+            _say("latency: intruders leave; pairs come back")
+            for name in names:
+                await core.delete_namespaced_pod(name, site.namespace, grace_period_seconds=0)
+                await asyncio.sleep(1.0)
+            with contextlib.suppress(RuntimeError):
+                await _until(lambda: site.advertised() == pairs, "recovery", 60, site)
+            await asyncio.sleep(2.0)
+            history = [(c.wall, c.value) for c in stage.fake.capacity_history(site.scale_set_id)]
+            latencies, superseded = signal_latencies(site.placeholder_events, history, pairs)
+            return {
+                "pairs": pairs,
+                "transitions": len(latencies) + superseded,
+                "superseded_before_sent": superseded,
+                **_stats(latencies),
+                "goal_p99_s": 1.0,
+                "stock_arc_bound_s": LONG_POLL,
+                "long_poll_hold_s": LONG_POLL,
+            }
+
+    # --- stranded jobs --------------------------------------------------------------------
+
+    async def stranded_jobs(self, jobs: int = 6) -> dict[str, Any]:
+        async with self.stage("stranded") as stage:
+            stage.fake.poll_hold = 2.0
+            result: dict[str, Any] = {"scenario": "workflow pool lost, then jobs queued"}
+            guarded = await stage.add_site(_outcome_spec("guarded", 201))
+            stock = await stage.add_site(_outcome_spec("stock", 202))
+            guarded.start_listener(
+                capacity=guarded.capacity_settings(proactive=2), max_runners=8, log_level="info"
+            )
+            stock.start_listener(capacity=None, max_runners=8, log_level="info")
+            await _until(lambda: guarded.view().pairs_running == 2, "2 warm pairs", 90, guarded)
+            _say("stranded: losing both workflow pools")
+            await guarded.remove_nodes("workflow")
+            await stock.remove_nodes("workflow")
+            await _until(lambda: guarded.advertised() == 0, "header 0", 30, guarded)
+            queued = {
+                "guarded": stage.fake.add_jobs(jobs, labels=["guarded"]),
+                "stock": stage.fake.add_jobs(jobs, labels=["stock"]),
+            }
+            await asyncio.sleep(guarded.spec.strand_after + 5.0)
+            for name, site in (("with_monitor", guarded), ("without_monitor", stock)):
+                batch = queued["guarded" if site is guarded else "stock"]
+                result[name] = {
+                    "stranded": len(stage.fake.stranded(site.scale_set_id)),
+                    "still_queued": sum(j.state is JobState.QUEUED for j in batch),
+                    "jobs": jobs,
+                }
+            return result
+
+    # --- apiserver load -------------------------------------------------------------------
+
+    async def apiserver_requests(self, pairs: int = 100, window: float = 60.0) -> dict[str, Any]:
+        proxy = CountingProxy(self.cluster.server)
+        proxy_url = await proxy.start()
+        try:
+            async with self.stage("apiserver") as stage:
+                site = await stage.add_site(
+                    SiteSpec(
+                        name="idle",
+                        scale_set_id=301,
+                        runner_pool=Pool(nodes=1, cpu="64", memory="256Gi", pods=pairs + 10),
+                        workflow_pool=Pool(nodes=2, cpu="64", memory="256Gi", pods=pairs + 10),
+                        runner_requests={"cpu": "100m", "memory": "128Mi"},
+                        workflow_requests={"cpu": "200m", "memory": "256Mi"},
+                    )
+                )
+                kubeconfig = proxied_kubeconfig(
+                    self.cluster, proxy_url, stage.workdir / "proxied-kubeconfig"
+                )
+                site.start_listener(
+                    capacity=site.capacity_settings(
+                        proactive=pairs, recalculate_interval="30s", max_pending_pairs=100
+                    ),
+                    max_runners=pairs,
+                    kubeconfig=kubeconfig,
+                    log_level="info",
+                )
+                _say(f"apiserver: waiting for {pairs} Running pairs")
+                await _until(lambda: site.advertised() == pairs, f"{pairs} pairs", 240, site)
+                await asyncio.sleep(5.0)  # let creation settle
+                _say(f"apiserver: counting the listener's requests for {window:.0f}s while idle")
+                start = time.monotonic()
+                await asyncio.sleep(window)
+                counts = proxy.window(start, time.monotonic())
+                per_minute = 60.0 / window
+                by_verb: Counter[str] = Counter()
+                for (verb, _), n in counts.items():
+                    by_verb[verb] += n
+                setup = Counter((v, r) for _, v, r in proxy.requests)
+                return {
+                    "pairs": pairs,
+                    "window_s": window,
+                    "requests_per_minute": round(sum(counts.values()) * per_minute, 1),
+                    "by_verb_per_minute": {
+                        k: round(v * per_minute, 1) for k, v in sorted(by_verb.items())
+                    },
+                    "by_request_in_window": {f"{v} {r}": n for (v, r), n in sorted(counts.items())},
+                    "lists_during_setup": sum(n for (v, _), n in setup.items() if v == "list"),
+                    "listener_long_poll_s": LONG_POLL,
+                    "recalculate_interval_s": 30,
+                }
+        finally:
+            await proxy.stop()
+
+    # --- memory ---------------------------------------------------------------------------
+
+    async def listener_memory(self, pairs: int = 1000, unrelated: int = 2000) -> dict[str, Any]:
+        async with self.stage("memory") as stage:
+            per_node = 260
+            site = await stage.add_site(
+                SiteSpec(
+                    name="big",
+                    scale_set_id=401,
+                    runner_pool=Pool(nodes=-(-pairs // per_node), cpu="128", memory="512Gi",
+                                     pods=per_node),
+                    workflow_pool=Pool(nodes=-(-pairs // per_node), cpu="128", memory="512Gi",
+                                       pods=per_node),
+                    runner_requests={"cpu": "50m", "memory": "64Mi"},
+                    workflow_requests={"cpu": "100m", "memory": "128Mi"},
+                )
+            )  # fmt: skip
+            _say(f"memory: {unrelated} unrelated pods in the same namespace")
+            unrelated_node = await site.add_nodes(
+                "runner", -(-unrelated // 500), Pool(nodes=1, cpu="256", pods=500)
+            )
+            await _create_unrelated(stage.api, site, unrelated, unrelated_node)
+            listener = site.start_listener(
+                capacity=site.capacity_settings(
+                    proactive=pairs, recalculate_interval="30s", max_pending_pairs=200
+                ),
+                max_runners=pairs,
+                log_level="info",
+            )
+            _say(f"memory: waiting for {pairs} Running pairs (this takes a while)")
+            started = time.monotonic()
+            reached = True
+            try:
+                await _until(lambda: site.advertised() == pairs, f"{pairs} pairs", 420, site)
+            except RuntimeError as exc:
+                if listener.returncode is not None:
+                    raise
+                _say(f"memory: {exc}")
+                reached = False
+            ramp = time.monotonic() - started
+            await asyncio.sleep(10.0)
+            cpu_before = _cpu_seconds(listener.pid)
+            await asyncio.sleep(30.0)
+            cpu_idle = (_cpu_seconds(listener.pid) - cpu_before) / 30.0
+            text = await listener.metrics_text()
+            count = metric_value(text, "gha_capacity_reconcile_duration_seconds_count")
+            total = metric_value(text, "gha_capacity_reconcile_duration_seconds_sum")
+            rss = listener.rss_kib() or 0
+            hwm = listener.hwm_kib() or 0
+            return {
+                "pairs_target": pairs,
+                "pairs_reached": reached,
+                "advertised": site.advertised(),
+                "placeholder_pods": len(site.placeholders),
+                "unrelated_pods": unrelated,
+                "ramp_s": round(ramp, 1),
+                "vm_rss_mib": round(rss / 1024, 1),
+                "vm_hwm_mib": round(hwm / 1024, 1),
+                "goal_mib": 128,
+                "idle_cpu_fraction_of_one_core": round(cpu_idle, 4),
+                "reconcile_passes": count,
+                "reconcile_mean_s": round(total / count, 4) if count and total else None,
+            }
+
+    # --- job start latency ----------------------------------------------------------------
+
+    async def job_start_latency(self, burst: int = 8) -> dict[str, Any]:
+        result: dict[str, Any] = {"burst": burst}
+        cases: list[tuple[str, dict[str, Any] | None]] = [
+            ("warm_pairs", {"proactive": burst}),
+            ("no_warm_pairs_hud_on_demand", {"proactive": 0, "hud": True}),
+            ("stock_listener_no_gating", None),
+        ]
+        for number, (name, settings) in enumerate(cases):
+            result[name] = await self._start_case(number, name, settings, burst)
+        result["recalculate_interval_s"] = 2
+        result["note"] = "kwok starts pods instantly; no node provisioning or image pulls"
+        return result
+
+    async def _start_case(
+        self, number: int, name: str, settings: dict[str, Any] | None, burst: int
+    ) -> dict[str, Any]:
+        async with self.stage(f"start-{name}") as stage:
+            site = await stage.add_site(
+                SiteSpec(
+                    name=f"start{number}",
+                    scale_set_id=501 + number,
+                    workflow_pool=Pool(nodes=1, cpu=str(burst * 2)),
+                    job_seconds=2.0,
+                )
+            )
+            capacity = None if settings is None else site.capacity_settings(**settings)
+            site.start_listener(capacity=capacity, max_runners=burst * 2, log_level="info")
+            await site.wait_session(60)
+            if settings and settings["proactive"]:
+                await _until(lambda: site.advertised() == burst, "warm pairs", 90, site)
+            else:
+                await asyncio.sleep(3.0)
+            _say(f"start latency: {name}")
+            jobs = stage.fake.add_jobs(burst, labels=["linux"])
+            await _until(
+                lambda: all(j.workflow_started_at is not None for j in jobs), name, 120, site
+            )
+            case: dict[str, Any] = _stats(_start_latencies(jobs))
+            if settings is not None:
+                case["settings"] = settings
+            return case
+
+
+def _outcome_spec(name: str, scale_set_id: int) -> SiteSpec:
+    return SiteSpec(
+        name=name,
+        scale_set_id=scale_set_id,
+        labels=(name,),
+        workflow_pool=Pool(nodes=1, cpu="4"),
+        job_seconds=3.0,
+        strand_after=5.0,
+    )
+
+
+def _intruder(site: Site, name: str) -> dict[str, Any]:
+    """A foreign high-priority pod the size of a workflow pod, in the workflow pool."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": dict(site.spec.workflow_requests)},
+                }
+            ],
+            "priorityClassName": "arc-workflow",
+            "terminationGracePeriodSeconds": 0,
+            **site.placement("workflow"),
+        },
+    }
+
+
+async def _create_unrelated(
+    api: client.ApiClient, site: Site, count: int, nodes: list[str]
+) -> None:
+    """Pods bound straight to their node (no scheduling work), Running via kwok."""
+    core = client.CoreV1Api(api)
+    gate = asyncio.Semaphore(16)
+
+    async def one(i: int) -> None:
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"unrelated-{i}", "labels": {"app": "unrelated"}},
+            "spec": {
+                "nodeName": nodes[i % len(nodes)],
+                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+                "terminationGracePeriodSeconds": 0,
+                "tolerations": site.tolerations("runner"),
+            },
+        }
+        async with gate:
+            with contextlib.suppress(ApiException):
+                await core.create_namespaced_pod(site.namespace, manifest, _request_timeout=30)
+
+    await asyncio.gather(*(one(i) for i in range(count)))
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+
+
+def _start_latencies(jobs: Iterable[FakeJob]) -> list[float]:
+    return [
+        j.workflow_started_at - j.history[0][0] for j in jobs if j.workflow_started_at is not None
+    ]
+
+
+def signal_latencies(
+    events: list[PodEvent], history: list[tuple[float, int | None]], max_runners: int
+) -> tuple[list[float], int]:
+    """Replay placeholder events into the confirmed value min(Running runner halves, Running
+    workflow halves), clamped to max_runners; for each change, the delay until a poll carried
+    the new value. A change overtaken by the next one before any poll carried it is counted
+    as superseded, not measured."""
+    running: dict[str, str] = {}  # name -> role, for Running non-terminating placeholders
+    changes: list[tuple[float, int]] = []
+    value = 0
+    for event in events:
+        if event.kind != "DELETED" and event.phase == "Running" and not event.terminating:
+            running[event.name] = event.role
+        else:
+            running.pop(event.name, None)
+        roles = Counter(running.values())
+        now = min(roles["placeholder-runner"], roles["placeholder-workflow"], max_runners)
+        if now != value:
+            value = now
+            changes.append((event.wall, now))
+    latencies: list[float] = []
+    superseded = 0
+    for index, (when, target) in enumerate(changes):
+        until = changes[index + 1][0] if index + 1 < len(changes) else float("inf")
+        sent = next((wall for wall, v in history if wall >= when and v == target), None)
+        if sent is None or sent > until:
+            superseded += 1
+        else:
+            latencies.append(sent - when)
+    return latencies, superseded
+
+
+BENCHES: dict[str, Callable[[Bench], Awaitable[dict[str, Any]]]] = {
+    "capacity_signal_latency": Bench.capacity_signal_latency,
+    "stranded_jobs": Bench.stranded_jobs,
+    "apiserver_requests_100_idle_pairs": Bench.apiserver_requests,
+    "listener_memory_1000_pairs": Bench.listener_memory,
+    "job_start_latency": Bench.job_start_latency,
+}
+
+
+async def run(selected: list[str], workdir: Path) -> dict[str, Any]:
+    started = time.monotonic()
+    document: dict[str, Any] = {
+        "environment": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+    }
+    with local_control_plane(workdir / "cluster", progress=_say) as cluster:
+        bench = Bench(cluster, workdir)
+        for name in selected:
+            _say(f"--- {name}")
+            t0 = time.monotonic()
+            try:
+                document[name] = await BENCHES[name](bench)
+            except Exception as exc:
+                _say(f"{name} failed: {exc}")
+                document[name] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+            document[name]["bench_seconds"] = round(time.monotonic() - t0, 1)
+    document["total_seconds"] = round(time.monotonic() - started, 1)
+    document["workdir"] = str(workdir)
+    return document
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.support.bench", description=__doc__)
+    parser.add_argument(
+        "--only", action="append", choices=sorted(BENCHES), help="run only these (repeatable)"
+    )
+    parser.add_argument("--workdir", type=Path, default=None, help="keep logs here")
+    args = parser.parse_args(argv)
+    selected = args.only or list(BENCHES)
+    workdir = args.workdir or new_workdir("capacity-listener-bench")
+    document = asyncio.run(run(selected, workdir))
+    print(json.dumps(document, indent=2))
+    return 1 if any(isinstance(v, dict) and "error" in v for v in document.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
