@@ -13,16 +13,18 @@ silently drop them; listing them sets their labels.
 The page is made to read like client_golang's: no ``_created`` series (filtered per registry,
 so the process-wide prometheus_client switch is left alone), no family without samples
 (a Go vector with no children is not written at all), families sorted by name and series by
-label values.
+label values, and bucket bounds spelled as Go spells them (``le="1"``, not ``le="1.0"``).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from itertools import pairwise
 from typing import Final
 
@@ -39,6 +41,7 @@ __all__ = [
     "GoStyleCollector",
     "ListenerMetrics",
     "base_labels",
+    "go_float",
     "parse_workflow_ref",
 ]
 
@@ -196,13 +199,43 @@ def _is_zero(moment: datetime | None) -> bool:
 _SUFFIX_RANK: Final = {"_bucket": 0, "_sum": 1, "_count": 2}
 
 
+def go_float(value: float) -> str:
+    """``value`` as client_golang writes a bucket bound: strconv's shortest ``'g'`` format.
+
+    ``1`` → ``"1"``, ``3600`` → ``"3600"``, ``1e6`` → ``"1e+06"`` (exponent form from 1e6 and
+    below 1e-4). prometheus_client writes ``"1.0"``/``"3600.0"``, and Prometheus 2 keeps the
+    ``le`` label exactly as written, so queries that select a bucket by ``le`` would miss.
+    """
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == 0:
+        return "0"
+    # repr gives the shortest digits that round-trip, the same digits Go picks.
+    parts = Decimal(repr(abs(value))).normalize().as_tuple()
+    digits = "".join(map(str, parts.digits))
+    assert isinstance(parts.exponent, int)  # finite: NaN and infinities are handled above
+    exponent = len(digits) + parts.exponent - 1
+    sign = "-" if value < 0 else ""
+    if exponent < -4 or exponent >= 6:
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{sign}{mantissa}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
+    if exponent < 0:
+        return f"{sign}0.{'0' * (-exponent - 1)}{digits}"
+    whole = digits[: exponent + 1].ljust(exponent + 1, "0")
+    fraction = digits[exponent + 1 :]
+    return f"{sign}{whole}{'.' + fraction if fraction else ''}"
+
+
 class GoStyleCollector:
     """Exposes prometheus_client metrics the way client_golang writes a registry.
 
     The metrics are created unregistered and handed to this collector, which is registered
     once. It drops ``_created`` samples (Go has none), drops families with no samples (a Go
-    vector without children is not written), and skips label-less metrics until they are
-    first used (:meth:`touch`), because a Go vector only appears once a child exists.
+    vector without children is not written), skips label-less metrics until they are
+    first used (:meth:`touch`), because a Go vector only appears once a child exists, and
+    writes bucket bounds (``le``) the way Go formats them (:func:`go_float`).
     """
 
     def __init__(
@@ -230,7 +263,13 @@ class GoStyleCollector:
                 continue
             for family in metric.collect():
                 created = family.name + "_created"
-                samples = [s for s in family.samples if s.name != created]
+                samples = [
+                    s._replace(labels={**s.labels, "le": go_float(float(s.labels["le"]))})
+                    if "le" in s.labels
+                    else s
+                    for s in family.samples
+                    if s.name != created
+                ]
                 if not samples:
                     continue
                 # Group each series' samples (Go orders series by label values) and put

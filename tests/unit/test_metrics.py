@@ -404,9 +404,31 @@ def test_histogram_buckets_from_config_and_empty_means_default() -> None:
     registry, metrics = new_metrics(config)
     feed_known_sequence(metrics)
     startup = samples(registry, "gha_job_startup_duration_seconds_bucket")
-    assert startup == [({"le": "5.0"}, 0.0), ({"le": "60.0"}, 2.0), ({"le": "+Inf"}, 2.0)]
+    assert startup == [({"le": "5"}, 0.0), ({"le": "60"}, 2.0), ({"le": "+Inf"}, 2.0)]
     execution = samples(registry, "gha_job_execution_duration_seconds_bucket")
     assert len(execution) == 2 * (len(DEFAULT_RUNTIME_BUCKETS) + 1)
+
+
+def test_bucket_bounds_are_written_as_client_golang_writes_them() -> None:
+    # client_golang writes ``le`` with strconv's shortest 'g' format ("1", "60", "1e+06");
+    # prometheus_client would write "1.0", "60.0", "1000000.0". Prometheus 2 stores the label
+    # value as written, so a query on le="60" only finds the series spelled Go's way.
+    bounds = (0.005, 0.5, 1, 2.5, 60, 3600, 123456.5, 1e6, 1.5e7)
+    config = MetricsConfig(
+        histograms={"gha_job_startup_duration_seconds": MetricSpec(labels=(), buckets=bounds)}
+    )
+    registry, metrics = new_metrics(config)
+    metrics.record_job_started(
+        job("JobStarted", scale_set_assign_time=at(0), runner_assign_time=at(1))
+    )
+    written = [
+        line.split('le="')[1].split('"')[0]
+        for line in page(registry).splitlines()
+        if line.startswith("gha_job_startup_duration_seconds_bucket")
+    ]
+    assert written == [
+        "0.005", "0.5", "1", "2.5", "60", "3600", "123456.5", "1e+06", "1.5e+07", "+Inf",
+    ]  # fmt: skip
 
 
 def test_label_less_metric_appears_only_once_set() -> None:
