@@ -582,6 +582,9 @@ def load_config(env: Mapping[str, str]) -> Config:
     path = env.get("LISTENER_CONFIG_PATH")
     if path is None:
         raise ConfigError("LISTENER_CONFIG_PATH environment variable is not set")
+    if path == "":
+        # Path("") is the working directory; reading it would only say "Is a directory".
+        raise ConfigError("LISTENER_CONFIG_PATH environment variable is empty")
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:

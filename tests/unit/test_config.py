@@ -634,3 +634,12 @@ def test_load_config_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config({"LISTENER_CONFIG_PATH": str(missing)})
     assert str(info.value) == f'failed to read config file "{missing}": No such file or directory'
+
+
+def test_load_config_empty_path_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An empty path must not be read as "." (the working directory): that would report
+    # "Is a directory", or read a stray config.json-less directory, instead of the real cause.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        load_config({"LISTENER_CONFIG_PATH": ""})
+    assert str(info.value) == "LISTENER_CONFIG_PATH environment variable is empty"
