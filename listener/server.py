@@ -206,12 +206,14 @@ def build_app(
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
-    """A Go listen address → (host, port). ``":8080"`` listens on every IPv4 interface."""
+    """A Go listen address → (host, port).
+
+    ``":8080"`` gives host ``""``: every interface, IPv4 and IPv6, as Go listens for it.
+    """
     host, sep, port_text = addr.rpartition(":")
     if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ValueError(f"listen address {addr!r} must be host:port or :port")
-    host = host.removeprefix("[").removesuffix("]")
-    return host or "0.0.0.0", int(port_text)
+    return host.removeprefix("[").removesuffix("]"), int(port_text)
 
 
 async def serve(
@@ -232,7 +234,9 @@ async def serve(
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=(SHUTDOWN_TIMEOUT - 1.0) / 2)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        # No host: asyncio binds the IPv4 and the IPv6 wildcard (one socket each), so the
+        # page is reachable in IPv6-only clusters too, as ARC's is.
+        site = web.TCPSite(runner, host or None, port)
         await site.start()
         bound = runner.addresses[0][1] if runner.addresses else port
         log.info("http server listening", extra={"addr": f"{host}:{bound}"})

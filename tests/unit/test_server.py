@@ -282,7 +282,8 @@ def test_other_registered_metrics_keep_their_created_series() -> None:
 @pytest.mark.parametrize(
     ("addr", "expected"),
     [
-        (":8080", ("0.0.0.0", 8080)),
+        (":8080", ("", 8080)),  # every interface, IPv4 and IPv6
+        ("0.0.0.0:8080", ("0.0.0.0", 8080)),
         ("127.0.0.1:9090", ("127.0.0.1", 9090)),
         ("localhost:0", ("localhost", 0)),
         ("[::1]:8080", ("::1", 8080)),
@@ -375,3 +376,45 @@ async def test_serve_fails_when_the_port_is_taken() -> None:
         app = build_app(registry=None, metrics_endpoint="", health=Health())
         with pytest.raises(OSError, match=r"(?i)address already in use"):
             await asyncio.wait_for(serve(app, f"127.0.0.1:{port}", asyncio.Event()), 5)
+
+
+def free_dual_stack_port() -> int:
+    """A port free on both the IPv4 and the IPv6 wildcard address (bound and released)."""
+    for _ in range(20):
+        with socket.socket(socket.AF_INET6) as v6:
+            v6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            v6.bind(("::", 0))
+            port: int = v6.getsockname()[1]
+            with socket.socket(socket.AF_INET) as v4:
+                try:
+                    v4.bind(("0.0.0.0", port))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError("no port free on both families")
+
+
+@pytest.mark.skipif(not socket.has_ipv6, reason="this Python has no IPv6 support")
+async def test_port_only_address_serves_ipv4_and_ipv6_like_go() -> None:
+    # Go's net.Listen("tcp", ":8080") accepts on every IPv4 *and* IPv6 address; binding
+    # 0.0.0.0 only would leave the metrics page and probes unreachable in an IPv6-only
+    # cluster, where the pod (and so Prometheus and the kubelet) only has an IPv6 address.
+    with socket.socket(socket.AF_INET6) as probe:
+        try:
+            probe.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback on this machine")
+    port = free_dual_stack_port()
+    app = build_app(registry=None, metrics_endpoint="", health=Health())
+    stop = asyncio.Event()
+    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve(app, f":{port}", stop, started=bound.set_result))
+    try:
+        assert await asyncio.wait_for(bound, 5) == port
+        async with aiohttp.ClientSession() as session:
+            for host in ("127.0.0.1", "[::1]"):
+                async with session.get(f"http://{host}:{port}/readyz") as response:
+                    assert response.status == 200, host
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 6)
