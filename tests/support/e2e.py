@@ -540,9 +540,8 @@ class Site:
                         grace_period_seconds=0,
                         _request_timeout=15,
                     )
-        cluster = self.stage.cluster
-        await asyncio.to_thread(lambda: [cluster.remove_node(n) for n in names])
         for name in names:
+            await asyncio.to_thread(self.stage.cluster.remove_node, name)
             self.nodes[pool].remove(name)
         return names
 
