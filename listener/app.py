@@ -36,13 +36,15 @@ from listener.logs import configure_logging, register_secret
 from listener.loop import Listener
 from listener.metrics import ListenerMetrics
 from listener.scaler import KubePatcher, Scaler
-from listener.server import Health, build_app, serve
+from listener.server import Health, build_app, parse_addr, serve
 
 __all__ = ["Options", "main", "run"]
 
 log = logging.getLogger("listener")
 
-_SESSION_DELETE_TIMEOUT = 10.0
+# Longer than the retry schedule (1+2+4+8 s) plus a token refresh, shorter than the pod's
+# 60 s termination grace; ARC sets no limit at all.
+_SESSION_DELETE_TIMEOUT = 30.0
 
 T = TypeVar("T")
 
@@ -161,10 +163,20 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
                     registry=registry, metrics_endpoint=cfg.metrics_endpoint, health=health
                 )
                 tg.create_task(_guard("metrics", serve(metrics_app, cfg.metrics_addr, stop), stop))
-            if options.probe_addr and options.probe_addr != cfg.metrics_addr:
+            if options.probe_addr and not _same_port(options.probe_addr, cfg.metrics_addr):
                 probe_app = build_app(registry=None, metrics_endpoint="", health=health)
                 tg.create_task(_guard("probes", serve(probe_app, options.probe_addr, stop), stop))
             tg.create_task(_guard("listener", _listen(parts, capacity_settings, stop), stop))
+
+
+def _same_port(probe_addr: str, metrics_addr: str) -> bool:
+    """Whether the probes can ride on the metrics server (its app serves them too)."""
+    if not metrics_addr:
+        return False
+    try:
+        return parse_addr(probe_addr)[1] == parse_addr(metrics_addr)[1]
+    except ValueError as exc:
+        raise StartupError(f"LISTENER_PROBE_ADDR or metrics_addr: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,17 @@ import logging
 import os
 import sys
 
+from capacity.kube import KubeError
+from capacity.settings import CapacitySettingsError
+from listener import app
+from listener.config import ConfigError
+from listener.errors import ActionsError
+from listener.logs import redact
+
 __all__ = ["main"]
+
+# Errors whose message says it all; anything else is a bug, reported with its type name.
+_EXPECTED = (ConfigError, CapacitySettingsError, app.StartupError, ActionsError, KubeError)
 
 
 def _leaf_errors(exc: BaseException) -> list[BaseException]:
@@ -24,21 +34,26 @@ def _leaf_errors(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def main() -> None:
-    from listener import app
+def error_lines(exc: BaseException) -> list[str]:
+    """One ``Error: ...`` line per cause, secrets masked."""
+    lines = []
+    for error in _leaf_errors(exc):
+        message = " ".join(str(error).splitlines())
+        if not isinstance(error, _EXPECTED):
+            message = f"{type(error).__name__}: {message}".rstrip(": ")
+        lines.append(f"Error: {redact(message)}")
+    return lines
 
+
+def main() -> None:
     try:
         asyncio.run(app.main(os.environ))
     except KeyboardInterrupt:
         sys.exit(0)
-    except BaseException as exc:
-        if isinstance(exc, SystemExit):
-            raise
-        errors = _leaf_errors(exc)
-        for error in errors:
-            # One line per cause; the logging handler may not exist yet (bad config).
-            message = " ".join(str(error).splitlines()) or type(error).__name__
-            print(f"Error: {message}", file=sys.stderr)
+    except Exception as exc:  # the process boundary: report, then exit 1
+        # Printed, not logged: the logging handler may not exist yet (bad config).
+        for line in error_lines(exc):
+            print(line, file=sys.stderr)
         logging.getLogger("listener").debug("exit", exc_info=exc)
         sys.exit(1)
 

@@ -134,6 +134,21 @@ class Listener:
         stats = message.statistics
         self._latest = stats
         self._metrics.record_statistics(stats)
+        kinds: dict[str, int] = {}
+        for job in message.jobs:
+            kinds[job.message_type] = kinds.get(job.message_type, 0) + 1
+        log.info(
+            "processing message",
+            extra={
+                "message_id": message.message_id,
+                "jobs": kinds,
+                "assigned": stats.total_assigned_jobs,
+                "running": stats.total_running_jobs,
+                "available": stats.total_available_jobs,
+                "registered_runners": stats.total_registered_runners,
+                "capacity": self._capacity.value,
+            },
+        )
         # Ack first (ARC ≥ 0.14): a crash after this point loses the message's side effects,
         # but the next statistics carry the totals that matter for scaling.
         await self._session.delete_message(message.message_id)
@@ -149,10 +164,15 @@ class Listener:
                 await self._scaler.handle_job_started(job)
         for job in message.jobs:
             if job.message_type == "JobCompleted":
+                log.info(
+                    "job completed",
+                    extra={"runner": job.runner_name, "job_id": job.job_id, "result": job.result},
+                )
                 self._metrics.record_job_completed(job)
                 self._scaler.handle_job_completed(job)
         desired = await self._scaler.handle_desired_runner_count(stats.total_assigned_jobs)
         self._metrics.record_desired_runners(desired)
+        log.info("desired runners", extra={"desired": desired})
 
     async def _poll(self, stop: asyncio.Event) -> Message | _Abandoned | None:
         """One long poll, re-issued whenever the advertised value changes under it."""

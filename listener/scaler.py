@@ -12,10 +12,11 @@ change and the target equals ``min_runners``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from capacity.kube import Kube
+from capacity.kube import Kube, KubeError
 from listener.wire import JobMessage
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
 ]
 
 _MAX_INT32 = 2_147_483_647
+
+log = logging.getLogger(__name__)
 
 
 def runner_set_patch(replicas: int, patch_id: int) -> dict[str, Any]:
@@ -102,11 +105,16 @@ class Scaler:
         """Patch the runner set for ``assigned_jobs``; always sends, even when unchanged."""
         target, patch_id = self._sequencer.next(assigned_jobs)
         await self._patcher.patch_runner_set(runner_set_patch(target, patch_id))
+        log.debug(
+            "runner set patched",
+            extra={"assigned": assigned_jobs, "target": target, "patch_id": patch_id},
+        )
         return target
 
     async def handle_job_started(self, job: JobMessage) -> None:
         self._sequencer.dirty = True
         await self._patcher.patch_runner_status(job.runner_name, runner_status_patch(job))
+        log.info("job started", extra={"runner": job.runner_name, "job_id": job.job_id})
 
     def handle_job_completed(self, job: JobMessage) -> None:
         # The runner pod exits and ARC's controller removes the EphemeralRunner; the listener
@@ -136,8 +144,10 @@ class KubePatcher:
             body=body,
         )
         if not found:
-            raise LookupError(
-                f"ephemeralrunnerset {self._namespace}/{self._runner_set_name} not found"
+            raise KubeError(
+                f"patch ephemeralrunnersets {self._namespace}/{self._runner_set_name}",
+                404,
+                "not found",
             )
 
     async def patch_runner_status(self, runner_name: str, body: dict[str, Any]) -> None:
