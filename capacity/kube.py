@@ -214,7 +214,7 @@ class _Backoff:
     """Exponential backoff with full jitter, reset after a success."""
 
     base: float = 0.5
-    cap: float = 15.0
+    cap: float = 8.0
     attempt: int = 0
 
     def next(self) -> float:
@@ -469,13 +469,15 @@ class Kube:
         *,
         label_selector: str = "",
         field_selector: str = "",
+        since: str = "",
     ) -> AsyncIterator[WatchEvent[T]]:
         """List, then watch, forever: yields Reset after every (re)list, then Upserted and
         Removed for each change. A projection of None counts as "not ours" (Removed).
         Failures are yielded as Failed and retried here with backoff; cancel the consumer's
-        task to stop."""
+        task to stop. ``since`` starts with a watch from that resourceVersion instead of a
+        list (for a caller that already holds a list)."""
         backoff = _Backoff()
-        version = ""
+        version = since
         while True:
             try:
                 if not version:

@@ -1,0 +1,276 @@
+"""Helpers shared by the capacity monitor's integration tests and its benchmark: ARC-like
+objects (EphemeralRunnerSet, runner and workflow pods), the priority ladder, and an
+apiserver restart on a harness-started cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from tests.support.localcluster import LocalCluster
+from tests.support.localcluster.testkit import PAUSE_IMAGE, placement
+
+ROOT = Path(__file__).resolve().parents[2]
+ARC_GROUP, ARC_VERSION = "actions.github.com", "v1alpha1"
+SCALE_SET_LABEL = "actions.github.com/scale-set-name"
+LADDER = {
+    "arc-workflow": 20,
+    "placeholder-workflow": 10,
+    "arc-runner": 0,
+    "placeholder-runner": -10,
+}
+
+
+async def apply_ladder(api: client.ApiClient) -> dict[str, int]:
+    """Create the PriorityClasses from priorityclasses/ (kept if they already exist)."""
+    sched = client.SchedulingV1Api(api)
+    values: dict[str, int] = {}
+    for path in sorted((ROOT / "priorityclasses").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or doc.get("kind") != "PriorityClass":
+                continue
+            with contextlib.suppress(ApiException):
+                await sched.create_priority_class(doc)
+            values[doc["metadata"]["name"]] = int(doc["value"])
+    if values != LADDER:
+        raise AssertionError(f"priorityclasses/ defines {values}, expected {LADDER}")
+    return values
+
+
+def runner_pod_spec(owner: str, *, cpu: str = "1", memory: str = "1Gi") -> dict[str, Any]:
+    """An ARC runner pod template (spec.ephemeralRunnerSpec.spec) placed on the test's
+    reserved nodes."""
+    return {
+        "containers": [
+            {
+                "name": "runner",
+                "image": "ghcr.io/actions/actions-runner:latest",
+                "resources": {"requests": {"cpu": cpu, "memory": memory}},
+            }
+        ],
+        **placement(owner),
+    }
+
+
+async def create_runner_set(
+    api: client.ApiClient, namespace: str, name: str, pod_spec: dict[str, Any]
+) -> dict[str, Any]:
+    crd = client.CustomObjectsApi(api)
+    body = {
+        "apiVersion": f"{ARC_GROUP}/{ARC_VERSION}",
+        "kind": "EphemeralRunnerSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 0,
+            "patchID": 0,
+            "ephemeralRunnerSpec": {
+                "githubConfigUrl": "https://github.com/acme",
+                "githubConfigSecret": "github-config",
+                "runnerScaleSetId": 1,
+                "spec": pod_spec,
+            },
+        },
+    }
+    created: dict[str, Any] = await crd.create_namespaced_custom_object(
+        ARC_GROUP, ARC_VERSION, namespace, "ephemeralrunnersets", body
+    )
+    return created
+
+
+async def delete_runner_set(api: client.ApiClient, namespace: str, name: str) -> None:
+    crd = client.CustomObjectsApi(api)
+    await crd.delete_namespaced_custom_object(
+        ARC_GROUP,
+        ARC_VERSION,
+        namespace,
+        "ephemeralrunnersets",
+        name,
+        body={"propagationPolicy": "Background"},
+    )
+
+
+async def create_ephemeral_runner(
+    api: client.ApiClient, namespace: str, name: str, scale_set: str, phase: str | None = None
+) -> None:
+    crd = client.CustomObjectsApi(api)
+    await crd.create_namespaced_custom_object(
+        ARC_GROUP,
+        ARC_VERSION,
+        namespace,
+        "ephemeralrunners",
+        {
+            "apiVersion": f"{ARC_GROUP}/{ARC_VERSION}",
+            "kind": "EphemeralRunner",
+            "metadata": {"name": name, "labels": {SCALE_SET_LABEL: scale_set}},
+            "spec": {
+                "githubConfigUrl": "https://github.com/acme",
+                "githubConfigSecret": "github-config",
+                "runnerScaleSetId": 1,
+                "spec": {"containers": [{"name": "runner", "image": PAUSE_IMAGE}]},
+            },
+        },
+    )
+    if phase:
+        await crd.patch_namespaced_custom_object_status(
+            ARC_GROUP,
+            ARC_VERSION,
+            namespace,
+            "ephemeralrunners",
+            name,
+            {"status": {"phase": phase}},
+            _content_type="application/merge-patch+json",
+        )
+
+
+def real_pod(
+    name: str,
+    *,
+    owner: str,
+    priority_class: str,
+    cpu: str,
+    memory: str,
+    labels: dict[str, str],
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": PAUSE_IMAGE,
+                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                }
+            ],
+            "priorityClassName": priority_class,
+            "terminationGracePeriodSeconds": 0,
+            **placement(owner),
+        },
+    }
+
+
+def runner_pod(name: str, *, owner: str, scale_set: str, cpu: str, memory: str) -> dict[str, Any]:
+    """A runner pod labelled as ARC labels them."""
+    return real_pod(
+        name,
+        owner=owner,
+        priority_class="arc-runner",
+        cpu=cpu,
+        memory=memory,
+        labels={
+            SCALE_SET_LABEL: scale_set,
+            "actions-ephemeral-runner": "True",
+            "app.kubernetes.io/component": "runner",
+        },
+    )
+
+
+def workflow_pod(runner: str, *, owner: str, cpu: str, memory: str) -> dict[str, Any]:
+    """The workflow pod ARC's kubernetes-mode hook creates for ``runner``."""
+    return real_pod(
+        f"{runner}-workflow",
+        owner=owner,
+        priority_class="arc-workflow",
+        cpu=cpu,
+        memory=memory,
+        labels={"runner-pod": runner},
+    )
+
+
+# --- apiserver restart --------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _stop_apiserver(cluster: LocalCluster, downtime: float) -> None:
+    comp = next(c for c in cluster.components if c.name == "kube-apiserver")
+    old = comp.proc
+    assert old is not None
+    os.killpg(old.pid, signal.SIGTERM)
+    try:
+        old.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(old.pid, signal.SIGKILL)
+        old.wait(timeout=5)
+    time.sleep(downtime)
+
+
+def _start_apiserver(cluster: LocalCluster) -> None:
+    # From the event loop's (main) thread: the parent-death signal follows the *thread* that
+    # forked, and a worker thread of asyncio.to_thread ends with the test's event loop.
+    comp = next(c for c in cluster.components if c.name == "kube-apiserver")
+    with comp.log.open("ab") as log:
+        # The harness stops whatever comp.proc is at teardown, so the new process is its.
+        comp.proc = subprocess.Popen(
+            comp.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cluster.workdir,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+
+
+def _wait_apiserver_ready(cluster: LocalCluster) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if cluster.rest.get("/readyz") == "ok":
+                return
+        except (httpx.HTTPError, OSError, RuntimeError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError("kube-apiserver did not come back within 90s")
+
+
+async def restart_apiserver(cluster: LocalCluster, downtime: float = 2.0) -> None:
+    """Stop kube-apiserver, keep it down for ``downtime`` seconds, start it again with the
+    same flags (same etcd: resourceVersions carry over) and wait until it is ready."""
+    import pytest
+
+    if not cluster.components:
+        pytest.skip("restarting the apiserver needs a harness-started cluster")
+    await asyncio.to_thread(_stop_apiserver, cluster, downtime)
+    _start_apiserver(cluster)
+    await asyncio.to_thread(_wait_apiserver_ready, cluster)
+
+
+# --- etcd compaction ----------------------------------------------------------------------
+
+
+async def compact_etcd(cluster: LocalCluster) -> int:
+    """Compact etcd at its current revision (what kube-apiserver does every 5 minutes), so a
+    watch from any older resourceVersion gets 410 Gone. Returns the revision."""
+    import pytest
+
+    port = cluster.ports.get("etcd_client")
+    if not port:
+        pytest.skip("compacting etcd needs a harness-started cluster")
+    base = f"http://127.0.0.1:{port}/v3"
+    async with httpx.AsyncClient(timeout=10) as http:
+        # Any range read answers with the store's current revision in its header.
+        head = await http.post(f"{base}/kv/range", json={"key": "AA==", "limit": 1})
+        head.raise_for_status()
+        revision = int(head.json()["header"]["revision"])
+        done = await http.post(
+            f"{base}/kv/compaction", json={"revision": revision, "physical": True}
+        )
+        done.raise_for_status()
+    return revision
