@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import os
@@ -485,6 +486,60 @@ def test_alerts_have_summary_description_runbook_and_severity() -> None:
         assert re.fullmatch(r"\d+[smh]", rule["for"]), rule["alert"]
 
 
+ALERT_TESTS = DEPLOY / "prometheus" / "alerts.test.yaml"
+
+
+def test_every_alert_has_promtool_cases_both_ways() -> None:
+    """alerts.test.yaml checks each alert firing and, earlier or elsewhere, not firing."""
+    (suite,) = yaml_docs(ALERT_TESTS)
+    assert suite["rule_files"] == ["capacity-listener.rules.yaml"]
+    cases = [case for test in suite["tests"] for case in test["alert_rule_test"]]
+    for alert in EXPECTED_ALERTS:
+        outcomes = [bool(c["exp_alerts"]) for c in cases if c["alertname"] == alert]
+        assert True in outcomes, f"{alert}: no case where it fires"
+        assert False in outcomes, f"{alert}: no case where it stays quiet"
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not on PATH (Debian: apt-get install prometheus)"
+)
+def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
+    """`promtool check rules` on the rules as shipped, `promtool test rules` on the firing
+    behaviour (annotations stripped: promtool compares them word for word)."""
+    assert PROMTOOL is not None
+    (doc,) = yaml_docs(ALERTS)
+    full = tmp_path / "full.rules.yaml"
+    full.write_text(yaml.safe_dump(doc["spec"]), encoding="utf-8")
+    check = subprocess.run(
+        [PROMTOOL, "check", "rules", str(full)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert f"{len(EXPECTED_ALERTS)} rules found" in check.stdout
+
+    spec = copy.deepcopy(doc["spec"])
+    for group in spec["groups"]:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)
+    (tmp_path / "capacity-listener.rules.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    shutil.copy(ALERT_TESTS, tmp_path / ALERT_TESTS.name)
+    run = subprocess.run(
+        [PROMTOOL, "test", "rules", ALERT_TESTS.name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 def test_query_checker_rejects_unknown_metrics_labels_and_values() -> None:
     """The checks above can fail: feed them broken queries."""
     families = read_metric_list()
@@ -789,9 +844,9 @@ def copy_into(sources: list[str], target: str, workdir: Path, patterns: list[str
                 for file in sorted(origin.rglob("*"))
                 if file.is_file() and not dockerignored(file.relative_to(ROOT).as_posix(), patterns)
             ]
-        for file, copy in pairs:
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(file, copy)
+        for file, copied in pairs:
+            copied.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(file, copied)
 
 
 def run_builder_stage(stage: Stage, root: Path) -> dict[str, str]:
