@@ -34,8 +34,9 @@ ENV PATH=/venv/bin:$PATH \
 COPY --from=builder /venv /venv
 # /ghalistener is ARC's default listener command. A symlink to the console script keeps the
 # start shell-free: the kernel runs the script's own #!/venv/bin/python line. pip is removed
-# from the base image; the virtualenv never had it.
+# from the base image's interpreter (PATH now finds the virtualenv's python first, which never
+# had pip).
 RUN ln -s /venv/bin/ghalistener /ghalistener \
- && python -m pip uninstall --yes --quiet pip
+ && /usr/local/bin/python3 -m pip uninstall --yes --quiet pip
 USER 65532:65532
 ENTRYPOINT ["/ghalistener"]
