@@ -1,0 +1,231 @@
+"""The capacity monitor: the one object the listener creates (design §5).
+
+It wires the watch-driven view, the reconciler, the HUD poller and the metrics together and
+runs them until the listener's stop event is set.
+
+Start-up. The monitor advertises 0 the moment it is created: nothing is confirmed yet.
+Placeholders already in the cluster for this scale set are *adopted* when they are verified:
+an ownerReference (or owner annotation) naming the current EphemeralRunnerSet's uid and the
+spec hash of the current template and settings; they count only once the watch shows them
+Running, like any other. Everything else of this scale set (another runner set's, another
+template's or settings', no owner) is swept by the first reconcile pass (reason ``orphan``).
+Adopting keeps capacity across a crash or an OOM kill; the checks keep a stale or foreign pod
+from ever being advertised.
+
+Shutdown. When ``stop`` is set, the signal and reconcile loops end first (nothing new is
+advertised, not even 0), then this listener's placeholders are deleted within
+``SHUTDOWN_BUDGET`` seconds: a graceful stop usually means the scale set is being changed,
+removed or has capacity-awareness turned off, and placeholders must not outlive it. If the
+budget runs out (or the process is killed), the next listener adopts or sweeps what is left,
+and the pods end by themselves at their TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
+
+from capacity import policy, specs
+from capacity.hud import HudClient
+from capacity.kube import ARC_GROUP, ARC_VERSION, Kube, KubeError, RunnerSet
+from capacity.metrics import CapacityMetrics
+from capacity.model import Demand, HudState, Params, Role
+from capacity.reconciler import Manifest, Reconciler
+from capacity.settings import HUD_TOKEN_ENV, CapacitySettings, to_params
+from capacity.view import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, View, fingerprint
+
+__all__ = ["SHUTDOWN_BUDGET", "CapacityMonitor"]
+
+log = logging.getLogger("capacity.monitor")
+
+SHUTDOWN_BUDGET = 10.0
+
+
+class CapacityMonitor:
+    """Placeholder pairs and the live capacity value for one scale set."""
+
+    def __init__(
+        self,
+        *,
+        settings: CapacitySettings,
+        kube: Kube,
+        runner_namespace: str,
+        runner_set_name: str,
+        scale_set_name: str,
+        runner_labels: tuple[str, ...],
+        max_runners: Callable[[], int],
+        set_max_capacity: Callable[[int], None],
+        registry: CollectorRegistry,
+        on_reconcile: Callable[[], None],
+        env: Mapping[str, str],
+    ) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.runner_namespace = runner_namespace
+        self.placeholder_namespace = settings.placeholder_namespace or runner_namespace
+        self.runner_set_name = runner_set_name
+        self.scale_set_name = scale_set_name
+        self.runner_labels = runner_labels
+        self._max_runners = max_runners
+        self._base_params = to_params(settings, 0)
+        self._registry = registry
+        self.hud_state = HudState()
+        self._hud: HudClient | None = None
+        self.metrics: CapacityMetrics | None = None
+        self._template_for: tuple[RunnerSet, specs.PlaceholderTemplate] | None = None
+        hud_settings = settings.hud
+        if hud_settings.enabled:
+            token = hud_settings.token
+            if token is None and env.get(HUD_TOKEN_ENV):
+                token = SecretStr(env[HUD_TOKEN_ENV])
+            self._hud = HudClient(hud_settings.model_copy(update={"token": token}), runner_labels)
+        self.view = View(
+            kube,
+            placeholder_namespace=self.placeholder_namespace,
+            runner_namespace=runner_namespace,
+            runner_set_name=runner_set_name,
+            scale_set_name=scale_set_name,
+            node_checks=settings.node_checks,
+            on_watch_error=self._watch_error,
+            spec_hashes=self._spec_hashes,
+        )
+        self.metrics = CapacityMetrics(registry, name=runner_set_name, namespace=runner_namespace)
+        self.reconciler = Reconciler(
+            view=self.view,
+            kube=kube,
+            namespace=self.placeholder_namespace,
+            params=self.params,
+            demand=self.demand,
+            build_pair=self.build_pair,
+            set_max_capacity=set_max_capacity,
+            metrics=self.metrics,
+            on_reconcile=on_reconcile,
+            interval=settings.recalculate_interval,
+        )
+        # Nothing is confirmed yet: advertise 0 until the view has synced and a pass has
+        # counted verified capacity (set here, before the listener's first poll can start).
+        self.reconciler.publish(0)
+
+    # --- inputs to the policy -------------------------------------------------------------
+
+    def params(self) -> Params:
+        """The knobs with the listener's current max_runners (it may change at any time)."""
+        return dataclasses.replace(self._base_params, max_runners=max(0, self._max_runners()))
+
+    def demand(self, now: float) -> Demand:
+        return policy.resolve_demand(self.hud_state, now, self.params())
+
+    # --- placeholder manifests ------------------------------------------------------------
+
+    def _template(self, owner: RunnerSet) -> specs.PlaceholderTemplate:
+        cached = self._template_for
+        if cached is not None and (cached[0] is owner or cached[0] == owner):
+            return cached[1]
+        ref = None
+        if self.placeholder_namespace == self.runner_namespace:
+            ref = specs.OwnerRef(
+                api_version=f"{ARC_GROUP}/{ARC_VERSION}",
+                kind="EphemeralRunnerSet",
+                name=owner.name,
+                uid=owner.uid,
+                namespace=self.runner_namespace,
+            )
+        template = specs.build_template(
+            self.settings,
+            scale_set=self.scale_set_name,
+            runner_namespace=self.runner_namespace,
+            runner_pod_template={"spec": owner.pod_spec},
+            owner=ref,
+        )
+        self._template_for = (owner, template)  # only the current owner's is kept
+        return template
+
+    def _spec_hashes(self, owner: RunnerSet) -> Mapping[Role, str]:
+        template = self._template(owner)
+        return {
+            role: fingerprint(specs.placeholder_pod(role, "0", template=template, now=0)["spec"])
+            for role in Role
+        }
+
+    def build_pair(self, slot: str, owner: RunnerSet, now: float) -> tuple[Manifest, Manifest]:
+        template = self._template(owner)
+
+        def one(role: Role) -> dict[str, Any]:
+            pod = specs.placeholder_pod(role, slot, template=template, now=now)
+            annotations = pod["metadata"].setdefault("annotations", {})
+            annotations[ANNOTATION_OWNER_UID] = owner.uid
+            annotations[ANNOTATION_SPEC_HASH] = fingerprint(pod["spec"])
+            return pod
+
+        return one(Role.RUNNER), one(Role.WORKFLOW)
+
+    # --- loops ----------------------------------------------------------------------------
+
+    def _watch_error(self, stream: str, error: KubeError) -> None:
+        if self.metrics is not None:
+            self.metrics.record_kube_error(f"watch {stream}", error.kind.value)
+
+    async def _hud_loop(self) -> None:
+        """Poll HUD every recalculate_interval (±10%), after a random start delay so many
+        listeners do not call it at the same moment."""
+        if self._hud is None:
+            return
+        interval = self.settings.recalculate_interval
+        await asyncio.sleep(random.uniform(0, 0.2 * interval))
+        while True:
+            outcome = await self._hud.fetch()
+            before = policy.resolve_demand(self.hud_state, time.time(), self.params())
+            self.hud_state = policy.record_hud(self.hud_state, outcome, time.time())
+            if self.metrics is not None:
+                self.metrics.record_hud(outcome.result, outcome.duration)
+            if outcome.queued is None:
+                log.warning(
+                    "HUD request failed",
+                    extra={"result": outcome.result.value, "detail": outcome.detail},
+                )
+            after = policy.resolve_demand(self.hud_state, time.time(), self.params())
+            if (after.queued, after.source) != (before.queued, before.source):
+                self.view.poke()
+            await asyncio.sleep(interval * random.uniform(0.9, 1.1))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set; then stop advertising, delete this listener's
+        placeholders (bounded) and return."""
+        log.info(
+            "capacity monitor starting",
+            extra={
+                "runner_set": self.runner_set_name,
+                "namespace": self.runner_namespace,
+                "placeholder_namespace": self.placeholder_namespace,
+            },
+        )
+        try:
+            async with asyncio.TaskGroup() as tg:
+                view = tg.create_task(self.view.run(), name="capacity-view")
+                loops = [
+                    tg.create_task(self.reconciler.signal_loop(), name="capacity-signal"),
+                    tg.create_task(self.reconciler.reconcile_loop(), name="capacity-reconcile"),
+                    tg.create_task(self._hud_loop(), name="capacity-hud"),
+                ]
+                await stop.wait()
+                for task in loops:
+                    task.cancel()
+                await asyncio.gather(*loops, return_exceptions=True)
+                await self.reconciler.shutdown(SHUTDOWN_BUDGET)
+                view.cancel()
+        finally:
+            if self._hud is not None:
+                with contextlib.suppress(Exception):
+                    await self._hud.aclose()
+            if self.metrics is not None:
+                self.metrics.unregister()
+            log.info("capacity monitor stopped")

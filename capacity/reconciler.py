@@ -1,0 +1,389 @@
+"""observe → policy.plan → apply → record, forever.
+
+Two loops share one view and one set of expectations:
+
+- the *signal* loop recomputes the advertised value on every (coalesced) view change and
+  whenever ``max_runners`` changes, and passes it to ``set_max_capacity`` at once. This is the
+  capacity-signal path; it plans (pure, cheap) but never touches the cluster.
+- the *reconcile* loop runs a full pass on a coalesced view change or every
+  ``recalculate_interval``: plan, publish the advertised value, delete, create, record metrics.
+
+Expectations. After a create or delete is sent, the watch may take a moment to show it. Until
+it does (or ``expectation_ttl`` passes), the pass plans on the view *plus* what it expects:
+a pod it created counts as a Pending placeholder, a pod it deleted as terminating. So the next
+pass neither repeats the create nor counts capacity that is going away.
+
+Failures never end the loops: a failed call is logged and counted; a failed create stops the
+pass's remaining creates and holds new creates back with exponential backoff (a quota or RBAC
+problem must not become a create storm); the next pass retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from capacity import policy
+from capacity.kube import Kube, KubeError, RunnerSet
+from capacity.metrics import CREATE_EXISTS, CREATE_OK, CapacityMetrics
+from capacity.model import (
+    Deletion,
+    Demand,
+    Memory,
+    Observed,
+    Params,
+    Placeholder,
+    Plan,
+    PodPhase,
+    Role,
+)
+from capacity.view import View
+
+__all__ = ["Expectations", "PairBuilder", "Reconciler"]
+
+log = logging.getLogger("capacity.reconciler")
+
+Manifest = Mapping[str, Any]
+# (slot id, owner, now) → the two pod manifests of a pair (runner half, workflow half).
+PairBuilder = Callable[[str, RunnerSet, float], tuple[Manifest, Manifest]]
+
+
+# --- expectations -------------------------------------------------------------------------
+
+
+@dataclass
+class Expectations:
+    """Creates and deletes sent but not yet seen through the watch."""
+
+    ttl: float = 60.0
+    creates: dict[str, Placeholder] = field(default_factory=dict)
+    deletes: dict[str, float] = field(default_factory=dict)
+
+    def expect_create(self, name: str, slot: str, role: Role, now: float, expires: float) -> None:
+        self.creates[name] = Placeholder(
+            name=name,
+            slot=slot,
+            role=role,
+            phase=PodPhase.PENDING,
+            created_at=now,
+            expires_at=expires,
+        )
+
+    def expect_delete(self, name: str, now: float) -> None:
+        self.creates.pop(name, None)
+        self.deletes[name] = now
+
+    def forget(self, name: str) -> None:
+        self.creates.pop(name, None)
+        self.deletes.pop(name, None)
+
+    def settle(self, seen: Mapping[str, Placeholder], now: float) -> None:
+        """Drop what the watch now shows, and whatever has waited longer than the TTL (then
+        the watch is trusted again)."""
+        for name, expected in list(self.creates.items()):
+            if name in seen or now - expected.created_at > self.ttl:
+                del self.creates[name]
+        for name, sent in list(self.deletes.items()):
+            pod = seen.get(name)
+            if pod is None or pod.terminating or now - sent > self.ttl:
+                del self.deletes[name]
+
+    def overlay(self, observed: Observed) -> Observed:
+        """The snapshot as it will be once the watch catches up."""
+        if not self.creates and not self.deletes:
+            return observed
+        names = {p.name for p in observed.placeholders}
+        placeholders = [
+            replace(p, terminating=True) if p.name in self.deletes and not p.terminating else p
+            for p in observed.placeholders
+        ]
+        placeholders.extend(p for n, p in self.creates.items() if n not in names)
+        return replace(observed, placeholders=tuple(placeholders))
+
+    def names(self) -> set[str]:
+        return set(self.creates) | set(self.deletes)
+
+
+# --- the reconciler -----------------------------------------------------------------------
+
+
+@dataclass
+class _CreateGate:
+    """Exponential backoff for creates after a failure; reset by a success."""
+
+    base: float = 1.0
+    cap: float = 60.0
+    failures: int = 0
+    until: float = 0.0
+
+    def open(self, now: float) -> bool:
+        return now >= self.until
+
+    def failed(self, now: float) -> float:
+        if now < self.until:  # several failures of one pass count once
+            return self.until - now
+        delay = min(self.cap, self.base * 2.0**self.failures)
+        self.failures += 1
+        self.until = now + delay
+        return delay
+
+    def succeeded(self) -> None:
+        self.failures = 0
+        self.until = 0.0
+
+
+class Reconciler:
+    """Plans and acts for one scale set. ``signal_loop`` and ``reconcile_loop`` run as tasks;
+    ``shutdown`` removes the placeholders (the monitor calls it after stopping the loops)."""
+
+    def __init__(
+        self,
+        *,
+        view: View,
+        kube: Kube,
+        namespace: str,
+        params: Callable[[], Params],
+        demand: Callable[[float], Demand],
+        build_pair: PairBuilder,
+        set_max_capacity: Callable[[int], None],
+        metrics: CapacityMetrics,
+        on_reconcile: Callable[[], None],
+        interval: float,
+        expectation_ttl: float = 60.0,
+        concurrency: int = 16,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.view = view
+        self.kube = kube
+        self.namespace = namespace
+        self.params = params
+        self.demand = demand
+        self.build_pair = build_pair
+        self._set_max_capacity = set_max_capacity
+        self.metrics = metrics
+        self.on_reconcile = on_reconcile
+        self.interval = interval
+        self.expectations = Expectations(ttl=expectation_ttl)
+        self.memory = Memory()
+        self.clock = clock
+        self.published: int | None = None
+        self.passes = 0
+        self._gate = _CreateGate()
+        self._limit = asyncio.Semaphore(concurrency)
+        self._nodes_checked_at = float("-inf")
+
+    # --- planning -------------------------------------------------------------------------
+
+    def evaluate(self, now: float) -> tuple[Plan, Memory, Observed, Demand, Params]:
+        """Plan on the view plus expectations (pure apart from settling expectations)."""
+        seen = self.view.snapshot()
+        self.expectations.settle({p.name: p for p in seen.placeholders}, now)
+        observed = self.expectations.overlay(seen)
+        params = self.params()
+        demand = self.demand(now)
+        plan, memory = policy.plan(observed, demand, params, self.memory, now)
+        return plan, memory, observed, demand, params
+
+    def publish(self, value: int) -> None:
+        """Pass the advertised value on (every pass; the receiver ignores repeats)."""
+        changed = value != self.published
+        if changed:
+            log.info("advertised capacity changed", extra={"from": self.published, "to": value})
+        self.published = value
+        self._set_max_capacity(value)
+        self.metrics.record_advertised(value, changed=changed)
+
+    # --- the signal path ------------------------------------------------------------------
+
+    async def signal_loop(self, *, tick: float = 1.0) -> None:
+        """Republish on every coalesced view change, and within ``tick`` seconds of a
+        ``max_runners`` change (an operator cap applies at once, ci-infra #921)."""
+        last_cap: int | None = None
+        while True:
+            poked = await self.view.signal.wait(within=tick)
+            cap = self.params().max_runners
+            if not poked and cap == last_cap:
+                continue
+            last_cap = cap
+            if not self.view.synced:
+                continue  # nothing is verified yet; the monitor advertised 0 at start
+            try:
+                plan, *_ = self.evaluate(self.clock())
+            except Exception:
+                log.exception("capacity signal computation failed")
+                continue
+            if plan.advertised != self.published:
+                self.publish(plan.advertised)
+
+    # --- the reconcile path ---------------------------------------------------------------
+
+    async def reconcile_loop(self) -> None:
+        """Full passes on change or every ``interval``; a failed pass is logged, counted and
+        retried after a short backoff."""
+        await self.view.synced_event.wait()
+        failures = 0
+        periodic = True
+        while True:
+            started = time.perf_counter()
+            ok = False
+            try:
+                await self.reconcile_once(periodic=periodic)
+                ok = True
+            except Exception as exc:
+                failures += 1
+                log.exception("reconcile pass failed", extra={"error": str(exc)})
+            self.metrics.record_reconcile(
+                time.perf_counter() - started, success_at=self.clock() if ok else None
+            )
+            if ok:
+                failures = 0
+                self.on_reconcile()
+            else:
+                await asyncio.sleep(min(30.0, 0.5 * 2.0**failures))
+            periodic = not await self.view.reconcile.wait(within=self.interval)
+
+    async def reconcile_once(self, *, periodic: bool = True) -> Plan:
+        now = self.clock()
+        if self.view.node_checks:
+            await self._check_nodes(now, all_nodes=periodic)
+        plan, memory, observed, demand, params = self.evaluate(now)
+        self.memory = memory
+        self.passes += 1
+        # First the signal: the value must not wait for the cluster calls below.
+        self.publish(plan.advertised)
+        self.metrics.record_pass(plan, observed, demand, proactive=params.proactive_capacity)
+        if plan.deletes or plan.creates:
+            log.info(
+                "reconcile",
+                extra={
+                    "creates": len(plan.creates),
+                    "deletes": len(plan.deletes),
+                    "advertised": plan.advertised,
+                    "desired": plan.desired_pairs,
+                    "target": plan.target_pairs,
+                },
+            )
+        await self._delete(plan.deletes, observed, now)
+        await self._create(plan.creates, now, params)
+        return plan
+
+    async def _check_nodes(self, now: float, *, all_nodes: bool) -> None:
+        """Node checks: every node under a Running placeholder on periodic passes (at most
+        once per interval), otherwise only nodes not checked yet."""
+        if all_nodes and now - self._nodes_checked_at >= self.interval:
+            self._nodes_checked_at = now
+            await self.view.refresh_nodes()
+        elif self.view.placeholder_nodes() - set(self.view.nodes):
+            await self.view.refresh_nodes(only_new=True)
+
+    # --- deletes --------------------------------------------------------------------------
+
+    async def _delete(self, deletions: Iterable[Deletion], observed: Observed, now: float) -> None:
+        slots = {p.name: p.slot for p in observed.placeholders}
+        todo = list(deletions)
+        if not todo:
+            return
+        for d in todo:
+            self.expectations.expect_delete(d.name, now)
+        results = await asyncio.gather(*(self._delete_one(d.name) for d in todo))
+        per_reason: dict[str, set[str]] = {}
+        for d, done in zip(todo, results, strict=True):
+            if done:
+                per_reason.setdefault(d.reason.value, set()).add(slots.get(d.name, d.name))
+        for reason, slot_ids in per_reason.items():
+            self.metrics.record_delete(reason, len(slot_ids))
+
+    async def _delete_one(self, name: str) -> bool:
+        async with self._limit:
+            try:
+                await self.kube.delete_pod(
+                    self.view.placeholder_namespace, name, uid=self.view.placeholder_uid(name)
+                )
+            except KubeError as exc:
+                self.expectations.forget(name)  # not deleted: let the next pass try again
+                self.metrics.record_kube_error("delete", exc.kind.value)
+                log.warning("placeholder delete failed", extra={"pod": name, "error": str(exc)})
+                return False
+        return True
+
+    # --- creates --------------------------------------------------------------------------
+
+    async def _create(self, slots: Iterable[str], now: float, params: Params) -> None:
+        todo = list(slots)
+        if not todo:
+            return
+        owner = self.view.runner_set
+        if owner is None or not owner.uid:
+            log.warning(
+                "not creating placeholders: EphemeralRunnerSet not found",
+                extra={"runner_set": self.view.runner_set_name},
+            )
+            return
+        if not self._gate.open(now):
+            return  # backing off after a failure
+        halted = asyncio.Event()
+        await asyncio.gather(*(self._create_pair(s, owner, now, params, halted) for s in todo))
+
+    async def _create_pair(
+        self, slot: str, owner: RunnerSet, now: float, params: Params, halted: asyncio.Event
+    ) -> None:
+        try:
+            runner, workflow = self.build_pair(slot, owner, now)
+        except Exception as exc:  # a template the specs cannot use: say so, do not crash
+            halted.set()
+            self.metrics.record_create("invalid")
+            log.error("cannot build placeholder pods", extra={"slot": slot, "error": str(exc)})
+            return
+        results: list[str] = []
+        for role, manifest in ((Role.RUNNER, runner), (Role.WORKFLOW, workflow)):
+            async with self._limit:
+                if halted.is_set():
+                    break
+                name = str(manifest["metadata"]["name"])
+                self.expectations.expect_create(name, slot, role, now, now + params.ttl)
+                try:
+                    created = await self.kube.create_pod(self.view.placeholder_namespace, manifest)
+                except KubeError as exc:
+                    self.expectations.forget(name)
+                    halted.set()
+                    delay = self._gate.failed(self.clock())
+                    self.metrics.record_kube_error("create", exc.kind.value)
+                    results.append(exc.kind.value)
+                    log.warning(
+                        "placeholder create failed; holding creates back",
+                        extra={"pod": name, "error": str(exc), "retry_in": round(delay, 1)},
+                    )
+                    break
+                results.append(CREATE_OK if created else CREATE_EXISTS)
+        if not results:
+            return
+        failed = [r for r in results if r not in (CREATE_OK, CREATE_EXISTS)]
+        if failed:
+            self.metrics.record_create(failed[0])
+        else:
+            self._gate.succeeded()
+            self.metrics.record_create(CREATE_OK if CREATE_OK in results else CREATE_EXISTS)
+
+    # --- shutdown -------------------------------------------------------------------------
+
+    async def shutdown(self, budget: float) -> int:
+        """Delete every placeholder of this scale set (the ones seen and the ones being
+        created), within ``budget`` seconds. Returns how many deletes were sent."""
+        names = set(self.view.placeholder_names()) | set(self.expectations.creates)
+        if not names:
+            return 0
+        log.info("deleting placeholders before exit", extra={"count": len(names)})
+        try:
+            async with asyncio.timeout(budget):
+                await asyncio.gather(*(self._delete_one(n) for n in sorted(names)))
+        except TimeoutError:
+            log.warning(
+                "placeholders left at exit (delete budget used up); the next listener "
+                "adopts or sweeps them",
+                extra={"budget": budget},
+            )
+        return len(names)

@@ -1,0 +1,517 @@
+"""The watch-driven, in-memory view of everything the capacity policy looks at.
+
+Five list+watch streams, all label- or field-selected on the server so unrelated pods never
+reach this process:
+
+- placeholders of this scale set (``model.placeholder_selector``) in the placeholder namespace;
+- runner pods of this scale set (``actions.github.com/scale-set-name=<scale set>``) in the
+  runner namespace, minus any pod that carries the workflow label;
+- workflow pods (label ``runner-pod``, set by ARC's container hook to the runner pod's name)
+  in the runner namespace; only those whose runner is ours are used;
+- EphemeralRunners of this scale set (running + pending = active real runners);
+- the EphemeralRunnerSet itself (field-selected by name): the placeholders' owner uid and the
+  runner pod template.
+
+With node checks on, the nodes under Running placeholders are fetched one by one
+(``refresh_nodes``), never through an all-nodes informer (ci-infra #965).
+
+Every change that matters pokes two coalescing triggers: a fast one for the capacity signal
+and a slower one for reconcile passes (a burst of events becomes one pass).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, TypeVar
+
+from capacity import model
+from capacity.kube import (
+    Failed,
+    Kube,
+    KubeError,
+    NodeState,
+    Removed,
+    Reset,
+    Resource,
+    RunnerSet,
+    Upserted,
+    WatchEvent,
+    runner_set_from,
+)
+from capacity.model import Observed, Placeholder, PodPhase, RealPod, Role
+
+__all__ = [
+    "ANNOTATION_OWNER_UID",
+    "ANNOTATION_SPEC_HASH",
+    "RUNNER_POD_LABEL",
+    "SCALE_SET_LABEL",
+    "UNUSABLE_TAINTS",
+    "PlaceholderPod",
+    "Trigger",
+    "View",
+    "WorkflowPod",
+    "fingerprint",
+    "placeholder_from",
+    "real_pod_from",
+    "runner_active",
+    "workflow_pod_from",
+]
+
+log = logging.getLogger("capacity.view")
+
+T = TypeVar("T")
+Json = dict[str, Any]
+
+SCALE_SET_LABEL = "actions.github.com/scale-set-name"
+# Written on every placeholder by the monitor: the EphemeralRunnerSet uid it was made for
+# (ownership without an ownerReference, e.g. in another namespace) and a hash of its pod
+# spec (a placeholder made from other settings or another template is not adopted).
+ANNOTATION_OWNER_UID = model.LABEL_PREFIX + "owner-uid"
+ANNOTATION_SPEC_HASH = model.LABEL_PREFIX + "spec-hash"
+RUNNER_POD_LABEL = "runner-pod"  # on workflow pods: the name of the runner pod that made it
+# A placeholder on a node with one of these taints is not confirmed capacity: the node is
+# being removed (Karpenter, cluster-autoscaler) or is not working.
+UNUSABLE_TAINTS = frozenset(
+    {
+        "karpenter.sh/disrupted",
+        "karpenter.sh/disruption",
+        "ToBeDeletedByClusterAutoscaler",
+        "node.kubernetes.io/unschedulable",
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    }
+)
+_ACTIVE_RUNNER_PHASES = frozenset({"", "Pending", "Running"})
+
+
+# --- projections: raw object → the few fields kept ---------------------------------------
+
+
+def _epoch(stamp: object) -> float:
+    """An RFC 3339 timestamp (or epoch seconds) as epoch seconds; 0.0 if absent or bad."""
+    if isinstance(stamp, int | float):
+        return float(stamp)
+    if not isinstance(stamp, str) or not stamp:
+        return 0.0
+    try:
+        return float(stamp)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _phase(obj: Json) -> PodPhase:
+    raw = (obj.get("status") or {}).get("phase") or "Pending"
+    try:
+        return PodPhase(raw)
+    except ValueError:
+        return PodPhase.UNKNOWN
+
+
+def fingerprint(pod_spec: Mapping[str, Any]) -> str:
+    """A short, stable hash of a pod spec (key order does not matter)."""
+    text = json.dumps(pod_spec, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceholderPod:
+    """A placeholder as watched, plus what decides whether it is ours: the owner uids (from
+    ownerReferences and the owner annotation) and the spec hash."""
+
+    placeholder: Placeholder
+    uid: str
+    owner_uids: tuple[str, ...]
+    spec_hash: str = ""
+
+
+def placeholder_from(obj: Json) -> PlaceholderPod | None:
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    try:
+        role = Role(labels.get(model.LABEL_ROLE, ""))
+    except ValueError:
+        return None  # not a placeholder this code knows how to count
+    annotations = meta.get("annotations") or {}
+    spec = obj.get("spec") or {}
+    return PlaceholderPod(
+        placeholder=Placeholder(
+            name=str(meta.get("name") or ""),
+            slot=str(labels.get(model.LABEL_SLOT, "")),
+            role=role,
+            phase=_phase(obj),
+            terminating=bool(meta.get("deletionTimestamp")),
+            node_name=spec.get("nodeName") or None,
+            created_at=_epoch(meta.get("creationTimestamp")),
+            expires_at=_epoch(annotations.get(model.ANNOTATION_EXPIRES_AT)),
+        ),
+        uid=str(meta.get("uid") or ""),
+        owner_uids=tuple(
+            uid
+            for uid in (
+                *(str(o.get("uid") or "") for o in meta.get("ownerReferences") or ()),
+                str(annotations.get(ANNOTATION_OWNER_UID) or ""),
+            )
+            if uid
+        ),
+        spec_hash=str(annotations.get(ANNOTATION_SPEC_HASH) or ""),
+    )
+
+
+def real_pod_from(obj: Json) -> RealPod | None:
+    meta = obj.get("metadata") or {}
+    if RUNNER_POD_LABEL in (meta.get("labels") or {}):
+        return None  # a workflow pod that carries the scale-set label too
+    return RealPod(
+        name=str(meta.get("name") or ""),
+        phase=_phase(obj),
+        bound=bool((obj.get("spec") or {}).get("nodeName")),
+        terminating=bool(meta.get("deletionTimestamp")),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowPod:
+    pod: RealPod
+    runner: str  # the runner pod's name (label runner-pod)
+
+
+def workflow_pod_from(obj: Json) -> WorkflowPod | None:
+    meta = obj.get("metadata") or {}
+    runner = str((meta.get("labels") or {}).get(RUNNER_POD_LABEL) or "")
+    if not runner:
+        return None
+    return WorkflowPod(
+        pod=RealPod(
+            name=str(meta.get("name") or ""),
+            phase=_phase(obj),
+            bound=bool((obj.get("spec") or {}).get("nodeName")),
+            terminating=bool(meta.get("deletionTimestamp")),
+        ),
+        runner=runner,
+    )
+
+
+def runner_active(obj: Json) -> bool | None:
+    """Whether an EphemeralRunner is a running or pending real runner. A new runner without
+    a status yet counts as pending; finished, failed and deleting ones do not."""
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    phase = str((obj.get("status") or {}).get("phase") or "")
+    return phase in _ACTIVE_RUNNER_PHASES
+
+
+# --- coalescing trigger -------------------------------------------------------------------
+
+
+class Trigger:
+    """Coalesces pokes: ``wait`` returns once pokes have been quiet for ``idle`` seconds, or
+    ``max_delay`` after the first unhandled poke, whichever is first (a burst of events
+    leads to one pass; a steady stream still gets a pass every ``max_delay``)."""
+
+    def __init__(self, *, idle: float, max_delay: float) -> None:
+        self.idle = idle
+        self.max_delay = max_delay
+        self._event = asyncio.Event()
+        self._first = 0.0
+        self._last = 0.0
+
+    def poke(self) -> None:
+        now = asyncio.get_running_loop().time()
+        if not self._event.is_set():
+            self._first = now
+            self._event.set()
+        self._last = now
+
+    @property
+    def pending(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self, within: float | None = None) -> bool:
+        """True after a (coalesced) poke; False when ``within`` seconds passed without one."""
+        try:
+            async with asyncio.timeout(within):
+                await self._event.wait()
+        except TimeoutError:
+            return False
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            quiet_at = self._last + self.idle
+            latest = self._first + self.max_delay
+            if now >= quiet_at or now >= latest:
+                break
+            await asyncio.sleep(min(quiet_at, latest) - now)
+        self._event.clear()
+        return True
+
+
+# --- the view -----------------------------------------------------------------------------
+
+
+class View:
+    """The caches and their triggers. Run ``run()`` as a task; read ``snapshot()``."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        placeholder_namespace: str,
+        runner_namespace: str,
+        runner_set_name: str,
+        scale_set_name: str,
+        node_checks: bool = False,
+        signal_trigger: Trigger | None = None,
+        reconcile_trigger: Trigger | None = None,
+        on_watch_error: Callable[[str, KubeError], None] | None = None,
+        spec_hashes: Callable[[RunnerSet], Mapping[Role, str]] | None = None,
+    ) -> None:
+        self.kube = kube
+        self.placeholder_namespace = placeholder_namespace
+        self.runner_namespace = runner_namespace
+        self.runner_set_name = runner_set_name
+        self.scale_set_name = scale_set_name
+        self.node_checks = node_checks
+        self.signal = signal_trigger or Trigger(idle=0.05, max_delay=0.25)
+        self.reconcile = reconcile_trigger or Trigger(idle=0.15, max_delay=1.0)
+        self._on_watch_error = on_watch_error
+        self._spec_hashes = spec_hashes
+        self._expected: tuple[RunnerSet | None, Mapping[Role, str]] = (None, {})
+        self.placeholders: dict[str, PlaceholderPod] = {}
+        self.runner_pods: dict[str, RealPod] = {}
+        self.workflow_pods: dict[str, WorkflowPod] = {}
+        self.runners: dict[str, bool] = {}
+        self.runner_set: RunnerSet | None = None
+        self.nodes: dict[str, NodeState | None] = {}
+        self._synced: set[str] = set()
+        self._streams = ("placeholders", "runner pods", "workflow pods", "runners", "runner set")
+        self.synced_event = asyncio.Event()
+
+    # --- streams --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run every list+watch until cancelled."""
+        pods_here = Resource.pods(self.placeholder_namespace)
+        pods_there = Resource.pods(self.runner_namespace)
+        runner_sel = f"{SCALE_SET_LABEL}={model.label_value(self.scale_set_name)}"
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(
+                self._follow(
+                    "placeholders",
+                    self.kube.informer(
+                        pods_here,
+                        placeholder_from,
+                        label_selector=model.placeholder_selector(self.scale_set_name),
+                    ),
+                    self.placeholders,
+                )
+            )
+            tg.create_task(
+                self._follow(
+                    "runner pods",
+                    self.kube.informer(
+                        pods_there,
+                        real_pod_from,
+                        label_selector=(
+                            f"{runner_sel},!{RUNNER_POD_LABEL},"
+                            f"{model.LABEL_MANAGED_BY}!={model.MANAGED_BY_VALUE}"
+                        ),
+                    ),
+                    self.runner_pods,
+                )
+            )
+            tg.create_task(
+                self._follow(
+                    "workflow pods",
+                    self.kube.informer(
+                        pods_there, workflow_pod_from, label_selector=RUNNER_POD_LABEL
+                    ),
+                    self.workflow_pods,
+                )
+            )
+            tg.create_task(
+                self._follow(
+                    "runners",
+                    self.kube.informer(
+                        Resource.arc("ephemeralrunners", self.runner_namespace),
+                        runner_active,
+                        label_selector=runner_sel,
+                    ),
+                    self.runners,
+                )
+            )
+            tg.create_task(self._follow_runner_set())
+
+    async def _follow(
+        self, stream: str, events: AsyncIterator[WatchEvent[T]], cache: dict[str, T]
+    ) -> None:
+        async for event in events:
+            changed = False
+            if isinstance(event, Reset):
+                changed = cache != event.items
+                cache.clear()
+                cache.update(event.items)
+                self._mark_synced(stream)
+            elif isinstance(event, Upserted):
+                if cache.get(event.name) != event.item:
+                    cache[event.name] = event.item
+                    changed = True
+            elif isinstance(event, Removed):
+                changed = cache.pop(event.name, None) is not None
+            elif isinstance(event, Failed):
+                self._failed(stream, event)
+            if changed:
+                self.poke()
+
+    async def _follow_runner_set(self) -> None:
+        events = self.kube.informer(
+            Resource.arc("ephemeralrunnersets", self.runner_namespace),
+            runner_set_from,
+            field_selector=f"metadata.name={self.runner_set_name}",
+        )
+        async for event in events:
+            before = self.runner_set
+            if isinstance(event, Reset):
+                self.runner_set = event.items.get(self.runner_set_name)
+                self._mark_synced("runner set")
+            elif isinstance(event, Upserted):
+                self.runner_set = event.item
+            elif isinstance(event, Removed):
+                self.runner_set = None
+            elif isinstance(event, Failed):
+                self._failed("runner set", event)
+            # ARC patches the runner set on every scaling decision; only the owner's
+            # identity and the template matter here.
+            if before != self.runner_set:
+                self.poke()
+
+    def _failed(self, stream: str, event: Failed) -> None:
+        log.warning(
+            "watch failed, retrying",
+            extra={"stream": stream, "error": str(event.error), "retry_in": event.retry_in},
+        )
+        if self._on_watch_error is not None:
+            self._on_watch_error(stream, event.error)
+
+    def _mark_synced(self, stream: str) -> None:
+        if stream not in self._synced:
+            self._synced.add(stream)
+            if self.synced:
+                log.info("view synced")
+                self.synced_event.set()
+
+    def poke(self) -> None:
+        self.signal.poke()
+        self.reconcile.poke()
+
+    @property
+    def synced(self) -> bool:
+        return all(s in self._synced for s in self._streams)
+
+    # --- nodes ----------------------------------------------------------------------------
+
+    def placeholder_nodes(self) -> set[str]:
+        return {
+            p.placeholder.node_name
+            for p in self.placeholders.values()
+            if p.placeholder.node_name and p.placeholder.phase == PodPhase.RUNNING
+        }
+
+    async def refresh_nodes(self, *, only_new: bool = False, concurrency: int = 8) -> None:
+        """GET each node under a Running placeholder (node checks), or with ``only_new``
+        just those not checked yet. A failed GET keeps the last known state; a node that no
+        longer exists is unusable."""
+        current = self.placeholder_nodes()
+        names = sorted(current - set(self.nodes) if only_new else current)
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(name: str) -> None:
+            async with gate:
+                try:
+                    state = await self.kube.get_node(name)
+                except KubeError as exc:
+                    log.warning("node check failed", extra={"node": name, "error": str(exc)})
+                    return
+            if self.nodes.get(name, ...) != state:
+                self.nodes[name] = state
+                self.poke()
+
+        async with asyncio.TaskGroup() as tg:
+            for name in names:
+                tg.create_task(one(name))
+        for gone in set(self.nodes) - current:
+            del self.nodes[gone]
+
+    def node_usable(self, name: str | None) -> bool:
+        if not self.node_checks or name is None:
+            return True
+        if name not in self.nodes:
+            return False  # not checked yet: not confirmed
+        state = self.nodes[name]
+        return (
+            state is not None and not state.unschedulable and not (state.taints & UNUSABLE_TAINTS)
+        )
+
+    # --- snapshot -------------------------------------------------------------------------
+
+    def expected_hashes(self) -> Mapping[Role, str]:
+        """The spec hash each role's placeholders must carry for the current runner set
+        (empty: not checked)."""
+        owner = self.runner_set
+        if owner is None or self._spec_hashes is None:
+            return {}
+        if self._expected[0] is not owner and self._expected[0] != owner:
+            self._expected = (owner, dict(self._spec_hashes(owner)))
+        return self._expected[1]
+
+    def snapshot(self) -> Observed:
+        """The current state as the policy's input. A placeholder is ``owned`` only when it
+        names the current EphemeralRunnerSet's uid (ownerReference or owner annotation) and
+        carries the spec hash of the current template and settings. Before every stream
+        has listed once, ``synced`` is False."""
+        owner = self.runner_set.uid if self.runner_set is not None else None
+        hashes = self.expected_hashes()
+        placeholders = tuple(
+            _with_context(p, owner, hashes, self.node_usable(p.placeholder.node_name))
+            for p in self.placeholders.values()
+        )
+        runner_pods = tuple(self.runner_pods.values())
+        ours = self.runner_pods.keys()
+        workflow_pods = tuple(w.pod for w in self.workflow_pods.values() if w.runner in ours)
+        return Observed(
+            placeholders=placeholders,
+            runner_pods=runner_pods,
+            workflow_pods=workflow_pods,
+            active_runners=sum(1 for active in self.runners.values() if active),
+            synced=self.synced,
+        )
+
+    def placeholder_uid(self, name: str) -> str | None:
+        found = self.placeholders.get(name)
+        return found.uid if found is not None else None
+
+    def placeholder_names(self) -> Iterable[str]:
+        return self.placeholders.keys()
+
+
+def _with_context(
+    p: PlaceholderPod, owner: str | None, hashes: Mapping[Role, str], node_usable: bool
+) -> Placeholder:
+    base = p.placeholder
+    owned = (
+        owner is not None
+        and owner in p.owner_uids
+        and (base.role not in hashes or hashes[base.role] == p.spec_hash)
+    )
+    if base.owned == owned and base.node_usable == node_usable:
+        return base
+    return replace(base, owned=owned, node_usable=node_usable)
