@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -685,3 +686,77 @@ async def test_service_accounts_of_other_namespaces_get_nothing(
                 continue
             allowed.append(key)
         assert not allowed
+
+
+# --- 4. the live metrics page of the running program -----------------------------------------
+
+
+async def test_live_metrics_page_exports_the_listed_series_and_every_queried_one(
+    local_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The listener process, capacity and HUD on, one job run through a warm pair: its page
+    has exactly the families of deploy/metrics.txt with their labels, and every series a
+    dashboard panel or an alert rule queries."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.support.e2e import SiteSpec, Stage
+    from tests.support.fake_actions import JobState
+    from tests.unit.test_deploy_static import (
+        DASHBOARD,
+        alert_rules,
+        analyse,
+        dashboard_queries,
+        read_metric_list,
+    )
+
+    listed = read_metric_list()
+    async with Stage(local_cluster, tmp_path / "stage", prefix="metrics") as stage:
+        site = await stage.add_site(SiteSpec(name="live", scale_set_id=71))
+        listener = site.start_listener(
+            capacity=site.capacity_settings(proactive=1, hud=True), max_runners=4
+        )
+        await site.wait_session()
+        await site.wait_for(lambda: site.advertised() == 1, "one warm pair advertised", 60)
+        jobs = stage.fake.add_jobs(1, labels=["linux"])
+        await site.wait_for(
+            lambda: all(j.state is JobState.COMPLETED for j in jobs), "the job to finish", 90
+        )
+
+        async def page_with_job_series() -> str | None:
+            text = await listener.metrics_text()
+            return text if "gha_job_execution_duration_seconds_bucket" in text else None
+
+        text = await eventually(page_with_job_series, "the job's series on the page", 30)
+
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    exported: dict[str, tuple[str, set[str]]] = {}
+    samples: set[str] = set()
+    for family in families.values():
+        if not family.name.startswith("gha_"):
+            continue
+        name = family.name + "_total" if family.type == "counter" else family.name
+        labels = {k for s in family.samples for k in s.labels if k != "le"}
+        exported[name] = (family.type, labels)
+        samples |= {s.name for s in family.samples}
+
+    # Exactly the listed families, each with its type and (where it has samples) labels.
+    # Never-incremented labelled counters without samples still show their HELP/TYPE.
+    assert set(exported) == set(listed), (
+        f"on the page, not listed: {sorted(set(exported) - set(listed))}; "
+        f"listed, not on the page: {sorted(set(listed) - set(exported))}"
+    )
+    for name, (kind, labels) in exported.items():
+        assert kind == listed[name].type, name
+        assert not labels or labels == set(listed[name].labels), (name, labels)
+    assert not any(name.endswith("_created") for name in samples)
+
+    # Every series the dashboard and the alerts read is a series on this page.
+    queried: set[str] = set()
+    for _, expr in dashboard_queries(json.loads(DASHBOARD.read_text(encoding="utf-8"))):
+        queried |= analyse(expr, listed)[0].series
+    for rule in alert_rules():
+        queried |= analyse(rule["expr"], listed)[0].series
+    page_series = samples | {
+        name for name, (kind, _) in exported.items() if kind in ("gauge", "counter")
+    }
+    assert queried <= page_series, sorted(queried - page_series)
