@@ -274,3 +274,37 @@ async def compact_etcd(cluster: LocalCluster) -> int:
         )
         done.raise_for_status()
     return revision
+
+
+async def wait_gc_knows_runner_sets(api: client.ApiClient, namespace: str) -> None:
+    """Wait until the garbage collector follows ownerReferences to EphemeralRunnerSets.
+
+    Its discovery of a newly installed CRD runs every 30 s, and dependents created before
+    that are retried with a growing backoff. Proven the direct way: a throwaway runner set
+    with a ConfigMap dependent is deleted until the dependent goes with it."""
+    core = client.CoreV1Api(api)
+    deadline = time.monotonic() + 120
+    attempt = 0
+    while time.monotonic() < deadline:
+        attempt += 1
+        name = f"gc-probe-{attempt}"
+        owner = await create_runner_set(api, namespace, name, {"containers": []})
+        ref = {
+            "apiVersion": f"{ARC_GROUP}/{ARC_VERSION}",
+            "kind": "EphemeralRunnerSet",
+            "name": name,
+            "uid": owner["metadata"]["uid"],
+        }
+        await core.create_namespaced_config_map(
+            namespace, {"metadata": {"name": name, "ownerReferences": [ref]}}
+        )
+        await delete_runner_set(api, namespace, name)
+        for _ in range(20):
+            try:
+                await core.read_namespaced_config_map(name, namespace)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return
+                raise
+            await asyncio.sleep(0.5)
+    raise AssertionError("the garbage collector never followed EphemeralRunnerSet owners")

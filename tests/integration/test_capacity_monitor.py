@@ -1,0 +1,460 @@
+"""The capacity monitor on the real local control plane: real kube-scheduler (priority
+preemption), real garbage collector, real watches, kwok nodes of a known size.
+
+Sizes: every placeholder half, runner pod and workflow pod requests 1 CPU / 1 GiB, so a
+node with N CPUs holds N halves, and one job (runner + workflow) needs 2 CPUs. "True
+capacity" below is what the nodes can really hold: the jobs running plus the job slots that
+the scheduler has confirmed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+from prometheus_client import CollectorRegistry
+
+from capacity.kube import Kube
+from capacity.model import placeholder_selector
+from capacity.monitor import CapacityMonitor
+from capacity.settings import CapacitySettings, HudSettings, Resources
+from tests.support.capacity_kit import (
+    ROOT,
+    apply_ladder,
+    create_ephemeral_runner,
+    create_runner_set,
+    delete_runner_set,
+    restart_apiserver,
+    runner_pod,
+    runner_pod_spec,
+    wait_gc_knows_runner_sets,
+    workflow_pod,
+)
+from tests.support.fake_hud import FakeHUD, Outage
+from tests.support.localcluster import LocalCluster
+from tests.support.localcluster.testkit import eventually
+
+pytestmark = pytest.mark.cluster
+
+SCALE_SET = "linux-cpu"
+RUNNER_SET = "linux-cpu-x7k2p"
+LABEL = "linux.2xlarge"
+HALF = {"cpu": "1", "memory": "1Gi"}
+
+
+def settings(**overrides: Any) -> CapacitySettings:
+    values: dict[str, Any] = {
+        "enabled": True,
+        "proactive_capacity": 1,
+        "recalculate_interval": 1.0,
+        "placeholder_ready_timeout": 3.0,
+        "workflow_resources": Resources(requests=HALF),
+        "downscale_delay": 0.0,
+        "max_pending_pairs": 1,
+    }
+    values.update(overrides)
+    return CapacitySettings(**values)
+
+
+class Run:
+    """One CapacityMonitor in a task, recording every value it advertises."""
+
+    def __init__(
+        self, api: client.ApiClient, namespace: str, cfg: CapacitySettings, max_runners: int
+    ) -> None:
+        self.namespace = namespace
+        self.max_runners = max_runners
+        self.values: list[tuple[float, int]] = []
+        self.registry = CollectorRegistry()
+        self.reconciles = 0
+        self.kube = Kube(api)
+        self.monitor = CapacityMonitor(
+            settings=cfg,
+            kube=self.kube,
+            runner_namespace=namespace,
+            runner_set_name=RUNNER_SET,
+            scale_set_name=SCALE_SET,
+            runner_labels=("self-hosted", LABEL),
+            max_runners=lambda: self.max_runners,
+            set_max_capacity=self._record,
+            registry=self.registry,
+            on_reconcile=self._reconciled,
+            env={"HUD_API_TOKEN": "hud-fake-token"},
+        )
+        self.stop = asyncio.Event()
+        self.task = asyncio.create_task(self.monitor.run(self.stop))
+
+    def _record(self, value: int) -> None:
+        self.values.append((time.monotonic(), value))
+
+    def _reconciled(self) -> None:
+        self.reconciles += 1
+
+    @property
+    def advertised(self) -> int:
+        return self.values[-1][1]
+
+    def values_since(self, moment: float) -> list[int]:
+        return [v for t, v in self.values if t >= moment]
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.registry.get_sample_value(
+            name, {"name": RUNNER_SET, "namespace": self.namespace, **labels}
+        )
+        return -1.0 if value is None else value
+
+    async def advertises(self, value: int, within: float = 60) -> None:
+        async def check() -> bool:
+            if self.task.done():
+                self.task.result()  # surface a crash at once
+            return bool(self.values) and self.advertised == value
+
+        await eventually(check, f"advertised == {value} (last {self.values[-3:]})", within)
+
+    async def close(self) -> None:
+        self.stop.set()
+        await asyncio.wait_for(self.task, 60)
+
+    async def crash(self) -> None:
+        """End the monitor the way SIGKILL would: no shutdown work at all."""
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+@pytest.fixture
+async def scene(
+    kube_api: client.ApiClient, namespace: str, fake_nodes: Callable[..., dict[str, Any]]
+) -> AsyncIterator[Scene]:
+    await apply_ladder(kube_api)
+    s = Scene(kube_api, namespace, fake_nodes)
+    await create_runner_set(kube_api, namespace, RUNNER_SET, runner_pod_spec(namespace, **HALF))
+    yield s
+    for run in s.runs:
+        if not run.task.done():
+            await run.crash()
+
+
+class Scene:
+    def __init__(
+        self, api: client.ApiClient, namespace: str, fake_nodes: Callable[..., dict[str, Any]]
+    ) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.ns = namespace
+        self.fake_nodes = fake_nodes
+        self.runs: list[Run] = []
+
+    def node(self, cpu: int) -> str:
+        node = self.fake_nodes(cpu=str(cpu), memory=f"{2 * cpu}Gi", pods=50)
+        return str(node["metadata"]["name"])
+
+    def start(self, cfg: CapacitySettings, max_runners: int = 10) -> Run:
+        run = Run(self.api, self.ns, cfg, max_runners)
+        self.runs.append(run)
+        return run
+
+    async def runner_pdb(self) -> None:
+        body = yaml.safe_load((ROOT / "deploy" / "pdb-runners.yaml").read_text())
+        await client.PolicyV1Api(self.api).create_namespaced_pod_disruption_budget(self.ns, body)
+
+    async def placeholders(self) -> list[client.V1Pod]:
+        pods = await self.core.list_namespaced_pod(
+            self.ns, label_selector=placeholder_selector(SCALE_SET)
+        )
+        return list(pods.items)
+
+    async def running_placeholders(self) -> dict[str, str]:
+        """name → role of every Running, non-terminating placeholder."""
+        return {
+            p.metadata.name: p.metadata.labels["capacity-listener.dev/role"]
+            for p in await self.placeholders()
+            if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
+        }
+
+    async def running(self, name: str, within: float = 30) -> client.V1Pod:
+        async def check() -> client.V1Pod | None:
+            pod = await self.core.read_namespaced_pod(name, self.ns)
+            return pod if pod.status.phase == "Running" else None
+
+        return await eventually(check, f"pod {name} Running", within)
+
+    async def victims_of(self, preemptor_uid: str) -> list[tuple[str, str]]:
+        """(slot, role) of each placeholder the scheduler preempted for that pod, from its
+        "Preempted" events (the victims themselves are gone by then)."""
+
+        async def found() -> list[tuple[str, str]]:
+            events = await self.core.list_namespaced_event(self.ns)
+            names = sorted(
+                e.involved_object.name
+                for e in events.items
+                if e.reason == "Preempted" and preemptor_uid in (e.message or "")
+            )
+            return [_slot_and_role(name) for name in names]
+
+        return await eventually(found, f"preemption events for pod {preemptor_uid}")
+
+    async def create(self, manifest: dict[str, Any]) -> None:
+        await self.core.create_namespaced_pod(self.ns, manifest)
+
+    async def job(self, runner: str) -> None:
+        """What ARC does when a job is assigned: an EphemeralRunner and its runner pod."""
+        await create_ephemeral_runner(self.api, self.ns, runner, SCALE_SET, phase="Running")
+        await self.create(runner_pod(runner, owner=self.ns, scale_set=SCALE_SET, **HALF))
+
+
+def _slot_and_role(pod_name: str) -> tuple[str, str]:
+    """Placeholder names end in -ph-<slot>-<r|w> (capacity.specs.pod_name)."""
+    *_, slot, half = pod_name.split("-")
+    return slot, {"r": "placeholder-runner", "w": "placeholder-workflow"}.get(half, pod_name)
+
+
+# --- the tests ----------------------------------------------------------------------------
+
+
+async def test_running_pairs_are_advertised_and_pending_ones_never(scene: Scene) -> None:
+    scene.node(cpu=4)  # room for two pairs
+    run = scene.start(settings(proactive_capacity=3))
+    await run.advertises(2)
+    assert len(await scene.running_placeholders()) == 4
+
+    # The third pair cannot fit: it stays Pending, is deleted after the ready timeout and
+    # retried on a later pass, and is never advertised.
+    async def timed_out() -> bool:
+        return run.metric("gha_capacity_pair_deletes_total", reason="timeout") >= 2
+
+    await eventually(timed_out, "two Pending pairs deleted for the ready timeout", 60)
+    assert max(v for _, v in run.values) == 2
+    assert run.metric("gha_capacity_advertised") == 2
+
+    # New room: the pair in flight lands and is advertised.
+    grown = time.monotonic()
+    scene.node(cpu=2)
+    await run.advertises(3)
+    assert run.values_since(grown)[-1] == 3
+    assert run.metric("gha_capacity_pairs", state="running") == 3
+    assert run.metric("gha_capacity_reconcile_last_success_timestamp_seconds") > 0
+    assert run.reconciles > 0
+    await run.close()
+    assert await scene.placeholders() == [] or all(
+        p.metadata.deletion_timestamp for p in await scene.placeholders()
+    )
+
+
+async def test_preemption_hand_off_keeps_the_value_right(scene: Scene) -> None:
+    await scene.runner_pdb()  # without it a workflow pod evicts the runner (see test_ladder)
+    scene.node(cpu=2)  # room for exactly one job
+    run = scene.start(settings(proactive_capacity=1), max_runners=5)
+    await run.advertises(1)
+    start = time.monotonic()
+
+    # 1. A job arrives: the runner pod takes the placeholder-runner's place, the
+    #    placeholder-workflow survives and keeps the workflow's room.
+    await scene.job("r1")
+    await scene.running("r1")
+    roles = await scene.running_placeholders()
+    assert sorted(roles.values()) == ["placeholder-workflow"]
+    await run.advertises(1)
+
+    # 2. The workflow pod takes the placeholder-workflow's place.
+    await scene.create(workflow_pod("r1", owner=scene.ns, **HALF))
+    await scene.running("r1-workflow")
+    await asyncio.sleep(2)  # a few passes with the job running and the node full
+    await run.advertises(1)
+    # The node holds exactly one job the whole time: nothing above 1 was ever advertised,
+    # although the monitor kept trying to replenish (its new pairs stayed Pending).
+    assert max(run.values_since(start)) == 1
+    assert run.metric("gha_capacity_runner_side") == 1
+    assert run.metric("gha_capacity_workflow_side") == 1
+
+    # 3. Room appears: the monitor replenishes and the job in flight still counts.
+    grown = time.monotonic()
+    scene.node(cpu=2)
+    await run.advertises(2)
+    assert max(run.values_since(start)) == 2
+    assert all(v <= 1 for t, v in run.values if start <= t < grown)
+    await run.close()
+
+
+async def test_workflow_pod_evicting_another_slots_placeholder(scene: Scene) -> None:
+    await scene.runner_pdb()
+    scene.node(cpu=2)
+    scene.node(cpu=2)  # two pairs, their halves spread over the two nodes
+    run = scene.start(settings(proactive_capacity=2), max_runners=5)
+    await run.advertises(2)
+    start = time.monotonic()
+
+    await scene.job("r1")
+    runner = await scene.running("r1")
+    await scene.create(workflow_pod("r1", owner=scene.ns, **HALF))
+    workflow = await scene.running("r1-workflow")
+    # The scheduler evicts the lowest-priority victim it can: for the workflow pod that is
+    # a placeholder-runner (-10) of the *other* slot, not a placeholder-workflow (10).
+    by_runner = await scene.victims_of(runner.metadata.uid)
+    by_workflow = await scene.victims_of(workflow.metadata.uid)
+    assert [role for _, role in by_runner] == ["placeholder-runner"]
+    assert [role for _, role in by_workflow] == ["placeholder-runner"]
+    assert by_runner[0][0] != by_workflow[0][0]  # different slots
+
+    # One job runs; the two surviving placeholder-workflows cannot pair with any runner
+    # half, so the monitor removes them and builds a new pair from the freed room.
+    await run.advertises(2)
+    # Between the eviction and the new pair the cluster held the one job and room for no
+    # other (a runner pod cannot evict a placeholder-workflow): the value dipped to 1.
+    values = run.values_since(start)
+    assert 1 in values
+    assert max(values) == 2
+    assert run.metric("gha_capacity_pair_deletes_total", reason="broken") >= 1
+    roles = sorted((await scene.running_placeholders()).values())
+    assert roles == ["placeholder-runner", "placeholder-workflow"]
+    await run.close()
+
+
+async def test_restart_adopts_verified_placeholders_and_sweeps_the_rest(scene: Scene) -> None:
+    await wait_gc_knows_runner_sets(scene.api, scene.ns)
+    scene.node(cpu=4)
+    first = scene.start(settings(proactive_capacity=2))
+    await first.advertises(2)
+
+    # Graceful stop: nothing new advertised, this listener's placeholders deleted.
+    published = len(first.values)
+    await first.close()
+    assert len(first.values) == published
+
+    async def none_left() -> bool:
+        return not await scene.placeholders()
+
+    await eventually(none_left, "placeholders deleted at shutdown")
+
+    # A crash leaves them behind ...
+    second = scene.start(settings(proactive_capacity=2))
+    await second.advertises(2)
+    names = {p.metadata.name: p.metadata.uid for p in await scene.placeholders()}
+    assert len(names) == 4
+    await second.crash()
+
+    # ... and the next listener with the same runner set and settings adopts them: no
+    # new pods, same uids, and 0 advertised until its own view confirmed them Running.
+    third = scene.start(settings(proactive_capacity=2))
+    await third.advertises(2)
+    assert third.values[0][1] == 0
+    assert {p.metadata.name: p.metadata.uid for p in await scene.placeholders()} == names
+    assert third.metric("gha_capacity_pair_creates_total", result="ok") == 0
+    await third.crash()
+
+    # A listener with other settings (bigger workflow pods) must not count or keep them.
+    bigger = settings(proactive_capacity=1, workflow_resources=Resources(requests={"cpu": "2"}))
+    fourth = scene.start(bigger)
+
+    async def old_gone() -> bool:
+        current = {p.metadata.uid for p in await scene.placeholders()}
+        return not current & set(names.values())
+
+    await eventually(old_gone, "stale placeholders swept")
+    assert fourth.metric("gha_capacity_pair_deletes_total", reason="orphan") >= 2
+    await fourth.advertises(1)  # its own pair (runner 1 CPU + workflow 2 CPU) fits
+    # It wants one pair: a 2 could only have come from counting the old, Running ones.
+    assert max(v for _, v in fourth.values) == 1
+    await fourth.crash()
+
+    # Deleting the owner removes what is left through the real garbage collector.
+    assert await scene.placeholders()
+    await delete_runner_set(scene.api, scene.ns, RUNNER_SET)
+    await eventually(none_left, "placeholders garbage-collected with their runner set")
+
+
+async def test_hud_outage_falls_back_to_the_floor_and_recovers(scene: Scene) -> None:
+    scene.node(cpu=16)
+    async with FakeHUD() as hud:
+        hud.set_queued(LABEL, 3)
+        hud_settings = HudSettings(
+            enabled=True, url=hud.endpoint, timeout=0.5, stale_after=2.0, failure_base_capacity=1
+        )
+        run = scene.start(
+            settings(proactive_capacity=0, hud=hud_settings, max_pending_pairs=10), max_runners=10
+        )
+
+        def source() -> str:
+            for name in ("hud", "stale", "floor", "disabled"):
+                if run.metric("gha_capacity_demand_source", source=name) == 1:
+                    return name
+            return "none"
+
+        async def state(expected_source: str, queued: int) -> bool:
+            return source() == expected_source and run.metric("gha_capacity_queued_jobs") == queued
+
+        await eventually(lambda: state("hud", 3), "HUD demand of 3 in use")
+        await run.advertises(3)
+
+        for outage, result in (
+            (Outage.SERVER_ERROR, "http_error"),
+            (Outage.HANG, "timeout"),
+            (Outage.GARBAGE, "bad_response"),
+        ):
+            hud.outage(outage)
+
+            async def counted(result: str = result) -> bool:
+                return run.metric("gha_capacity_hud_requests_total", result=result) >= 1
+
+            await eventually(counted, f"a {result} HUD request")
+            await eventually(lambda: state("floor", 1), f"the floor after HUD {outage}", 30)
+            await run.advertises(1)
+            hud.clear_outage()
+            await eventually(lambda: state("hud", 3), "HUD demand again", 30)
+
+        hud.set_queued(LABEL, 2)
+        await eventually(lambda: state("hud", 2), "HUD demand follows")
+        await run.advertises(2)
+        assert run.task.done() is False
+        await run.close()
+
+
+async def test_lowering_max_runners_drops_the_value_at_once(scene: Scene) -> None:
+    scene.node(cpu=6)
+    run = scene.start(settings(proactive_capacity=3), max_runners=10)
+    await run.advertises(3)
+    lowered = time.monotonic()
+    run.max_runners = 1
+    await run.advertises(1, within=5)
+    dropped = next(t for t, v in run.values if t >= lowered and v == 1)
+    assert dropped - lowered < 3.0  # the signal path, not the next periodic pass
+    assert all(v <= 1 for v in run.values_since(dropped))
+
+    async def trimmed() -> bool:
+        return len(await scene.running_placeholders()) == 2
+
+    await eventually(trimmed, "pairs above the new cap deleted")
+    await run.close()
+
+
+async def test_monitor_survives_an_apiserver_restart(
+    local_cluster: LocalCluster, scene: Scene
+) -> None:
+    scene.node(cpu=4)
+    run = scene.start(settings(proactive_capacity=2))
+    await run.advertises(2)
+    await restart_apiserver(local_cluster)
+    assert not run.task.done()
+
+    # The monitor still sees and repairs the cluster: a placeholder deleted behind its back
+    # is noticed (its pair is broken) and capacity is rebuilt.
+    victim = next(iter(await scene.running_placeholders()))
+    deleted = time.monotonic()
+    await scene.core.delete_namespaced_pod(victim, scene.ns, grace_period_seconds=0)
+
+    async def dipped() -> bool:
+        return 1 in run.values_since(deleted)
+
+    await eventually(dipped, "the lost half noticed", 90)
+    await run.advertises(2, within=90)
+    errors = run.metric(
+        "gha_capacity_kube_errors_total", operation="watch placeholders", kind="transport"
+    )
+    assert errors >= 1  # it did lose the apiserver, and came back by itself
+    await run.close()
