@@ -458,3 +458,34 @@ async def test_monitor_survives_an_apiserver_restart(
     )
     assert errors >= 1  # it did lose the apiserver, and came back by itself
     await run.close()
+
+
+async def test_node_checks_stop_counting_placeholders_on_a_cordoned_node(scene: Scene) -> None:
+    first = scene.node(cpu=2)
+    run = scene.start(settings(proactive_capacity=1, node_checks=True))
+    await run.advertises(1)
+    pods = {p.metadata.name: p.spec.node_name for p in await scene.placeholders()}
+    assert set(pods.values()) == {first}
+
+    # Cordon the node: its placeholders are no longer confirmed capacity. The pair is
+    # replaced on a node that is usable.
+    second = scene.node(cpu=2)
+    cordoned = time.monotonic()
+    await scene.core.patch_node(first, {"spec": {"unschedulable": True}})
+    await eventually(_async(lambda: 0 in run.values_since(cordoned)), "the value dropped")
+    await run.advertises(1)
+    replaced = {p.metadata.name: p.spec.node_name for p in await scene.placeholders()}
+    assert set(replaced.values()) == {second}
+    assert not set(replaced) & set(pods)
+    assert run.metric("gha_capacity_pair_deletes_total", reason="unusable") >= 1
+    # Nodes are read one by one, never listed or watched (ci-infra #965).
+    assert run.kube.requests["get nodes"] >= 2
+    assert not any(k.endswith(" nodes") and not k.startswith("get") for k in run.kube.requests)
+    await run.close()
+
+
+def _async(check: Callable[[], bool]) -> Callable[[], Any]:
+    async def wrapped() -> bool:
+        return check()
+
+    return wrapped
