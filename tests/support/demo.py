@@ -8,9 +8,10 @@ with capacity-awareness on.
 
 The story, printed live once a second:
 1. warm-up: two placeholder pairs become Running; the listener advertises 2;
-2. burst: 16 jobs arrive for 8 workflow slots; HUD sees the queue, pairs are added up to what
-   the scheduler can place, GitHub hands out only confirmed capacity, the rest waits on
-   GitHub's queue (where another cluster could take it) — not stranded inside this one;
+2. burst: 16 jobs arrive for 8 workflow slots; HUD sees the queue and pairs are requested for
+   it (Pending pairs are what a node autoscaler would provision for); GitHub hands out only
+   capacity the scheduler confirmed, the rest waits on GitHub's queue (where another cluster
+   could take it) — not stranded inside this one;
 3. capacity loss: the whole workflow pool is reclaimed; the header drops to 0 at once, 4 new
    jobs stay queued instead of being stranded; capacity returns and they run.
 
@@ -62,6 +63,7 @@ class Demo:
         return (
             f"{time.monotonic() - self.started:5.0f}s {self.phase:<14}"
             f" header {header:>2} | pairs {view.pairs_running:>2} run {view.pairs_pending:>2} pend"
+            f" {view.pairs_broken:>2} broken"
             f" | runners {view.runners:>2} ({view.runners_busy} busy)"
             f" | workflow pods {view.workflow_running:>2} run {view.workflow_pending:>2} pend"
             f" | jobs queued {queued:>2} assigned {view.assigned:>2} running {view.running:>2}"
@@ -109,7 +111,7 @@ async def run_demo(workdir: Path, *, burst: int, job_seconds: float) -> int:
             _out("creating fake nodes, the EphemeralRunnerSet and the runner stand-in ...")
             site = await stage.add_site(spec)
             listener = site.start_listener(
-                capacity=site.capacity_settings(proactive=2, hud=True), max_runners=12
+                capacity=site.capacity_settings(proactive=2, hud=True, hud_floor=0), max_runners=12
             )
             _out(f"listener pid {listener.pid}, log {listener.log_path}")
             _out(f"metrics: {listener.metrics_url}")
@@ -165,7 +167,7 @@ def _summary(demo: Demo, stage: Stage, site: Site, jobs: list[FakeJob], held: in
     succeeded = sum(j.result == "succeeded" for j in jobs)
     _out("")
     _out("=== summary")
-    _out(f"jobs: {len(jobs)} queued, {succeeded} succeeded, {len(stranded)} stranded")
+    _out(f"jobs: {len(jobs)}, {succeeded} succeeded, {len(stranded)} stranded")
     _out(
         f"highest header sent: {demo.max_header} (workflow slots: {WORKFLOW_SLOTS}); "
         f"most workflow pods Pending at once: {demo.max_workflow_pending}"

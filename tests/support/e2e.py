@@ -64,6 +64,7 @@ HUD_TOKEN = "hud-e2e-token"
 # product to observe it.
 PLACEHOLDER_ROLE_LABEL = "capacity-listener.dev/role"
 PLACEHOLDER_SCALE_SET_LABEL = "capacity-listener.dev/scale-set"
+PLACEHOLDER_SLOT_LABEL = "capacity-listener.dev/slot"
 POOL_KEY = "e2e.capacity-listener.dev/pool"
 LADDER = ("arc-workflow", "placeholder-workflow", "arc-runner", "placeholder-runner")
 _PR_SET_PDEATHSIG = 1
@@ -417,8 +418,9 @@ class SiteView:
     """What the demo prints and tests assert on, for one site at one moment."""
 
     advertised: int | None
-    pairs_running: int
-    pairs_pending: int
+    pairs_running: int  # both halves Running
+    pairs_pending: int  # both halves exist, at least one not Running yet
+    pairs_broken: int  # one half left (the other preempted, evicted or deleted)
     placeholders: int
     runners: int
     runners_busy: int
@@ -612,6 +614,7 @@ class Site:
         *,
         proactive: int = 0,
         hud: bool = False,
+        hud_floor: int = 2,
         **overrides: Any,
     ) -> dict[str, Any]:
         """Capacity settings YAML for this site (capacity on), tuned for fast tests."""
@@ -638,7 +641,7 @@ class Site:
                 "url": self.stage.hud.endpoint,
                 "timeout": "2s",
                 "stale_after": "5s",
-                "failure_base_capacity": 2,
+                "failure_base_capacity": hud_floor,
             }
         settings.update(overrides)
         return settings
@@ -766,22 +769,38 @@ class Site:
             by_phase[phase] = by_phase.get(phase, 0) + 1
         return counts
 
+    def pair_states(self) -> dict[str, int]:
+        """Pairs by slot: running (both halves Running, none terminating), pending, broken."""
+        slots: dict[str, list[str]] = {}
+        for pod in self.placeholders.values():
+            slot = (pod["metadata"].get("labels") or {}).get(PLACEHOLDER_SLOT_LABEL, "")
+            phase = (pod.get("status") or {}).get("phase", "Pending")
+            if pod["metadata"].get("deletionTimestamp"):
+                phase = "Terminating"
+            slots.setdefault(slot, []).append(phase)
+        states = {"running": 0, "pending": 0, "broken": 0}
+        for phases in slots.values():
+            if len(phases) < 2:
+                states["broken"] += 1
+            elif all(p == "Running" for p in phases):
+                states["running"] += 1
+            else:
+                states["pending"] += 1
+        return states
+
     def advertised(self) -> int | None:
         history = self.fake.capacity_history(self.scale_set_id)
         return history[-1].value if history else None
 
     def view(self) -> SiteView:
-        counts = self.placeholder_counts()
-        runner_side = counts.get("placeholder-runner", {})
-        workflow_side = counts.get("placeholder-workflow", {})
-        pairs_running = min(runner_side.get("Running", 0), workflow_side.get("Running", 0))
-        total_pairs = max(sum(runner_side.values()), sum(workflow_side.values()))
+        pairs = self.pair_states()
         stats = self.standin.stats() if self.standin is not None else None
         jobs = self.fake.jobs_of(self.scale_set_id)
         return SiteView(
             advertised=self.advertised(),
-            pairs_running=pairs_running,
-            pairs_pending=max(0, total_pairs - pairs_running),
+            pairs_running=pairs["running"],
+            pairs_pending=pairs["pending"],
+            pairs_broken=pairs["broken"],
             placeholders=len(self.placeholders),
             runners=stats.runners if stats else 0,
             runners_busy=stats.runners_busy if stats else 0,
