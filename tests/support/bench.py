@@ -203,7 +203,7 @@ class Bench:
 
     # --- capacity-signal latency ----------------------------------------------------------
 
-    async def capacity_signal_latency(self, pairs: int = 10, intruders: int = 5) -> dict[str, Any]:
+    async def capacity_signal_latency(self, pairs: int = 10, cycles: int = 8) -> dict[str, Any]:
         async with self.stage("latency") as stage:
             site = await stage.add_site(
                 SiteSpec(
@@ -222,23 +222,22 @@ class Bench:
             _say(f"latency: waiting for {pairs} pairs")
             await _until(lambda: site.advertised() == pairs, f"{pairs} advertised", 120, site)
             core = client.CoreV1Api(stage.api)
-            names = [f"intruder-{i}" for i in range(intruders)]
-            _say(f"latency: {intruders} higher-priority pods preempt placeholders, one by one")
-            for name in names:
+            # Isolated changes: a higher-priority pod preempts one placeholder (down), leaves,
+            # and the monitor restores the pair (up).
+            _say(f"latency: {cycles} preempt/restore cycles")
+            for cycle in range(cycles):
+                name = f"intruder-{cycle}"
                 await core.create_namespaced_pod(site.namespace, _intruder(site, name))
-                await asyncio.sleep(2.0)
-            await _until(lambda: site.advertised() == pairs - intruders, "drop", 30, site)
-            _say("latency: intruders leave; pairs come back")
-            for name in names:
+                await _until(lambda: site.advertised() == pairs - 1, "a drop", 30, site)
+                await asyncio.sleep(1.5)
                 await core.delete_namespaced_pod(name, site.namespace, grace_period_seconds=0)
-                await asyncio.sleep(1.0)
-            with contextlib.suppress(RuntimeError):
                 await _until(lambda: site.advertised() == pairs, "recovery", 60, site)
-            await asyncio.sleep(2.0)
+                await asyncio.sleep(1.5)
             history = [(c.wall, c.value) for c in stage.fake.capacity_history(site.scale_set_id)]
             latencies, superseded = signal_latencies(site.placeholder_events, history, pairs)
             return {
                 "pairs": pairs,
+                "preempt_restore_cycles": cycles,
                 "transitions": len(latencies) + superseded,
                 "superseded_before_sent": superseded,
                 **_stats(latencies),
