@@ -18,6 +18,11 @@ advertised, not even 0), then this listener's placeholders are deleted within
 removed or has capacity-awareness turned off, and placeholders must not outlive it. If the
 budget runs out (or the process is killed), the next listener adopts or sweeps what is left,
 and the pods end by themselves at their TTL.
+
+Placeholders in another namespace than the runner set (``placeholder_namespace``) cannot
+carry an ownerReference to it (the garbage collector would delete them at once), so there
+ownership rests on the owner annotation alone, and deleting the runner set does not remove
+them: the next listener sweeps them, or they end at their TTL.
 """
 
 from __future__ import annotations

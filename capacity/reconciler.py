@@ -226,12 +226,11 @@ class Reconciler:
         retried after a short backoff."""
         await self.view.synced_event.wait()
         failures = 0
-        periodic = True
         while True:
             started = time.perf_counter()
             ok = False
             try:
-                await self.reconcile_once(periodic=periodic)
+                await self.reconcile_once()
                 ok = True
             except Exception as exc:
                 failures += 1
@@ -244,12 +243,12 @@ class Reconciler:
                 self.on_reconcile()
             else:
                 await asyncio.sleep(min(30.0, 0.5 * 2.0**failures))
-            periodic = not await self.view.reconcile.wait(within=self.interval)
+            await self.view.reconcile.wait(within=self.interval)
 
-    async def reconcile_once(self, *, periodic: bool = True) -> Plan:
+    async def reconcile_once(self) -> Plan:
         now = self.clock()
         if self.view.node_checks:
-            await self._check_nodes(now, all_nodes=periodic)
+            await self._check_nodes(now)
         plan, memory, observed, demand, params = self.evaluate(now)
         self.memory = memory
         self.passes += 1
@@ -271,10 +270,10 @@ class Reconciler:
         await self._create(plan.creates, now, params)
         return plan
 
-    async def _check_nodes(self, now: float, *, all_nodes: bool) -> None:
-        """Node checks: every node under a Running placeholder on periodic passes (at most
-        once per interval), otherwise only nodes not checked yet."""
-        if all_nodes and now - self._nodes_checked_at >= self.interval:
+    async def _check_nodes(self, now: float) -> None:
+        """Node checks: every node under a Running placeholder at most once per interval,
+        and in between only nodes not checked yet (a placeholder that just landed)."""
+        if now - self._nodes_checked_at >= self.interval:
             self._nodes_checked_at = now
             await self.view.refresh_nodes()
         elif self.view.placeholder_nodes() - set(self.view.nodes):

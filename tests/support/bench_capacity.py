@@ -8,9 +8,9 @@
    3,000 unrelated pods (2,000 application pods, 500 runner pods and 500 workflow pods of
    another scale set). The pods are real objects on the local control plane; the monitor
    runs in a child process so its RSS is not mixed with the set-up's.
-3. ``apiserver_load``: requests the monitor sends per minute with 100 pairs idle (over 400 s,
-   longer than one watch renewal cycle), counted by
-   the Kube wrapper (every request, watches counted once per stream opened).
+3. ``apiserver_load``: requests the monitor sends per minute with 100 pairs idle, over 400 s
+   (longer than one watch renewal cycle), counted by the Kube wrapper (every request;
+   a watch counts once per stream opened).
 
 Options: ``--pairs``, ``--unrelated``, ``--idle-pairs``, ``--idle-seconds``, ``--no-cluster``.
 """
