@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import pytest
+
 from tests.support.e2e import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeJob, JobState
 from tests.support.fake_hud import Outage
 
 STRAND_AFTER = 5.0
+LOSS = pytest.mark.parametrize("how", ["removed", "full"])
 
 
 def spec(name: str, scale_set_id: int, *, workflow_nodes: int = 1) -> SiteSpec:
@@ -59,9 +62,13 @@ async def test_burst_is_served_from_warm_pairs(stage: Stage) -> None:
     await warm(site, 4)
 
 
-async def exhaust(stage: Stage, site: Site) -> list[FakeJob]:
-    """Lose the workflow pool, then queue 6 jobs and give them time to strand."""
-    await site.remove_nodes("workflow")
+async def exhaust(stage: Stage, site: Site, how: str) -> list[FakeJob]:
+    """Lose the workflow pool's room — its node is removed, or other workloads fill it —
+    then queue 6 jobs and give them time to strand."""
+    if how == "removed":
+        await site.remove_nodes("workflow")
+    else:
+        await site.fill(4)  # 4 CPU of 4: the placeholders there are preempted
     await site.wait_for(lambda: site.advertised() == (0 if site.capacity_on else 8),
                         "the header after the capacity loss", 60)  # fmt: skip
     jobs = stage.fake.add_jobs(6, labels=["linux"])
@@ -69,12 +76,13 @@ async def exhaust(stage: Stage, site: Site) -> list[FakeJob]:
     return jobs
 
 
-async def test_capacity_loss_keeps_jobs_queued_with_the_monitor(stage: Stage) -> None:
+@LOSS
+async def test_capacity_loss_keeps_jobs_queued_with_the_monitor(stage: Stage, how: str) -> None:
     site = await stage.add_site(spec("guarded", 32))
     site.start_listener(capacity=site.capacity_settings(proactive=2), max_runners=8)
     await warm(site, 2)
 
-    jobs = await exhaust(stage, site)
+    jobs = await exhaust(stage, site, how)
     assert stage.fake.stranded() == []
     assert states(jobs) == {"queued": 6}  # still on GitHub's queue, free to go elsewhere
     assert site.standin is not None
@@ -88,12 +96,15 @@ async def test_capacity_loss_keeps_jobs_queued_with_the_monitor(stage: Stage) ->
     assert stage.fake.stranded() == []
 
 
-async def test_capacity_loss_strands_jobs_with_the_stock_static_header(stage: Stage) -> None:
+@LOSS
+async def test_capacity_loss_strands_jobs_with_the_stock_static_header(
+    stage: Stage, how: str
+) -> None:
     site = await stage.add_site(spec("stock", 33))
     site.start_listener(capacity=None, max_runners=8)
     await site.wait_session()
 
-    jobs = await exhaust(stage, site)
+    jobs = await exhaust(stage, site, how)
     stranded = stage.fake.stranded(site.scale_set_id)
     assert len(stranded) == 6
     assert states(jobs) == {"running": 6}  # claimed by runners, workflow pods Pending

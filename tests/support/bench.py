@@ -238,7 +238,7 @@ class Bench:
             _say(f"latency: {cycles} preempt/restore cycles")
             for cycle in range(cycles):
                 name = f"intruder-{cycle}"
-                await core.create_namespaced_pod(site.namespace, _intruder(site, name))
+                await core.create_namespaced_pod(site.namespace, site.filler_pod(name))
                 await _until(lambda: site.advertised() == pairs - 1, "a drop", 30, site)
                 await asyncio.sleep(1.5)
                 await core.delete_namespaced_pod(name, site.namespace, grace_period_seconds=0)
@@ -466,27 +466,6 @@ def _outcome_spec(name: str, scale_set_id: int) -> SiteSpec:
         job_seconds=3.0,
         strand_after=5.0,
     )
-
-
-def _intruder(site: Site, name: str) -> dict[str, Any]:
-    """A foreign high-priority pod the size of a workflow pod, in the workflow pool."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": dict(site.spec.workflow_requests)},
-                }
-            ],
-            "priorityClassName": "arc-workflow",
-            "terminationGracePeriodSeconds": 0,
-            **site.placement("workflow"),
-        },
-    }
 
 
 async def _create_unrelated(

@@ -495,6 +495,51 @@ class Site:
     def placement(self, pool: str) -> dict[str, Any]:
         return {"nodeSelector": self.node_selector(pool), "tolerations": self.tolerations(pool)}
 
+    def filler_pod(self, name: str, pool: str = "workflow") -> dict[str, Any]:
+        """A foreign pod the size of a workflow pod at workflow priority (20): another
+        workload taking the pool's room. It preempts placeholders, never workflow pods."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": "filler"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": dict(self.spec.workflow_requests)},
+                    }
+                ],
+                "priorityClassName": "arc-workflow",
+                "terminationGracePeriodSeconds": 0,
+                **self.placement(pool),
+            },
+        }
+
+    async def fill(self, count: int, pool: str = "workflow") -> list[str]:
+        """Create ``count`` filler pods in ``pool`` and wait until they all run."""
+        core = client.CoreV1Api(self.stage.api)
+        names = [f"filler-{pool}-{self._node_seq}-{i}" for i in range(count)]
+        self._node_seq += 1
+        for name in names:
+            await core.create_namespaced_pod(
+                self.namespace, self.filler_pod(name, pool), _request_timeout=15
+            )
+
+        async def running() -> bool:
+            pods = await core.list_namespaced_pod(
+                self.namespace, label_selector="app=filler", _request_timeout=15
+            )
+            phases = {p.metadata.name: p.status.phase for p in pods.items}
+            return all(phases.get(n) == "Running" for n in names)
+
+        deadline = time.monotonic() + 60
+        while not await running():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"filler pods {names} not Running within 60s")
+            await asyncio.sleep(0.2)
+        return names
+
     async def add_nodes(self, pool: str, count: int, shape: Pool | None = None) -> list[str]:
         """Create ``count`` fake nodes in ``pool`` ("runner" or "workflow") and wait for them."""
         shape = shape or (self.spec.runner_pool if pool == "runner" else self.spec.workflow_pool)
