@@ -1,0 +1,114 @@
+"""The gha_capacity_* series: exact names (dashboards and alerts use them), labels, no
+_created samples, and what one recorded pass shows."""
+
+from __future__ import annotations
+
+import re
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from capacity.metrics import CapacityMetrics
+from capacity.model import Demand, DemandSource, HudResult, Observed, Plan, PodPhase, Role
+from tests.unit.capacity.builders import pair, ph
+
+BASE = {"name": "linux-cpu-x7k2p", "namespace": "arc-runners"}
+NAMES = {
+    "gha_capacity_advertised": "gauge",
+    "gha_capacity_desired_pairs": "gauge",
+    "gha_capacity_pairs": "gauge",
+    "gha_capacity_placeholder_pods": "gauge",
+    "gha_capacity_runner_side": "gauge",
+    "gha_capacity_workflow_side": "gauge",
+    "gha_capacity_queued_jobs": "gauge",
+    "gha_capacity_demand_source": "gauge",
+    "gha_capacity_proactive_capacity": "gauge",
+    "gha_capacity_hud_requests_total": "counter",
+    "gha_capacity_hud_request_duration_seconds": "histogram",
+    "gha_capacity_pair_creates_total": "counter",
+    "gha_capacity_pair_deletes_total": "counter",
+    "gha_capacity_reconcile_duration_seconds": "histogram",
+    "gha_capacity_reconcile_last_success_timestamp_seconds": "gauge",
+    "gha_capacity_signal_changes_total": "counter",
+    "gha_capacity_kube_errors_total": "counter",
+}
+
+
+def page(registry: CollectorRegistry) -> str:
+    return generate_latest(registry).decode()
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, {**BASE, **labels})
+
+
+def test_every_series_is_registered_at_once_with_exact_names_and_no_created() -> None:
+    registry = CollectorRegistry(auto_describe=True)
+    CapacityMetrics(registry, **BASE)
+    text = page(registry)
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE))
+    assert types == NAMES
+    assert "_created" not in text
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            assert 'name="linux-cpu-x7k2p"' in line, line
+            assert 'namespace="arc-runners"' in line, line
+    # Labelled series exist from the start (zero), so rate() and dashboards see them.
+    assert value(registry, "gha_capacity_pairs", state="broken") == 0
+    assert (
+        value(registry, "gha_capacity_placeholder_pods", role="placeholder-runner", phase="Pending")
+        == 0
+    )
+    assert value(registry, "gha_capacity_hud_requests_total", result="timeout") == 0
+
+
+def test_a_recorded_pass() -> None:
+    registry = CollectorRegistry()
+    m = CapacityMetrics(registry, **BASE)
+    observed = Observed(placeholders=(*pair(1), *pair(2), ph(3, Role.WORKFLOW, PodPhase.PENDING)))
+    plan = Plan(
+        advertised=2,
+        runner_side=2,
+        workflow_side=2,
+        desired_pairs=3,
+        running_pairs=2,
+        pending_pairs=0,
+        broken=1,
+    )
+    m.record_pass(plan, observed, Demand(queued=1, source=DemandSource.FLOOR), proactive=2)
+    m.record_advertised(2, changed=True)
+    m.record_advertised(2, changed=False)
+    m.record_hud(HudResult.TIMEOUT, 0.5)
+    m.record_create("quota")
+    m.record_delete("timeout", 2)
+    m.record_kube_error("create", "quota")
+    m.record_reconcile(0.01, success_at=1234.0)
+
+    assert value(registry, "gha_capacity_advertised") == 2
+    assert value(registry, "gha_capacity_desired_pairs") == 3
+    assert value(registry, "gha_capacity_pairs", state="running") == 2
+    assert value(registry, "gha_capacity_pairs", state="broken") == 1
+    pods = {"role": "placeholder-workflow"}
+    assert value(registry, "gha_capacity_placeholder_pods", **pods, phase="Running") == 2
+    assert value(registry, "gha_capacity_placeholder_pods", **pods, phase="Pending") == 1
+    assert value(registry, "gha_capacity_queued_jobs") == 1
+    sources = {
+        s.value: value(registry, "gha_capacity_demand_source", source=s.value) for s in DemandSource
+    }
+    assert sources == {"hud": 0, "stale": 0, "floor": 1, "disabled": 0}
+    assert value(registry, "gha_capacity_proactive_capacity") == 2
+    assert value(registry, "gha_capacity_signal_changes_total") == 1
+    assert value(registry, "gha_capacity_hud_requests_total", result="timeout") == 1
+    assert value(registry, "gha_capacity_hud_request_duration_seconds_count") == 1
+    assert value(registry, "gha_capacity_pair_creates_total", result="quota") == 1
+    assert value(registry, "gha_capacity_pair_deletes_total", reason="timeout") == 2
+    assert value(registry, "gha_capacity_kube_errors_total", operation="create", kind="quota") == 1
+    assert value(registry, "gha_capacity_reconcile_last_success_timestamp_seconds") == 1234.0
+    assert "_created" not in page(registry)
+
+
+def test_unregister_frees_the_names_for_a_new_monitor() -> None:
+    registry = CollectorRegistry(auto_describe=True)
+    CapacityMetrics(registry, **BASE).unregister()
+    again = CapacityMetrics(registry, **BASE)
+    again.record_advertised(5, changed=True)
+    assert value(registry, "gha_capacity_advertised") == 5
