@@ -512,6 +512,13 @@ class Kube:
                 delay = backoff.next()
                 yield Failed(exc, delay)
                 await asyncio.sleep(delay)
+            except Exception as exc:  # a body it cannot read: never end the subscription
+                log.exception("watch stream unreadable", extra={"resource": resource.plural})
+                version = ""  # start clean: relist
+                delay = backoff.next()
+                action = f"watch {resource.plural}"
+                yield Failed(KubeError(action, 0, _one_line(f"{type(exc).__name__}: {exc}")), delay)
+                await asyncio.sleep(delay)
 
     async def _watch(
         self,
