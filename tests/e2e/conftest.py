@@ -25,20 +25,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None]:
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """On failure, attach every listener's log and the sites' state to the report."""
-    outcome = yield
-    report = outcome.get_result()
+    report = yield
     stage = getattr(item, "funcargs", {}).get("stage")
     if not report.failed or not isinstance(stage, Stage):
-        return
+        return report
     for site in stage.sites:
         report.sections.append((f"site {site.spec.name}", repr(site.view())))
         for listener in site.listeners:
             report.sections.append((f"{listener.name} log", listener.log_tail(120)))
         if site.standin is not None and site.standin.errors:
             report.sections.append((f"stand-in {site.spec.name}", "\n".join(site.standin.errors)))
+    return report
 
 
 @pytest.fixture(scope="session")
