@@ -195,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     _out("capacity-listener demo: local control plane + fake GitHub + our listener")
     _out(f"work directory (logs): {workdir}")
     try:
-        return asyncio.run(run_demo(workdir, burst=args.burst, job_seconds=args.job_seconds))
+        code = asyncio.run(run_demo(workdir, burst=args.burst, job_seconds=args.job_seconds))
+        _out("all demo processes stopped")
+        return code
     except DemoFailed as exc:
         _out(f"demo failed: {exc}")
         return 1
