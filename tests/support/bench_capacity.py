@@ -11,6 +11,9 @@
 3. ``apiserver_load``: requests the monitor sends per minute with 100 pairs idle, over 400 s
    (longer than one watch renewal cycle), counted by the Kube wrapper (every request;
    a watch counts once per stream opened).
+4. ``signal_latency_ms``: a Running placeholder disappears (as when preempted) → the lower
+   value reaches ``set_max_capacity`` (the monitor's share of the capacity-signal latency;
+   the listener's poll re-issue comes on top).
 
 Options: ``--pairs``, ``--unrelated``, ``--idle-pairs``, ``--idle-seconds``, ``--no-cluster``.
 """
@@ -217,9 +220,12 @@ def unrelated_pods(count: int) -> list[dict[str, Any]]:
 class _Recorder:
     def __init__(self) -> None:
         self.value = -1
+        self.at = 0.0
         self.changed = asyncio.Event()
 
     def __call__(self, value: int) -> None:
+        if value != self.value:
+            self.at = time.monotonic()
         self.value = value
         self.changed.set()
 
@@ -324,10 +330,12 @@ async def _idle_load(kubeconfig: str, namespace: str, pairs: int, seconds: float
         await asyncio.sleep(seconds)
         counted = dict(kube.requests)
         passes = monitor.reconciler.passes - passes
+        latency = await _signal_latency(monitor, kube, recorder, pairs)
         stop.set()
         await task
     total = sum(counted.values())
     return {
+        "signal_latency_ms": latency,
         "pairs": pairs,
         "window_s": seconds,
         "requests": counted,
@@ -336,6 +344,35 @@ async def _idle_load(kubeconfig: str, namespace: str, pairs: int, seconds: float
         "method": "Kube.requests counter (every request the monitor sent; a watch counts "
         "once per stream); watches are renewed every 240-360 s, so the steady state "
         "is about 5 streams / 5 min = 1 request per minute",
+    }
+
+
+async def _signal_latency(
+    monitor: CapacityMonitor, kube: Kube, recorder: _Recorder, pairs: int, rounds: int = 10
+) -> dict[str, Any]:
+    """A Running placeholder-runner disappears (as when preempted) → the lower value reaches
+    set_max_capacity. Timed from just before the delete request to the callback."""
+    samples = []
+    for _ in range(rounds):
+        victim = next(
+            p.placeholder.name
+            for p in monitor.view.placeholders.values()
+            if p.placeholder.role == Role.RUNNER
+            and p.placeholder.phase == PodPhase.RUNNING
+            and not p.placeholder.terminating
+        )
+        started = time.monotonic()
+        await kube.delete_pod(monitor.placeholder_namespace, victim)
+        await recorder.until(pairs - 1, within=30)
+        samples.append((recorder.at - started) * 1000)
+        await recorder.until(pairs, within=120)  # replenished before the next round
+    samples.sort()
+    return {
+        "rounds": rounds,
+        "median": round(statistics.median(samples), 1),
+        "max": round(samples[-1], 1),
+        "what": "placeholder deleted on the apiserver -> set_max_capacity(lower value); "
+        "includes the delete request, watch delivery, 50 ms coalescing and planning",
     }
 
 
@@ -397,6 +434,7 @@ def bench_cluster(pairs: int, unrelated: int, idle_pairs: int, idle_seconds: flo
         ns = cluster.create_namespace("idle")
         asyncio.run(prepare(ns, 2 * idle_pairs + 10))
         out["apiserver_load"] = asyncio.run(_idle_load(kubeconfig, ns, idle_pairs, idle_seconds))
+        out["signal_latency_ms"] = out["apiserver_load"].pop("signal_latency_ms")
         return out
     finally:
         cluster.stop()
