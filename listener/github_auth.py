@@ -196,30 +196,17 @@ class GitHubAuth:
             bearer = self._credentials.token
         self._on_secret(bearer)
         url = f"{self._api_url}{self._target.registration_token_path}"
-        headers = {
-            "Authorization": f"Bearer {bearer}",
-            "Content-Type": "application/vnd.github.v3+json",
-        }
-        response = await send(
-            self._client,
-            lambda: self._client.build_request("POST", url, headers=headers),
-            sleep=self._sleep,
-            clock=self._clock,
-        )
-        if response.status_code != 201:
-            raise error_from_response(response)
-        registration_token = _string_field(response, "token")
-        self._on_secret(registration_token)
-        return registration_token
+        return await self._created_token(url, bearer, "application/vnd.github.v3+json")
 
     async def _installation_token(self, app: AppCredentials) -> str:
         url = f"{self._api_url}/app/installations/{app.installation_id}/access_tokens"
         token = app_jwt(app, self._clock())
         self._on_secret(token)
-        headers = {
-            "Authorization": f"Bearer {token}",
-            "Content-Type": "application/vnd.github+json",
-        }
+        return await self._created_token(url, token, "application/vnd.github+json")
+
+    async def _created_token(self, url: str, bearer: str, content_type: str) -> str:
+        """POST with no body to a GitHub endpoint that must answer 201 with a ``token``."""
+        headers = {"Authorization": f"Bearer {bearer}", "Content-Type": content_type}
         response = await send(
             self._client,
             lambda: self._client.build_request("POST", url, headers=headers),
@@ -228,6 +215,6 @@ class GitHubAuth:
         )
         if response.status_code != 201:
             raise error_from_response(response)
-        installation_token = _string_field(response, "token")
-        self._on_secret(installation_token)
-        return installation_token
+        token = _string_field(response, "token")
+        self._on_secret(token)
+        return token
