@@ -489,3 +489,26 @@ def _async(check: Callable[[], bool]) -> Callable[[], Any]:
         return check()
 
     return wrapped
+
+
+async def test_quota_exceeded_is_counted_and_backed_off_not_fatal(scene: Scene) -> None:
+    scene.node(cpu=4)
+    await scene.core.create_namespaced_resource_quota(
+        scene.ns, {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
+    )
+    run = scene.start(settings(proactive_capacity=1))
+
+    async def refused() -> bool:
+        return run.metric("gha_capacity_pair_creates_total", result="quota") >= 1
+
+    await eventually(refused, "a create refused for quota")
+    await asyncio.sleep(3)
+    # Backed off: a handful of attempts, not one per pass per pod.
+    attempts = run.metric("gha_capacity_kube_errors_total", operation="create", kind="quota")
+    assert 1 <= attempts <= 4
+    assert not run.task.done()
+    assert run.advertised == 0
+
+    await scene.core.delete_namespaced_resource_quota("no-pods", scene.ns)
+    await run.advertises(1, within=90)
+    await run.close()
