@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
+from tests.support.capacity_kit import apply_ladder, read_pod
 from tests.support.localcluster.testkit import eventually, pod_manifest
 
 pytestmark = pytest.mark.cluster
@@ -38,45 +38,22 @@ RUNNER_LABELS = {"actions-ephemeral-runner": "True", "app.kubernetes.io/componen
 @pytest.fixture
 async def ladder(kube_api: client.ApiClient) -> dict[str, int]:
     """The four PriorityClasses from priorityclasses/, created once per cluster."""
-    sched = client.SchedulingV1Api(kube_api)
-    values = {}
-    for path in sorted((ROOT / "priorityclasses").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if not doc or doc.get("kind") != "PriorityClass":
-                continue
-            try:
-                await sched.create_priority_class(doc)
-            except ApiException as exc:
-                if exc.status != 409:  # already created by an earlier test
-                    raise
-            values[doc["metadata"]["name"]] = doc["value"]
-    assert values == {
-        "arc-workflow": 20,
-        "placeholder-workflow": 10,
-        "arc-runner": 0,
-        "placeholder-runner": -10,
-    }
-    return values
+    return await apply_ladder(kube_api)
+
+
+def _runner_pdb_manifest() -> dict[str, Any]:
+    manifest: dict[str, Any] = yaml.safe_load((ROOT / "deploy" / "pdb-runners.yaml").read_text())
+    return manifest
 
 
 @pytest.fixture
 async def runner_pdb(kube_api: client.ApiClient, namespace: str) -> str:
     """deploy/pdb-runners.yaml applied to the test's namespace."""
-    body = yaml.safe_load((ROOT / "deploy" / "pdb-runners.yaml").read_text())
+    body = _runner_pdb_manifest()
     policy = client.PolicyV1Api(kube_api)
     await policy.create_namespaced_pod_disruption_budget(namespace, body)
     name: str = body["metadata"]["name"]
     return name  # deleted with the namespace
-
-
-async def _pod(core: client.CoreV1Api, ns: str, name: str) -> client.V1Pod | None:
-    try:
-        pod: client.V1Pod = await core.read_namespaced_pod(name, ns)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return pod
 
 
 class Scene:
@@ -104,7 +81,7 @@ class Scene:
         for name in names:
 
             async def check(name: str = name) -> client.V1Pod | None:
-                pod = await _pod(self.core, self.ns, name)
+                pod = await read_pod(self.core, self.ns, name)
                 return pod if pod is not None and pod.status.phase == "Running" else None
 
             pod = await eventually(check, f"{name} Running", within=30)
@@ -113,13 +90,13 @@ class Scene:
 
     async def gone(self, name: str) -> None:
         async def check() -> bool:
-            pod = await _pod(self.core, self.ns, name)
+            pod = await read_pod(self.core, self.ns, name)
             return pod is None
 
         await eventually(check, f"{name} preempted", within=30)
 
     async def alive(self, name: str) -> bool:
-        pod = await _pod(self.core, self.ns, name)
+        pod = await read_pod(self.core, self.ns, name)
         return pod is not None and pod.metadata.deletion_timestamp is None
 
 
@@ -184,7 +161,7 @@ async def test_hazard_across_nodes_and_the_budget_fix(
     await scene.gone("workflow-1")
     await scene.create("runner-c", "arc-runner", runner=True)
     await scene.running("runner-c")
-    body = yaml.safe_load((ROOT / "deploy" / "pdb-runners.yaml").read_text())
+    body = _runner_pdb_manifest()
     await client.PolicyV1Api(kube_api).create_namespaced_pod_disruption_budget(scene.ns, body)
 
     await scene.create("workflow-2", "arc-workflow")

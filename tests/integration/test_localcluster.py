@@ -12,6 +12,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from tests.support.capacity_kit import read_pod
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.testkit import PAUSE_IMAGE, eventually, pod_manifest
 
@@ -23,16 +24,6 @@ RUNNER_IMAGE = "ghcr.io/actions/actions-runner:latest"
 
 
 # --- helpers ----------------------------------------------------------------------------
-
-
-async def read_pod(core: client.CoreV1Api, ns: str, name: str) -> client.V1Pod | None:
-    try:
-        pod: client.V1Pod = await core.read_namespaced_pod(name, ns)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return pod
 
 
 async def wait_running(core: client.CoreV1Api, ns: str, name: str) -> client.V1Pod:

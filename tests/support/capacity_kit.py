@@ -5,7 +5,6 @@ apiserver restart on a harness-started cluster."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import os
 import signal
@@ -41,12 +40,26 @@ async def apply_ladder(api: client.ApiClient) -> dict[str, int]:
         for doc in yaml.safe_load_all(path.read_text()):
             if not doc or doc.get("kind") != "PriorityClass":
                 continue
-            with contextlib.suppress(ApiException):
+            try:
                 await sched.create_priority_class(doc)
+            except ApiException as exc:
+                if exc.status != 409:  # already created by an earlier test
+                    raise
             values[doc["metadata"]["name"]] = int(doc["value"])
     if values != LADDER:
         raise AssertionError(f"priorityclasses/ defines {values}, expected {LADDER}")
     return values
+
+
+async def read_pod(core: client.CoreV1Api, ns: str, name: str) -> client.V1Pod | None:
+    """The pod, or None once it is gone."""
+    try:
+        pod: client.V1Pod = await core.read_namespaced_pod(name, ns)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return pod
 
 
 def runner_pod_spec(owner: str, *, cpu: str = "1", memory: str = "1Gi") -> dict[str, Any]:
