@@ -112,27 +112,32 @@ class Observed:
     synced: bool = True
 
 
-# --- demand (HUD) -------------------------------------------------------------------------
+# --- demand (HUD or GitHub's REST API) ----------------------------------------------------
 
 
 class HudResult(StrEnum):
-    """Outcome of one HUD request (a metrics label)."""
+    """Outcome of one demand read: one HUD request, or one pass over GitHub's REST API
+    (a metrics label)."""
 
     OK = "ok"
     TIMEOUT = "timeout"
     HTTP_ERROR = "http_error"  # a non-2xx status or a transport failure
     BAD_RESPONSE = "bad_response"  # not JSON, or not the expected rows
     TOO_LARGE = "too_large"  # body exceeded max_response_bytes
+    RATE_LIMITED = "rate_limited"  # the API asked us to wait (GitHub's REST API only)
 
 
 @dataclass(frozen=True, kw_only=True)
 class HudOutcome:
-    """What one HUD request produced. `queued` is set only when `result` is OK. `detail` is a
-    one-line, secret-free description for logs."""
+    """What one demand read produced. `queued` (every queued job of the scale set's labels)
+    is set only when `result` is OK; `aged` (those queued longer than the sharding age
+    threshold) only when the read asked for it. `detail` is a one-line, secret-free
+    description for logs."""
 
     result: HudResult
     duration: float
     queued: int | None = None
+    aged: int | None = None
     rows: int = 0
     detail: str = ""
 
@@ -142,6 +147,7 @@ class HudState:
     """What the demand fallback remembers between HUD requests."""
 
     last_good: int | None = None
+    last_good_aged: int | None = None  # the aged part of `last_good`, when it was read
     last_good_at: float | None = None
     last_result: HudResult | None = None  # None: no request has finished yet
 
@@ -150,18 +156,40 @@ class DemandSource(StrEnum):
     """Where `Demand.queued` came from (a metrics label)."""
 
     HUD = "hud"  # the latest HUD request succeeded
-    STALE = "stale"  # HUD is failing; holding the last good value
-    FLOOR = "floor"  # HUD failing for too long (or never answered): the failure floor
-    DISABLED = "disabled"  # HUD not configured: queued is 0
+    GITHUB = "github"  # the latest pass over GitHub's REST API succeeded
+    STALE = "stale"  # the source is failing; holding the last good value
+    FLOOR = "floor"  # failing for too long (or never answered): the failure floor
+    DISABLED = "disabled"  # no demand source configured: queued is 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """This cluster's part of a queue shared with peer clusters (demand sharding).
+
+    `fresh` = `total` − `aged` jobs are split between the peers; `share` is this peer's
+    part of them. Aged jobs are claimed whole by every peer. With one peer, `share` is
+    `fresh` and `claimed` is `total`."""
+
+    total: int
+    aged: int
+    fresh: int
+    share: int
+
+    @property
+    def claimed(self) -> int:
+        return self.share + self.aged
 
 
 @dataclass(frozen=True, kw_only=True)
 class Demand:
-    """Queued jobs the policy should provision for, on top of proactive capacity."""
+    """Queued jobs the policy should provision for, on top of proactive capacity. `claim`
+    is how `queued` was derived from the source's figures (None on the floor or when
+    disabled: then there are no figures)."""
 
     queued: int
     source: DemandSource
-    age: float | None = None  # seconds since the HUD value in use was fetched
+    age: float | None = None  # seconds since the value in use was fetched
+    claim: Claim | None = None
 
 
 # --- policy knobs, plan and memory --------------------------------------------------------
@@ -181,14 +209,24 @@ class Params:
     ttl: float = 900.0
     renew_before: float = 300.0
     node_checks: bool = False
+    # The demand source (HUD or GitHub's REST API; the hud_ names predate the second one).
     hud_enabled: bool = False
     hud_stale_after: float = 300.0
     hud_failure_base_capacity: int = 1
+    demand_live: DemandSource = DemandSource.HUD  # the label of a fresh value
+    # Demand sharding between peer clusters serving the same labels.
+    cluster_index: int = 0
+    cluster_count: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("max_runners", "proactive_capacity", "max_pending_pairs"):
+        for name in ("max_runners", "proactive_capacity", "max_pending_pairs", "cluster_index"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.cluster_index < self.cluster_count:
+            raise ValueError(
+                f"cluster_index ({self.cluster_index}) must be less than cluster_count "
+                f"({self.cluster_count})"
+            )
         if self.hud_failure_base_capacity < 0:
             raise ValueError("hud_failure_base_capacity must be >= 0")
         for name in ("ready_timeout", "downscale_delay", "hud_stale_after", "renew_before"):

@@ -61,6 +61,7 @@ from dataclasses import dataclass, replace
 from capacity.model import (
     FINISHED_PHASES,
     WORKFLOW_POD_SUFFIX,
+    Claim,
     DeleteReason,
     Deletion,
     Demand,
@@ -123,29 +124,70 @@ def desired_pairs(params: Params, demand: Demand, active_runners: int) -> int:
     return max(0, min(wanted, headroom(params, active_runners)))
 
 
-# --- demand fallback (HUD) ----------------------------------------------------------------
+# --- demand sharding ----------------------------------------------------------------------
+
+
+def claim(total: int, aged: int | None, *, index: int = 0, count: int = 1) -> Claim:
+    """This peer's part of a queue shared by `count` clusters serving the same labels.
+
+    Fresh jobs (`total` − `aged`) are split: each peer takes `fresh // count`, and the
+    remainder goes one each to the lowest indexes, so the shares always add up to the fresh
+    total and no peer knows of the others. Aged jobs (queued longer than the age threshold)
+    are claimed whole by every peer: if the peer whose share they were is down or full, the
+    others pick them up after the threshold, with no traffic between clusters. `aged` is
+    None when the source did not report it (counted as 0) and is clamped to `total`: the
+    two figures may come from two requests that saw slightly different queues."""
+    total = max(0, total)
+    aged_jobs = 0 if aged is None else max(0, min(aged, total))
+    fresh = total - aged_jobs
+    count = max(1, count)
+    share = fresh // count + (1 if index < fresh % count else 0)
+    return Claim(total=total, aged=aged_jobs, fresh=fresh, share=share)
+
+
+# --- demand fallback (HUD or GitHub) --------------------------------------------------------
 
 
 def record_hud(state: HudState, outcome: HudOutcome, now: float) -> HudState:
-    """Fold one HUD request's outcome into the fallback state."""
+    """Fold one demand read's outcome into the fallback state."""
     if outcome.result == HudResult.OK and outcome.queued is not None:
-        return HudState(last_good=outcome.queued, last_good_at=now, last_result=HudResult.OK)
+        return HudState(
+            last_good=outcome.queued,
+            last_good_aged=outcome.aged,
+            last_good_at=now,
+            last_result=HudResult.OK,
+        )
     return replace(state, last_result=outcome.result)
 
 
 def resolve_demand(state: HudState, now: float, params: Params) -> Demand:
-    """Queued jobs to plan for. While HUD fails, hold the last good value for
+    """Queued jobs to plan for. While the source fails, hold the last good value for
     `hud_stale_after` seconds, then use the failure floor (`hud_failure_base_capacity`, on
     top of proactive capacity). An outage never reads as "zero queued" (ci-infra #577). A
-    "good" value that has not been refreshed within the window (the HUD loop is stuck) is
-    treated like a failure."""
+    "good" value that has not been refreshed within the window (the loop is stuck) is
+    treated like a failure.
+
+    With peers (`cluster_count` > 1) a held value is this peer's claim on it, recomputed from
+    the held figures; the floor is not split: during an outage no peer can know whether the
+    others are up, so each keeps its own floor."""
     if not params.hud_enabled:
         return Demand(queued=0, source=DemandSource.DISABLED)
     if state.last_good is not None and state.last_good_at is not None:
         age = max(0.0, now - state.last_good_at)
         if age <= params.hud_stale_after:
-            source = DemandSource.HUD if state.last_result == HudResult.OK else DemandSource.STALE
-            return Demand(queued=state.last_good, source=source, age=age)
+            live = state.last_result == HudResult.OK
+            part = claim(
+                state.last_good,
+                state.last_good_aged,
+                index=params.cluster_index,
+                count=params.cluster_count,
+            )
+            return Demand(
+                queued=part.claimed,
+                source=params.demand_live if live else DemandSource.STALE,
+                age=age,
+                claim=part,
+            )
         return Demand(queued=params.hud_failure_base_capacity, source=DemandSource.FLOOR, age=age)
     return Demand(queued=params.hud_failure_base_capacity, source=DemandSource.FLOOR)
 

@@ -39,7 +39,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
-from capacity.model import Params
+from capacity.model import DemandSource, Params
 
 ENV_PREFIX = "CAPACITY_"
 CONFIG_FILE_ENV = "CAPACITY_CONFIG_FILE"
@@ -201,6 +201,55 @@ class HudSettings(BaseModel):
         return None
 
 
+DemandSourceName = Literal["hud", "github", "none"]
+
+
+class DemandSettings(BaseModel):
+    """Where queued jobs are read from, and how a queue shared with peer clusters is split."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # None: "hud" when hud.enabled, else "none" (the settings before this key existed).
+    source: DemandSourceName | None = None
+    # Demand sharding: this cluster's index among `cluster_count` clusters that serve the same
+    # labels. Fresh jobs are split between them; jobs queued longer than `aged_after` are
+    # claimed by every one of them (failover without cross-cluster traffic).
+    cluster_index: int = Field(default=0, ge=0)
+    cluster_count: int = Field(default=1, ge=1)
+    aged_after: PositiveDuration = 900.0
+
+
+_REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)?$")
+
+
+class GitHubDemandSettings(BaseModel):
+    """The GitHub REST API as the demand source (queued workflow jobs whose labels match the
+    scale set), with the listener's own GitHub credentials."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # "name" (under the scale set's owner) or "owner/name". Empty: the repository of a
+    # repository-level scale set, else every repository of the organization.
+    repositories: list[str] = Field(default_factory=list)
+    # REST calls per recalculate_interval, 304s included. Repositories not reached keep their
+    # last counts and are read first on the next pass.
+    max_calls_per_interval: int = Field(default=100, ge=1)
+    # Calls left untouched in the token's hourly allowance (it is shared with the listener).
+    rate_limit_reserve: int = Field(default=500, ge=0)
+    repositories_refresh: PositiveDuration = 600.0  # how often the repository list is re-read
+    timeout: PositiveDuration = 10.0  # per call
+    stale_after: Duration = 300.0
+    failure_base_capacity: int = Field(default=1, ge=0)
+
+    @field_validator("repositories")
+    @classmethod
+    def _check_repositories(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _REPOSITORY.match(name) or name.split("/")[-1] in (".", ".."):
+                raise ValueError(f"invalid repository {name!r} (use 'name' or 'owner/name')")
+        return list(dict.fromkeys(value))
+
+
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -236,6 +285,15 @@ class CapacitySettings(BaseSettings):
     downscale_delay: Duration = 300.0
     node_checks: bool = False
     hud: HudSettings = Field(default_factory=HudSettings)
+    demand: DemandSettings = Field(default_factory=DemandSettings)
+    github: GitHubDemandSettings = Field(default_factory=GitHubDemandSettings)
+
+    @property
+    def demand_source(self) -> DemandSourceName:
+        """The demand source in effect."""
+        if self.demand.source is not None:
+            return self.demand.source
+        return "hud" if self.hud.enabled else "none"
 
     @field_validator("placeholder_namespace")
     @classmethod
@@ -262,6 +320,26 @@ class CapacitySettings(BaseSettings):
             raise ValueError(
                 f"renew_before: {self.renew_before:g}s must be shorter than "
                 f"placeholder_ttl ({self.placeholder_ttl:g}s)"
+            )
+        demand = self.demand
+        if demand.cluster_index >= demand.cluster_count:
+            raise ValueError(
+                f"demand.cluster_index: {demand.cluster_index} must be less than "
+                f"demand.cluster_count ({demand.cluster_count})"
+            )
+        if demand.source in ("github", "none") and self.hud.enabled:
+            raise ValueError(
+                f"demand.source: {demand.source!r} but hud.enabled is true (choose one source)"
+            )
+        if self.demand_source == "hud" and demand.cluster_count > 1 and demand.aged_after % 60:
+            raise ValueError(
+                f"demand.aged_after: HUD counts queue time in whole minutes, got "
+                f"{demand.aged_after:g}s"
+            )
+        if self.demand_source == "none" and demand.cluster_count > 1:
+            raise ValueError(
+                "demand.cluster_count: sharding needs a demand source (demand.source: hud or "
+                "github)"
             )
         return self
 
@@ -406,7 +484,28 @@ def to_params(settings: CapacitySettings, max_runners: int) -> Params:
         ttl=settings.placeholder_ttl,
         renew_before=settings.renew_before,
         node_checks=settings.node_checks,
-        hud_enabled=settings.hud.enabled,
-        hud_stale_after=settings.hud.stale_after,
-        hud_failure_base_capacity=settings.hud.failure_base_capacity,
+        **_demand_params(settings),
     )
+
+
+def _demand_params(settings: CapacitySettings) -> dict[str, Any]:
+    source = settings.demand_source
+    shard = {
+        "cluster_index": settings.demand.cluster_index,
+        "cluster_count": settings.demand.cluster_count,
+    }
+    if source == "github":
+        return {
+            "hud_enabled": True,
+            "hud_stale_after": settings.github.stale_after,
+            "hud_failure_base_capacity": settings.github.failure_base_capacity,
+            "demand_live": DemandSource.GITHUB,
+            **shard,
+        }
+    return {
+        "hud_enabled": source == "hud",
+        "hud_stale_after": settings.hud.stale_after,
+        "hud_failure_base_capacity": settings.hud.failure_base_capacity,
+        "demand_live": DemandSource.HUD,
+        **shard,
+    }
