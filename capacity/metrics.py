@@ -12,7 +12,7 @@ prometheus_client's process-wide switch is left alone).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
@@ -20,12 +20,20 @@ from prometheus_client.metrics_core import Metric
 
 from capacity.model import Demand, DemandSource, HudResult, Observed, Plan, PodPhase, Role
 
-__all__ = ["CREATE_OK", "CapacityMetrics"]
+if TYPE_CHECKING:
+    from capacity.demand import Reading
+
+__all__ = ["CREATE_OK", "DEMAND_PARTS", "GITHUB_CALL_RESULTS", "CapacityMetrics"]
 
 NAME: Final = "name"
 NAMESPACE: Final = "namespace"
 CREATE_OK: Final = "ok"
 CREATE_EXISTS: Final = "exists"
+# The parts of the queue (demand sharding): every queued job, the aged ones (claimed by every
+# peer), the fresh ones (split between peers), this peer's share of the fresh ones, and what
+# this peer plans for (share + aged).
+DEMAND_PARTS: Final = ("total", "aged", "fresh", "share", "claimed")
+GITHUB_CALL_RESULTS: Final = ("ok", "not_modified", "rate_limited", "error")
 
 _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _HUD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -93,6 +101,22 @@ class CapacityMetrics:
             "Where the queued-jobs value comes from (1 for the active source).",
             "source",
         )
+        self.demand_jobs = gauge(
+            "gha_capacity_demand_jobs",
+            "Queued jobs by part: total, aged (claimed by every peer cluster), fresh (split "
+            "between peers), share (this cluster's part of fresh) and claimed (share + aged).",
+            "part",
+        )
+        self.github_calls = counter(
+            "gha_capacity_demand_github_calls",
+            "GitHub REST calls of the demand source by result (not_modified: a 304, free of "
+            "rate limit).",
+            "result",
+        )
+        self.github_rate_remaining = gauge(
+            "gha_capacity_demand_github_rate_limit_remaining",
+            "The last X-RateLimit-Remaining GitHub sent the demand source.",
+        )
         self.proactive_capacity = gauge(
             "gha_capacity_proactive_capacity", "Configured proactive (idle) capacity."
         )
@@ -146,6 +170,9 @@ class CapacityMetrics:
             self.workflow_side,
             self.queued_jobs,
             self.demand_source,
+            self.demand_jobs,
+            self.github_calls,
+            self.github_rate_remaining,
             self.proactive_capacity,
             self.hud_requests,
             self.hud_duration,
@@ -188,6 +215,8 @@ class CapacityMetrics:
                 self.placeholder_pods.labels(**b, role=role.value, phase=phase.value)
         for source in DemandSource:
             self.demand_source.labels(**b, source=source.value)
+        for part in DEMAND_PARTS:
+            self.demand_jobs.labels(**b, part=part)
         for result in HudResult:
             self.hud_requests.labels(**b, result=result.value)
         for outcome in (CREATE_OK, CREATE_EXISTS):
@@ -210,6 +239,14 @@ class CapacityMetrics:
             self.demand_source.labels(**b, source=source.value).set(
                 1 if source == demand.source else 0
             )
+        claim = demand.claim
+        parts = (
+            (claim.total, claim.aged, claim.fresh, claim.share, claim.claimed)
+            if claim is not None
+            else (0, 0, 0, 0, demand.queued)  # floor or disabled: no figures from the source
+        )
+        for part, value in zip(DEMAND_PARTS, parts, strict=True):
+            self.demand_jobs.labels(**b, part=part).set(value)
         self.proactive_capacity.labels(**b).set(proactive)
         counts: dict[tuple[str, str], int] = {}
         for p in observed.placeholders:
@@ -229,6 +266,19 @@ class CapacityMetrics:
     def record_hud(self, result: HudResult, duration: float) -> None:
         self.hud_requests.labels(**self._base, result=result.value).inc()
         self.hud_duration.labels(**self._base).observe(duration)
+
+    def record_reading(self, reading: Reading) -> None:
+        """One read of the demand source: HUD requests, or GitHub calls. The GitHub series
+        are created on the first GitHub read, so a HUD user's page does not carry them."""
+        for request in reading.requests:
+            self.record_hud(request.result, request.duration)
+        for result, count in reading.calls.items():
+            self.github_calls.labels(**self._base, result=result).inc(count)
+        if reading.source == "github":
+            for result in GITHUB_CALL_RESULTS:
+                self.github_calls.labels(**self._base, result=result)
+        if reading.rate_limit_remaining is not None:
+            self.github_rate_remaining.labels(**self._base).set(reading.rate_limit_remaining)
 
     def record_create(self, result: str) -> None:
         self.pair_creates.labels(**self._base, result=result).inc()

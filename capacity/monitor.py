@@ -37,15 +37,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from pydantic import SecretStr
 
 from capacity import policy, specs
-from capacity.hud import HudClient
+from capacity.demand import DemandReader, GitHubReaderFactory, build_reader
 from capacity.kube import ARC_GROUP, ARC_VERSION, Kube, KubeError, RunnerSet
 from capacity.metrics import CapacityMetrics
 from capacity.model import Demand, HudState, Params, Role
 from capacity.reconciler import Manifest, Reconciler
-from capacity.settings import HUD_TOKEN_ENV, CapacitySettings, to_params
+from capacity.settings import CapacitySettings, to_params
 from capacity.view import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, View, fingerprint
 
 __all__ = ["SHUTDOWN_BUDGET", "CapacityMonitor"]
@@ -72,6 +71,7 @@ class CapacityMonitor:
         registry: CollectorRegistry,
         on_reconcile: Callable[[], None],
         env: Mapping[str, str],
+        github_demand: GitHubReaderFactory | None = None,
     ) -> None:
         self.settings = settings
         self.kube = kube
@@ -84,15 +84,12 @@ class CapacityMonitor:
         self._base_params = to_params(settings, 0)
         self._registry = registry
         self.hud_state = HudState()
-        self._hud: HudClient | None = None
+        # HUD, GitHub's REST API or nothing (settings.demand_source).
+        self._demand: DemandReader | None = build_reader(
+            settings, runner_labels, env, github=github_demand
+        )
         self.metrics: CapacityMetrics | None = None
         self._template_for: tuple[RunnerSet, specs.PlaceholderTemplate] | None = None
-        hud_settings = settings.hud
-        if hud_settings.enabled:
-            token = hud_settings.token
-            if token is None and env.get(HUD_TOKEN_ENV):
-                token = SecretStr(env[HUD_TOKEN_ENV])
-            self._hud = HudClient(hud_settings.model_copy(update={"token": token}), runner_labels)
         self.view = View(
             kube,
             placeholder_namespace=self.placeholder_namespace,
@@ -180,22 +177,27 @@ class CapacityMonitor:
             self.metrics.record_kube_error(f"watch {stream}", error.kind.value)
 
     async def _hud_loop(self) -> None:
-        """Poll HUD every recalculate_interval (±10%), after a random start delay so many
-        listeners do not call it at the same moment."""
-        if self._hud is None:
+        """Read the demand source every recalculate_interval (±10%), after a random start
+        delay so many listeners do not call it at the same moment."""
+        if self._demand is None:
             return
         interval = self.settings.recalculate_interval
         await asyncio.sleep(random.uniform(0, 0.2 * interval))
         while True:
-            outcome = await self._hud.fetch()
+            reading = await self._demand.read()
+            outcome = reading.outcome
             before = policy.resolve_demand(self.hud_state, time.time(), self.params())
             self.hud_state = policy.record_hud(self.hud_state, outcome, time.time())
             if self.metrics is not None:
-                self.metrics.record_hud(outcome.result, outcome.duration)
+                self.metrics.record_reading(reading)
             if outcome.queued is None:
                 log.warning(
-                    "HUD request failed",
-                    extra={"result": outcome.result.value, "detail": outcome.detail},
+                    "demand read failed",
+                    extra={
+                        "source": reading.source,
+                        "result": outcome.result.value,
+                        "detail": outcome.detail,
+                    },
                 )
             after = policy.resolve_demand(self.hud_state, time.time(), self.params())
             if (after.queued, after.source) != (before.queued, before.source):
@@ -228,9 +230,9 @@ class CapacityMonitor:
                 await self.reconciler.shutdown(SHUTDOWN_BUDGET)
                 view.cancel()
         finally:
-            if self._hud is not None:
+            if self._demand is not None:
                 with contextlib.suppress(Exception):
-                    await self._hud.aclose()
+                    await self._demand.aclose()
             if self.metrics is not None:
                 self.metrics.unregister()
             log.info("capacity monitor stopped")

@@ -34,7 +34,7 @@ DESCRIPTIONS: dict[str, str] = {
     "and advertises `maxRunners`.",
     "proactive_capacity": "Placeholder pairs kept ready on top of the queued jobs, so jobs "
     "start without waiting for a node. Costs idle nodes.",
-    "recalculate_interval": "Period of the fallback reconcile pass and of the HUD queries; "
+    "recalculate_interval": "Period of the fallback reconcile pass and of the demand reads; "
     "watch events trigger passes in between.",
     "placeholder_ready_timeout": "A pair with a half still Pending after this long is "
     "deleted (never advertised) and retried on a later pass.",
@@ -76,6 +76,29 @@ DESCRIPTIONS: dict[str, str] = {
     "hud.parameters.max_age_days": "Ignore jobs queued longer ago than this.",
     "hud.parameters.orgs": "Organisations to count; empty: HUD's default.",
     "hud.parameters.repo": "Repository to count (`owner/name`); empty: all.",
+    "demand": "Where queued jobs are read from, and demand sharding between clusters (below).",
+    "demand.source": "`hud`, `github` (GitHub's REST API with the listener's credentials) "
+    "or `none`. Unset: `hud` when `hud.enabled`, else `none`.",
+    "demand.cluster_index": "This cluster's index among the clusters serving the same labels "
+    "(0 … `cluster_count` − 1). Lower indexes take the remainder of an uneven split.",
+    "demand.cluster_count": "Clusters serving the same labels. Each plans for its share of "
+    "the fresh queued jobs plus every aged one. 1: the whole queue.",
+    "demand.aged_after": "Jobs queued longer than this are claimed by every cluster, so a "
+    "down or full cluster's share is picked up. Whole minutes with HUD.",
+    "github": "The GitHub REST demand source (below); used when `demand.source` is `github`.",
+    "github.repositories": "Repositories to read (`name` under the scale set's owner, or "
+    "`owner/name`). Empty: the scale set's repository, or all of its organization's. "
+    "Required for an enterprise scale set.",
+    "github.max_calls_per_interval": "REST calls per `recalculate_interval`, 304s included. "
+    "Repositories not reached keep their last counts and go first next time.",
+    "github.rate_limit_reserve": "Calls of the token's hourly allowance left untouched (it is "
+    "shared with the listener); below it the source waits for the reset.",
+    "github.repositories_refresh": "How often the organization's repository list is re-read.",
+    "github.timeout": "Deadline of one REST call.",
+    "github.stale_after": "While the source fails or is rate-limited, keep the last good "
+    "value this long, then fall back to the floor.",
+    "github.failure_base_capacity": "The floor while the source is failing: desired pairs = "
+    "`proactive_capacity` + this.",
 }
 
 LISTENER_ENV: dict[str, tuple[str, str]] = {

@@ -274,13 +274,13 @@ def sections() -> Iterator[tuple[str, list[Panel]]]:
         ],
     )
     yield (
-        "Demand (HUD)",
+        "Demand (HUD or GitHub)",
         [
             timeseries(
-                "Queued jobs (HUD) and proactive capacity",
-                "Jobs queued on GitHub for this scale set's labels, as HUD reports them, and "
-                "the configured always-on capacity. Desired pairs = proactive + queued, "
-                "within the max-runners headroom.",
+                "Queued jobs and proactive capacity",
+                "Jobs queued on GitHub for this scale set's labels that this cluster claims, "
+                "as the demand source reports them, and the configured always-on capacity. "
+                "Desired pairs = proactive + queued, within the max-runners headroom.",
                 targets(
                     (f"sum by (name) (gha_capacity_queued_jobs{{{SEL}}})", "{{name}} queued"),
                     (
@@ -291,8 +291,9 @@ def sections() -> Iterator[tuple[str, list[Panel]]]:
             ),
             timeseries(
                 "Demand source",
-                "Where the queued-jobs number comes from: hud (fresh), stale (HUD failing, "
-                "holding the last good value), floor (failing too long) or disabled.",
+                "Where the queued-jobs number comes from: hud or github (fresh), stale (the "
+                "source failing, holding the last good value), floor (failing too long) or "
+                "disabled.",
                 targets(
                     (
                         f"max by (name, source) (gha_capacity_demand_source{{{SEL}}}) > 0",
@@ -318,6 +319,43 @@ def sections() -> Iterator[tuple[str, list[Panel]]]:
                 "HUD request duration, p50 and p95.",
                 quantiles("gha_capacity_hud_request_duration_seconds", ""),
                 unit="s",
+            ),
+            timeseries(
+                "Queue parts (demand sharding)",
+                "Queued jobs by part: total, aged (claimed by every peer cluster), fresh "
+                "(split between peers), share (this cluster's part of fresh), claimed "
+                "(share + aged, what this cluster plans for).",
+                targets(
+                    (
+                        f"sum by (name, part) (gha_capacity_demand_jobs{{{SEL}}})",
+                        "{{name}} {{part}}",
+                    )
+                ),
+            ),
+            timeseries(
+                "GitHub REST calls (demand source)",
+                "REST calls per second of the GitHub demand source by result; not_modified "
+                "(304) answers do not count against the rate limit.",
+                targets(
+                    (
+                        f"sum by (result) (rate(gha_capacity_demand_github_calls_total"
+                        f"{{{SEL}}}[{RATE}]))",
+                        "{{result}}",
+                    )
+                ),
+                unit="reqps",
+                stack=True,
+            ),
+            timeseries(
+                "GitHub rate limit remaining",
+                "The last X-RateLimit-Remaining seen by the GitHub demand source. It slows "
+                "down as this nears its reserve.",
+                targets(
+                    (
+                        f"min by (name) (gha_capacity_demand_github_rate_limit_remaining{{{SEL}}})",
+                        "{{name}}",
+                    )
+                ),
             ),
         ],
     )

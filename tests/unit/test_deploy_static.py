@@ -324,7 +324,7 @@ def test_metric_list_has_arc_series_and_capacity_family() -> None:
     assert arc <= families.keys()
     assert {"gha_available_jobs", "gha_acquired_jobs"} <= families.keys()
     capacity = {name for name in families if name.startswith("gha_capacity_")}
-    assert len(capacity) == 17, sorted(capacity)
+    assert len(capacity) == 20, sorted(capacity)
     for name in capacity:
         assert {"name", "namespace"} <= families[name].labels, name
 
@@ -689,6 +689,17 @@ STRING_SAMPLES = {
 }
 
 
+# Settings that only hold together with another one (cluster_index < cluster_count; sharding
+# needs a demand source).
+REFERENCE_CONTEXT: dict[str, dict[str, str]] = {
+    "demand.cluster_index": {
+        "CAPACITY_DEMAND__CLUSTER_COUNT": "4",
+        "CAPACITY_DEMAND__SOURCE": "github",
+    },
+    "demand.cluster_count": {"CAPACITY_DEMAND__SOURCE": "github"},
+}
+
+
 def test_reference_environment_variables_set_their_setting() -> None:
     """Each documented CAPACITY_* variable, set alone, changes the setting it names."""
     from capacity.settings import load_capacity_settings
@@ -709,6 +720,7 @@ def test_reference_environment_variables_set_their_setting() -> None:
             continue  # sections, resources and tolerations: covered by the examples above
         # enabled=true needs workflow_resources; give it, unless it is the variable under test.
         env = {"CAPACITY_WORKFLOW_RESOURCES": '{"requests": {"cpu": "1"}}', variable: raw}
+        env = {**env, **REFERENCE_CONTEXT.get(path, {})}
         settings: Any = load_capacity_settings(env)
         for part in path.split("."):
             settings = getattr(settings, part)

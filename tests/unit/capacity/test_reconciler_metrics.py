@@ -7,8 +7,19 @@ import re
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from capacity.metrics import CapacityMetrics
-from capacity.model import Demand, DemandSource, HudResult, Observed, Plan, PodPhase, Role
+from capacity.demand import Reading
+from capacity.metrics import DEMAND_PARTS, CapacityMetrics
+from capacity.model import (
+    Claim,
+    Demand,
+    DemandSource,
+    HudOutcome,
+    HudResult,
+    Observed,
+    Plan,
+    PodPhase,
+    Role,
+)
 from tests.unit.capacity.builders import pair, ph
 
 BASE = {"name": "linux-cpu-x7k2p", "namespace": "arc-runners"}
@@ -21,6 +32,9 @@ NAMES = {
     "gha_capacity_workflow_side": "gauge",
     "gha_capacity_queued_jobs": "gauge",
     "gha_capacity_demand_source": "gauge",
+    "gha_capacity_demand_jobs": "gauge",
+    "gha_capacity_demand_github_calls_total": "counter",
+    "gha_capacity_demand_github_rate_limit_remaining": "gauge",
     "gha_capacity_proactive_capacity": "gauge",
     "gha_capacity_hud_requests_total": "counter",
     "gha_capacity_hud_request_duration_seconds": "histogram",
@@ -94,7 +108,10 @@ def test_a_recorded_pass() -> None:
     sources = {
         s.value: value(registry, "gha_capacity_demand_source", source=s.value) for s in DemandSource
     }
-    assert sources == {"hud": 0, "stale": 0, "floor": 1, "disabled": 0}
+    assert sources == {"hud": 0, "github": 0, "stale": 0, "floor": 1, "disabled": 0}
+    # On the floor there are no figures from the source: only what is claimed.
+    parts = {p: value(registry, "gha_capacity_demand_jobs", part=p) for p in DEMAND_PARTS}
+    assert parts == {"total": 0, "aged": 0, "fresh": 0, "share": 0, "claimed": 1}
     assert value(registry, "gha_capacity_proactive_capacity") == 2
     assert value(registry, "gha_capacity_signal_changes_total") == 1
     assert value(registry, "gha_capacity_hud_requests_total", result="timeout") == 1
@@ -104,6 +121,38 @@ def test_a_recorded_pass() -> None:
     assert value(registry, "gha_capacity_kube_errors_total", operation="create", kind="quota") == 1
     assert value(registry, "gha_capacity_reconcile_last_success_timestamp_seconds") == 1234.0
     assert "_created" not in page(registry)
+
+
+def test_demand_parts_and_github_calls() -> None:
+    registry = CollectorRegistry()
+    m = CapacityMetrics(registry, **BASE)
+    demand = Demand(
+        queued=5,
+        source=DemandSource.GITHUB,
+        claim=Claim(total=9, aged=2, fresh=7, share=3),
+    )
+    m.record_pass(Plan(), Observed(), demand, proactive=0)
+    parts = {p: value(registry, "gha_capacity_demand_jobs", part=p) for p in DEMAND_PARTS}
+    assert parts == {"total": 9, "aged": 2, "fresh": 7, "share": 3, "claimed": 5}
+    assert "gha_capacity_demand_github_rate_limit_remaining" not in page(registry).replace(
+        "# HELP gha_capacity_demand_github_rate_limit_remaining", ""
+    ).replace("# TYPE gha_capacity_demand_github_rate_limit_remaining", "")
+    outcome = HudOutcome(result=HudResult.OK, duration=1.0, queued=9, aged=2)
+    m.record_reading(
+        Reading(
+            source="github",
+            outcome=outcome,
+            calls={"ok": 3, "not_modified": 50},
+            rate_limit_remaining=4321,
+        )
+    )
+    assert value(registry, "gha_capacity_demand_github_calls_total", result="ok") == 3
+    assert value(registry, "gha_capacity_demand_github_calls_total", result="not_modified") == 50
+    assert value(registry, "gha_capacity_demand_github_calls_total", result="error") == 0
+    assert value(registry, "gha_capacity_demand_github_rate_limit_remaining") == 4321
+    # HUD requests are counted one by one (two per read with sharding).
+    m.record_reading(Reading(source="hud", outcome=outcome, requests=(outcome, outcome)))
+    assert value(registry, "gha_capacity_hud_requests_total", result="ok") == 2
 
 
 def test_unregister_frees_the_names_for_a_new_monitor() -> None:

@@ -1,0 +1,149 @@
+"""Demand sources: where the monitor reads how many jobs are queued for its scale set.
+
+Two sources sit behind one interface (`DemandReader.read`), chosen by `demand.source`:
+
+- ``hud``: PyTorch's HUD queued-jobs API (`capacity.hud`);
+- ``github``: GitHub's REST API, with the listener's own credentials (`capacity.github_demand`).
+
+A read never raises: it returns a `Reading` whose `outcome` the pure policy folds into the
+fallback state (`capacity.policy.record_hud`: hold the last good value, then the floor), and
+whose other fields feed the metrics. A source never retries: the next read, one
+`recalculate_interval` later, is the retry.
+
+With demand sharding (`demand.cluster_count` > 1) a read also reports the *aged* part of the
+queue: jobs queued longer than `demand.aged_after`, which every peer claims. HUD rows carry
+only min/max queue times, not per-job ages, so the HUD source asks twice — once with the
+configured threshold (every queued job) and once with the age threshold (the aged part) —
+concurrently. GitHub's jobs carry their creation time, so that source counts both in one pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import httpx
+from pydantic import SecretStr
+
+from capacity.hud import HudClient
+from capacity.model import HudOutcome, HudResult
+from capacity.settings import HUD_TOKEN_ENV, CapacitySettings, DemandSettings, HudSettings
+
+__all__ = ["DemandReader", "HudDemand", "Reading", "build_reader"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reading:
+    """One read of a demand source."""
+
+    source: str  # "hud" or "github"
+    outcome: HudOutcome  # what the policy uses: result, queued, aged
+    # HUD: one outcome per HTTP request (one, or two with sharding), for the request metrics.
+    requests: tuple[HudOutcome, ...] = ()
+    # GitHub: REST calls made during the read by result (ok, not_modified, rate_limited, error).
+    calls: Mapping[str, int] = field(default_factory=dict)
+    rate_limit_remaining: int | None = None  # GitHub: the last X-RateLimit-Remaining seen
+
+
+class DemandReader(Protocol):
+    """A demand source. `read` never raises (cancellation excepted)."""
+
+    async def read(self) -> Reading: ...
+
+    async def aclose(self) -> None: ...
+
+
+def aged_minutes(demand: DemandSettings) -> int:
+    """The age threshold in HUD's unit, whole minutes (settings reject anything else when
+    sharding on HUD; rounding up keeps a stray fraction from claiming younger jobs)."""
+    return max(1, math.ceil(demand.aged_after / 60))
+
+
+class HudDemand:
+    """HUD, asked once per read, or twice with sharding (the whole queue and its aged part)."""
+
+    def __init__(
+        self,
+        settings: HudSettings,
+        labels: Sequence[str],
+        demand: DemandSettings,
+        *,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._own_client = client is None
+        self._client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.timeout), follow_redirects=False
+        )
+        self._total = HudClient(settings, labels, client=self._client)
+        self._aged: HudClient | None = None
+        if demand.cluster_count > 1:
+            threshold = max(settings.parameters.queued_threshold_minutes, aged_minutes(demand))
+            aged_settings = settings.model_copy(
+                update={
+                    "parameters": settings.parameters.model_copy(
+                        update={"queued_threshold_minutes": threshold}
+                    )
+                }
+            )
+            self._aged = HudClient(aged_settings, labels, client=self._client)
+
+    async def read(self) -> Reading:
+        if self._aged is None:
+            total = await self._total.fetch()
+            return Reading(source="hud", outcome=total, requests=(total,))
+        async with asyncio.TaskGroup() as tg:
+            total_task = tg.create_task(self._total.fetch())
+            aged_task = tg.create_task(self._aged.fetch())
+        total, aged = total_task.result(), aged_task.result()
+        requests = (total, aged)
+        duration = max(total.duration, aged.duration)
+        # Both figures or neither: a total without its aged part would drop the failover, an
+        # aged part without its total would drop the fresh share.
+        failed = next((o for o in requests if o.result != HudResult.OK), None)
+        if failed is not None:
+            outcome = HudOutcome(result=failed.result, duration=duration, detail=failed.detail)
+        else:
+            outcome = HudOutcome(
+                result=HudResult.OK,
+                duration=duration,
+                queued=total.queued,
+                aged=aged.queued,
+                rows=total.rows,
+                detail=f"{total.detail}; aged: {aged.detail}",
+            )
+        return Reading(source="hud", outcome=outcome, requests=requests)
+
+    async def aclose(self) -> None:
+        if self._own_client:
+            await self._client.aclose()
+
+
+# The GitHub source needs what only the listener has: its HTTP client (proxy rules, CA
+# bundle) and its credentials. The composition root passes them in as a factory.
+GitHubReaderFactory = Callable[[CapacitySettings, Sequence[str]], DemandReader]
+
+
+def build_reader(
+    settings: CapacitySettings,
+    labels: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    github: GitHubReaderFactory | None = None,
+) -> DemandReader | None:
+    """The configured source, or None when there is none. ValueError (one line) when the
+    GitHub source is selected but no GitHub access was given."""
+    source = settings.demand_source
+    if source == "hud":
+        hud = settings.hud
+        token = hud.token
+        if token is None and env.get(HUD_TOKEN_ENV):
+            token = SecretStr(env[HUD_TOKEN_ENV])
+        return HudDemand(hud.model_copy(update={"token": token}), labels, settings.demand)
+    if source == "github":
+        if github is None:
+            raise ValueError("demand.source: 'github' needs the listener's GitHub credentials")
+        return github(settings, labels)
+    return None
