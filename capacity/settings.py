@@ -233,7 +233,10 @@ class GitHubDemandSettings(BaseModel):
     repositories: list[str] = Field(default_factory=list)
     # REST calls per recalculate_interval, 304s included. Repositories not reached keep their
     # last counts and are read first on the next pass.
-    max_calls_per_interval: int = Field(default=100, ge=1)
+    max_calls_per_interval: int = Field(default=200, ge=1)
+    # Also read the jobs of runs already in progress: they can still hold queued jobs (the
+    # rest of a matrix). Off halves the run-list calls and misses those.
+    in_progress_runs: bool = True
     # Calls left untouched in the token's hourly allowance (it is shared with the listener).
     rate_limit_reserve: int = Field(default=500, ge=0)
     repositories_refresh: PositiveDuration = 600.0  # how often the repository list is re-read

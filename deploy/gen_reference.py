@@ -91,6 +91,8 @@ DESCRIPTIONS: dict[str, str] = {
     "Required for an enterprise scale set.",
     "github.max_calls_per_interval": "REST calls per `recalculate_interval`, 304s included. "
     "Repositories not reached keep their last counts and go first next time.",
+    "github.in_progress_runs": "Also read the jobs of runs already in progress (they can "
+    "still hold queued jobs, e.g. the rest of a matrix). Off: half the run-list calls.",
     "github.rate_limit_reserve": "Calls of the token's hourly allowance left untouched (it is "
     "shared with the listener); below it the source waits for the reset.",
     "github.repositories_refresh": "How often the organization's repository list is re-read.",

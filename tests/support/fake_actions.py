@@ -318,7 +318,8 @@ class FakeActions:
         self._sweeper: asyncio.Task[None] | None = None
 
         self._recorder = RecordingFaultMiddleware(ROUTES)
-        self._server = LoopbackServer(self._build_app(), host=host, port=port)
+        self._app = self._build_app()
+        self._server = LoopbackServer(self._app, host=host, port=port)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -783,6 +784,16 @@ class FakeActions:
         for scale_set_id in self.scale_sets:
             self._wake(scale_set_id)
 
+    def mount(self, register: Callable[[web.Application], None]) -> None:
+        """Let another fake serve routes from this server (before `start`): e.g. GitHub's
+        REST endpoints, which a client reaches at the same API URL as the ones above."""
+        register(self._app)
+
+    def accepts_github_token(self, token: str) -> bool:
+        """Whether `token` is a PAT or an unexpired installation token of this fake."""
+        expiry = self._installation_tokens.get(token)
+        return token in self.pats or (expiry is not None and expiry > time.monotonic())
+
     # ------------------------------------------------------------------ HTTP: auth helpers
 
     def _bearer(self, request: web.Request) -> str:
@@ -867,11 +878,7 @@ class FakeActions:
 
     async def _registration_token(self, request: web.Request) -> web.Response:
         token = self._bearer(request)
-        installation_expiry = self._installation_tokens.get(token)
-        valid_installation = installation_expiry is not None and installation_expiry > (
-            time.monotonic()
-        )
-        if token not in self.pats and not valid_installation:
+        if not self.accepts_github_token(token):
             raise _github_reject(401, "Bad credentials")
         self.registration_scopes.append(request.match_info["scope"])
         registration = "AREG" + secrets.token_hex(12).upper()

@@ -16,7 +16,7 @@ def test_defaults_are_one_peer_and_no_source() -> None:
     assert (settings.demand.cluster_index, settings.demand.cluster_count) == (0, 1)
     assert settings.demand.aged_after == 900.0
     assert settings.github.repositories == []
-    assert settings.github.max_calls_per_interval == 100
+    assert settings.github.max_calls_per_interval == 200
     params = to_params(settings, 10)
     assert (params.hud_enabled, params.cluster_index, params.cluster_count) == (False, 0, 1)
 

@@ -1,0 +1,557 @@
+"""Demand from GitHub's REST API: queued workflow jobs whose labels this scale set serves.
+
+For users without HUD. One read (every `recalculate_interval`) walks, as KEDA's github-runner
+scaler does:
+
+1. the repositories: `github.repositories`, else the scale set's own repository, else every
+   repository of its organization (``GET /orgs/{org}/repos``, re-listed every
+   `github.repositories_refresh`; archived ones skipped);
+2. per repository, the workflow runs that are queued or in progress
+   (``GET /repos/{o}/{r}/actions/runs?status=…``; an in-progress run can still hold queued
+   jobs, e.g. the rest of a matrix);
+3. per run, its jobs (``GET …/actions/runs/{id}/jobs``), counting those with status
+   ``queued`` whose every label is one of the scale set's labels (case-insensitive;
+   ``self-hosted`` matches any self-hosted runner, as on GitHub).
+
+Cost control:
+
+- Conditional requests: every answer's ETag is kept with its parsed body, and the next request
+  for the same URL carries ``If-None-Match``. A 304 reuses the body and does not count against
+  the token's rate limit.
+- At most `github.max_calls_per_interval` calls per read (304s included). Repositories not
+  reached keep their last counts; the next read starts where this one stopped, so every
+  repository is visited in turn however long the list.
+- Rate limit: ``X-RateLimit-Remaining``/``-Reset`` are tracked, and the calls that do count
+  (anything but a 304) are spread so that `github.rate_limit_reserve` is left at the reset.
+  A 429, or a 403 carrying ``Retry-After`` or ``X-RateLimit-Remaining: 0`` (primary and
+  secondary limits), stops the read and pauses the source until the time GitHub gave.
+
+A read never raises and never retries; a failed or rate-limited read returns a failed outcome,
+and the policy holds the last good value, then falls back to the floor. The credentials are
+the listener's own (a PAT, or a GitHub App installation token), through its HTTP client, so
+the same proxy and CA settings apply.
+
+Ages: a job's age is now − its ``created_at``, recomputed at every read even for counts held
+from earlier reads, so a job held in a repository not visited this time still ages into the
+part every peer claims (demand sharding).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from capacity.demand import DemandReader, GitHubReaderFactory, Reading
+from capacity.model import HudOutcome, HudResult
+from capacity.settings import CapacitySettings, DemandSettings, GitHubDemandSettings
+
+__all__ = ["GitHubDemand", "GitHubScope", "label_match", "reader_factory"]
+
+TokenSource = Callable[[], Awaitable[str]]
+
+MAX_RESPONSE_BYTES = 10_000_000  # one page of 100 jobs is a few hundred KiB
+_PER_PAGE = 100
+_RUN_STATUSES = ("queued", "in_progress")
+_DEFAULT_PAUSE = 60.0  # a rate-limit answer that names no time
+_MAX_PAUSE = 3600.0  # the primary limit resets within the hour
+_DETAIL_MAX = 200
+_NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="next"')
+_IMPLIED_LABEL = "self-hosted"
+
+
+@dataclass(frozen=True)
+class GitHubScope:
+    """Where the scale set lives: the REST base URL and its owner/repository (from the
+    listener's githubConfigUrl). `owner` is empty for an enterprise scale set."""
+
+    api_url: str
+    owner: str = ""
+    repository: str = ""
+
+
+def label_match(job_labels: Iterable[str], scale_set_labels: Iterable[str]) -> bool:
+    """Whether a job with `job_labels` (its `runs-on`) can run on this scale set: every label
+    is one of the scale set's, ignoring case; `self-hosted` is implied."""
+    wanted = {label.lower() for label in job_labels}
+    if not wanted:
+        return False  # a job with no labels is not for a self-hosted scale set
+    served = {label.lower() for label in scale_set_labels} | {_IMPLIED_LABEL}
+    return wanted <= served and wanted != {_IMPLIED_LABEL}
+
+
+def _epoch(text: object) -> float | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class _Stop(Exception):
+    """Ends a read early: budget spent (`result` None), rate-limited or failed."""
+
+    def __init__(self, result: HudResult | None, detail: str = "") -> None:
+        super().__init__(detail)
+        self.result = result
+        self.detail = detail
+
+
+class GitHubDemand(DemandReader):
+    """Queued jobs for one scale set from GitHub's REST API (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: GitHubDemandSettings,
+        labels: Sequence[str],
+        *,
+        client: httpx.AsyncClient,
+        token: TokenSource,
+        scope: GitHubScope,
+        interval: float,
+        demand: DemandSettings | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._settings = settings
+        self._labels = tuple(labels)
+        self._client = client
+        self._token = token
+        self._scope = GitHubScope(scope.api_url.rstrip("/"), scope.owner, scope.repository)
+        self._interval = interval
+        self._aged_after = (demand or DemandSettings()).aged_after
+        self._clock = clock
+        self._fixed = self._configured_repositories()
+        # url -> (etag, parsed body) of the last 200 answer
+        self._cache: dict[str, tuple[str, Any]] = {}
+        self._repos: list[str] = list(self._fixed or ())
+        self._listed_at: float | None = None
+        self._listing: list[str] | None = None  # pages read so far of a listing in progress
+        self._listing_url: str | None = None
+        self._jobs: dict[str, tuple[float, ...]] = {}  # repo -> created_at of matching jobs
+        self._cursor = 0
+        self._remaining: int | None = None
+        self._reset_at: float | None = None
+        self._paused_until = 0.0
+
+    # --- configuration --------------------------------------------------------------------
+
+    def _configured_repositories(self) -> list[str] | None:
+        owner = self._scope.owner
+        names = self._settings.repositories
+        if names:
+            if not owner and any("/" not in name for name in names):
+                raise ValueError(
+                    "github.repositories: use 'owner/name' for an enterprise scale set"
+                )
+            return [name if "/" in name else f"{owner}/{name}" for name in names]
+        if self._scope.repository:
+            return [f"{owner}/{self._scope.repository}"]
+        if not owner:
+            raise ValueError(
+                "github.repositories: required for an enterprise scale set (GitHub has no "
+                "listing of an enterprise's repositories for this)"
+            )
+        return None  # every repository of the organization
+
+    # --- DemandReader ---------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """The HTTP client is the listener's; nothing of ours to close."""
+
+    async def read(self) -> Reading:
+        started = self._clock()
+        calls: Counter[str] = Counter()
+        now = started
+        if now < self._paused_until:
+            return self._reading(
+                HudResult.RATE_LIMITED,
+                started,
+                calls,
+                f"rate-limited: paused for {self._paused_until - now:.0f}s more",
+            )
+        budget = _Budget(self._settings.max_calls_per_interval, self._charged_allowance(now))
+        if budget.charged <= 0:
+            self._paused_until = self._reset_at or now + _DEFAULT_PAUSE
+            return self._reading(
+                HudResult.RATE_LIMITED,
+                started,
+                calls,
+                f"rate limit: {self._remaining} left, reserve "
+                f"{self._settings.rate_limit_reserve}; waiting for the reset",
+            )
+        try:
+            # The whole read is bounded too: many calls at their own deadline each could
+            # otherwise hold the loop for many intervals.
+            async with asyncio.timeout(max(self._interval, self._settings.timeout) * 2):
+                token = await self._get_token()
+                visited = await self._walk(token, budget, calls)
+        except _Stop as stop:
+            if stop.result is None:  # cannot happen: _walk turns budget stops into progress
+                raise AssertionError("budget stop escaped") from None
+            return self._reading(stop.result, started, calls, stop.detail)
+        except TimeoutError:
+            return self._reading(HudResult.TIMEOUT, started, calls, "read took too long")
+        return self._done(started, calls, visited)
+
+    # --- one read -------------------------------------------------------------------------
+
+    async def _get_token(self) -> str:
+        try:
+            return await self._token()
+        except Exception as exc:
+            # The class name only: messages of credential errors may quote what was sent.
+            raise _Stop(HudResult.HTTP_ERROR, f"no GitHub token ({type(exc).__name__})") from None
+
+    async def _walk(self, token: str, budget: _Budget, calls: Counter[str]) -> int:
+        """List repositories when due, then visit them round-robin within the budget.
+        Returns how many repositories were visited."""
+        try:
+            await self._list_repositories(token, budget, calls)
+        except _Stop as stop:
+            if stop.result is not None:
+                raise
+        repos = self._repos
+        if not repos:
+            return 0
+        visited = 0
+        start = self._cursor % len(repos)
+        for step in range(len(repos)):
+            repo = repos[(start + step) % len(repos)]
+            found: list[float] = []
+            spent = budget.total
+            try:
+                await self._visit(repo, token, budget, calls, found)
+            except _Stop as stop:
+                if stop.result is not None:
+                    raise
+                if visited == 0 and budget.total < spent:
+                    # Progress even when one repository needs more calls than a read may
+                    # make: keep what its reached runs hold, and move on next time.
+                    self._jobs[repo] = tuple(found)
+                    self._cursor = (start + step + 1) % len(repos)
+                    return 1
+                self._cursor = (start + step) % len(repos)
+                return visited
+            self._jobs[repo] = tuple(found)
+            visited += 1
+        self._cursor = start
+        return visited
+
+    async def _list_repositories(self, token: str, budget: _Budget, calls: Counter[str]) -> None:
+        if self._fixed is not None:
+            return
+        now = self._clock()
+        refresh = self._settings.repositories_refresh
+        due = self._listed_at is None or now - self._listed_at >= refresh
+        if self._listing is None:
+            if not due:
+                return
+            self._listing = []
+            self._listing_url = (
+                f"{self._scope.api_url}/orgs/{self._scope.owner}/repos"
+                f"?type=all&sort=full_name&per_page={_PER_PAGE}"
+            )
+        while self._listing_url is not None:
+            body, next_url = await self._get(self._listing_url, token, budget, calls)
+            if not isinstance(body, list):
+                raise _Stop(HudResult.BAD_RESPONSE, "repository list: not a JSON array")
+            for repo in body:
+                if not isinstance(repo, dict) or not isinstance(repo.get("full_name"), str):
+                    raise _Stop(HudResult.BAD_RESPONSE, "repository list: entry without full_name")
+                if not repo.get("archived"):
+                    self._listing.append(repo["full_name"])
+            self._listing_url = next_url
+        listed = list(dict.fromkeys(self._listing))
+        self._listing = None
+        if listed != self._repos:
+            keep = set(listed)
+            self._jobs = {repo: jobs for repo, jobs in self._jobs.items() if repo in keep}
+            self._forget(lambda url: not any(f"/repos/{r}/" in url for r in keep))
+            self._cursor = 0
+        self._repos = listed
+        self._listed_at = now
+
+    async def _visit(
+        self, repo: str, token: str, budget: _Budget, calls: Counter[str], found: list[float]
+    ) -> None:
+        base = f"{self._scope.api_url}/repos/{repo}/actions"
+        run_ids: list[int] = []
+        statuses = _RUN_STATUSES if self._settings.in_progress_runs else _RUN_STATUSES[:1]
+        for status in statuses:
+            url: str | None = f"{base}/runs?status={status}&per_page={_PER_PAGE}"
+            while url is not None:
+                body, url = await self._get(url, token, budget, calls)
+                runs = body.get("workflow_runs") if isinstance(body, dict) else None
+                if not isinstance(runs, list):
+                    raise _Stop(HudResult.BAD_RESPONSE, f"{repo} runs: no workflow_runs array")
+                run_ids.extend(r["id"] for r in runs if isinstance(r, dict) and "id" in r)
+        live = set()
+        for run_id in dict.fromkeys(run_ids):
+            url = f"{base}/runs/{run_id}/jobs?per_page={_PER_PAGE}"
+            live.add(url)
+            while url is not None:
+                page_url = url
+                body, url = await self._get(url, token, budget, calls)
+                jobs = body.get("jobs") if isinstance(body, dict) else None
+                if not isinstance(jobs, list):
+                    raise _Stop(HudResult.BAD_RESPONSE, f"{repo} run {run_id}: no jobs array")
+                live.add(page_url)
+                found.extend(self._queued_times(jobs))
+        # Job lists of runs no longer queued or running are not asked for again.
+        prefix = f"{base}/runs/"
+        self._forget(lambda u: u.startswith(prefix) and "/jobs" in u and u not in live)
+
+    def _queued_times(self, jobs: list[Any]) -> list[float]:
+        times = []
+        for job in jobs:
+            if not isinstance(job, dict) or job.get("status") != "queued":
+                continue
+            labels = job.get("labels")
+            if not isinstance(labels, list) or not label_match(map(str, labels), self._labels):
+                continue
+            created = _epoch(job.get("created_at"))
+            times.append(created if created is not None else self._clock())
+        return times
+
+    def _forget(self, stale: Callable[[str], bool]) -> None:
+        for url in [u for u in self._cache if stale(u)]:
+            del self._cache[url]
+
+    # --- one call -------------------------------------------------------------------------
+
+    async def _get(
+        self, url: str, token: str, budget: _Budget, calls: Counter[str]
+    ) -> tuple[Any, str | None]:
+        """One conditional GET within the budget: (parsed body, next page URL)."""
+        if not budget.allows() or self._at_reserve():
+            raise _Stop(None)
+        cached = self._cache.get(url)
+        headers = {
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": "2022-11-28",
+        }
+        if cached is not None:
+            headers["If-None-Match"] = cached[0]
+        timeout = self._settings.timeout
+        try:
+            async with asyncio.timeout(timeout):
+                status, response_headers, body = await self._exchange(url, headers)
+        except (TimeoutError, httpx.TimeoutException):
+            calls["error"] += 1
+            budget.spend(charged=True)
+            raise _Stop(HudResult.TIMEOUT, f"{_path(url)}: no answer within {timeout:g}s") from None
+        except _TooLarge:
+            calls["error"] += 1
+            budget.spend(charged=True)
+            raise _Stop(HudResult.TOO_LARGE, f"{_path(url)}: response too large") from None
+        except httpx.HTTPError as exc:
+            calls["error"] += 1
+            budget.spend(charged=True)
+            raise _Stop(HudResult.HTTP_ERROR, f"{_path(url)}: {type(exc).__name__}") from None
+        self._note_rate_limit(response_headers)
+        next_url = _next_link(response_headers.get("link", ""))
+        if status == 304 and cached is not None:
+            calls["not_modified"] += 1
+            budget.spend(charged=False)
+            return cached[1], next_url
+        budget.spend(charged=True)
+        if status == 429 or (status == 403 and self._rate_limited(response_headers)):
+            calls["rate_limited"] += 1
+            pause = self._pause_from(response_headers)
+            self._paused_until = self._clock() + pause
+            raise _Stop(
+                HudResult.RATE_LIMITED, f"{_path(url)}: HTTP {status}, pausing {pause:.0f}s"
+            )
+        if status != 200:
+            calls["error"] += 1
+            raise _Stop(HudResult.HTTP_ERROR, f"{_path(url)}: HTTP {status}")
+        try:
+            parsed = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            calls["error"] += 1
+            raise _Stop(HudResult.BAD_RESPONSE, f"{_path(url)}: not JSON") from None
+        calls["ok"] += 1
+        etag = response_headers.get("etag", "")
+        if etag:
+            self._cache[url] = (etag, parsed)
+        return parsed, next_url
+
+    async def _exchange(
+        self, url: str, headers: Mapping[str, str]
+    ) -> tuple[int, httpx.Headers, bytes]:
+        # The client's own timeouts are the listener's; this source's are per call.
+        limits = httpx.Timeout(self._settings.timeout)
+        async with self._client.stream("GET", url, headers=headers, timeout=limits) as response:
+            if response.status_code != 200:
+                return response.status_code, response.headers, b""
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_RESPONSE_BYTES:
+                    raise _TooLarge
+            return 200, response.headers, bytes(body)
+
+    # --- rate limit -----------------------------------------------------------------------
+
+    def _note_rate_limit(self, headers: httpx.Headers) -> None:
+        remaining = headers.get("x-ratelimit-remaining", "")
+        reset = headers.get("x-ratelimit-reset", "")
+        if remaining.isdigit():
+            self._remaining = int(remaining)
+        if reset.isdigit():
+            self._reset_at = float(reset)
+
+    def _at_reserve(self) -> bool:
+        """Whether the last answer left no more than the reserve (until the reset)."""
+        if self._remaining is None or self._reset_at is None:
+            return False
+        reserve = self._settings.rate_limit_reserve
+        return self._remaining <= reserve and self._clock() < self._reset_at
+
+    @staticmethod
+    def _rate_limited(headers: httpx.Headers) -> bool:
+        return "retry-after" in headers or headers.get("x-ratelimit-remaining") == "0"
+
+    def _pause_from(self, headers: httpx.Headers) -> float:
+        now = self._clock()
+        value = headers.get("retry-after", "").strip()
+        pause: float | None = None
+        if value.isdigit():
+            pause = float(value)
+        elif value:
+            try:
+                pause = email.utils.parsedate_to_datetime(value).timestamp() - now
+            except (TypeError, ValueError):
+                pause = None
+        if pause is None and headers.get("x-ratelimit-remaining") == "0" and self._reset_at:
+            pause = self._reset_at - now
+        if pause is None:
+            pause = _DEFAULT_PAUSE
+        return min(max(pause, 1.0), _MAX_PAUSE)
+
+    def _charged_allowance(self, now: float) -> int:
+        """Calls that count against the rate limit this read may make: what is left above
+        the reserve, spread over the reads until the reset."""
+        cap = self._settings.max_calls_per_interval
+        if self._remaining is None:
+            return cap
+        if self._reset_at is None or now >= self._reset_at:
+            return cap  # a new window has begun; the next answer tells its size
+        spare = self._remaining - self._settings.rate_limit_reserve
+        if spare <= 0:
+            return 0
+        reads_left = max(1, math.ceil((self._reset_at - now) / self._interval))
+        return min(cap, max(1, spare // reads_left))
+
+    # --- results --------------------------------------------------------------------------
+
+    def _done(self, started: float, calls: Counter[str], visited: int) -> Reading:
+        if self._fixed is None and self._listed_at is None:
+            # The first listing of a large organization may take several reads' budgets; an
+            # unknown list is not "nothing queued".
+            return self._reading(
+                HudResult.RATE_LIMITED,
+                started,
+                calls,
+                f"repository list not complete yet ({len(self._listing or ())} so far, "
+                f"call budget spent)",
+            )
+        now = self._clock()
+        created = [t for jobs in self._jobs.values() for t in jobs]
+        aged = sum(1 for t in created if now - t >= self._aged_after)
+        outcome = HudOutcome(
+            result=HudResult.OK,
+            duration=max(0.0, now - started),
+            queued=len(created),
+            aged=aged,
+            rows=visited,
+            detail=(
+                f"{len(created)} queued ({aged} aged) in {len(self._repos)} repositories, "
+                f"{visited} read now, {sum(calls.values())} calls "
+                f"({calls['not_modified']} not modified)"
+            ),
+        )
+        return Reading(
+            source="github",
+            outcome=outcome,
+            calls=dict(calls),
+            rate_limit_remaining=self._remaining,
+        )
+
+    def _reading(
+        self, result: HudResult, started: float, calls: Counter[str], detail: str
+    ) -> Reading:
+        outcome = HudOutcome(
+            result=result,
+            duration=max(0.0, self._clock() - started),
+            detail=" ".join(detail.split())[:_DETAIL_MAX],
+        )
+        return Reading(
+            source="github",
+            outcome=outcome,
+            calls=dict(calls),
+            rate_limit_remaining=self._remaining,
+        )
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Budget:
+    """Calls left in one read: all calls (`max_calls_per_interval`) and those that count
+    against the rate limit (anything but a 304)."""
+
+    def __init__(self, total: int, charged: int) -> None:
+        self.total = total
+        self.charged = charged
+
+    def allows(self) -> bool:
+        return self.total > 0 and self.charged > 0
+
+    def spend(self, *, charged: bool) -> None:
+        self.total -= 1
+        if charged:
+            self.charged -= 1
+
+
+def _path(url: str) -> str:
+    """The URL's path for messages (no host, no query)."""
+    return httpx.URL(url).path
+
+
+def _next_link(link: str) -> str | None:
+    match = _NEXT_LINK.search(link)
+    return match.group(1) if match else None
+
+
+def reader_factory(
+    *, client: httpx.AsyncClient, token: TokenSource, scope: GitHubScope
+) -> GitHubReaderFactory:
+    """What the composition root hands the monitor: builds the GitHub source from the
+    capacity settings and the scale set's labels, with the listener's client and token."""
+
+    def build(settings: CapacitySettings, labels: Sequence[str]) -> DemandReader:
+        return GitHubDemand(
+            settings.github,
+            labels,
+            client=client,
+            token=token,
+            scope=scope,
+            interval=settings.recalculate_interval,
+            demand=settings.demand,
+        )
+
+    return build
