@@ -54,9 +54,14 @@ import httpx
 
 from capacity.demand import DemandReader, GitHubReaderFactory, Reading
 from capacity.model import HudOutcome, HudResult
-from capacity.settings import CapacitySettings, DemandSettings, GitHubDemandSettings
+from capacity.settings import (
+    CapacitySettings,
+    CapacitySettingsError,
+    DemandSettings,
+    GitHubDemandSettings,
+)
 
-__all__ = ["GitHubDemand", "GitHubScope", "label_match", "reader_factory"]
+__all__ = ["GitHubDemand", "GitHubScope", "label_match", "reader_factory", "repositories_for"]
 
 TokenSource = Callable[[], Awaitable[str]]
 
@@ -78,6 +83,27 @@ class GitHubScope:
     api_url: str
     owner: str = ""
     repository: str = ""
+
+
+def repositories_for(settings: GitHubDemandSettings, scope: GitHubScope) -> list[str] | None:
+    """The repositories to read as `owner/name`, or None for every repository of the
+    organization. CapacitySettingsError (one line) when the scope cannot be read."""
+    owner = scope.owner
+    names = settings.repositories
+    if names:
+        if not owner and any("/" not in name for name in names):
+            raise CapacitySettingsError(
+                "capacity setting github.repositories: use 'owner/name' for an enterprise scale set"
+            )
+        return [name if "/" in name else f"{owner}/{name}" for name in names]
+    if scope.repository:
+        return [f"{owner}/{scope.repository}"]
+    if not owner:
+        raise CapacitySettingsError(
+            "capacity setting github.repositories: required for an enterprise scale set "
+            "(GitHub lists no enterprise's repositories for this)"
+        )
+    return None  # every repository of the organization
 
 
 def label_match(job_labels: Iterable[str], scale_set_labels: Iterable[str]) -> bool:
@@ -147,22 +173,7 @@ class GitHubDemand(DemandReader):
     # --- configuration --------------------------------------------------------------------
 
     def _configured_repositories(self) -> list[str] | None:
-        owner = self._scope.owner
-        names = self._settings.repositories
-        if names:
-            if not owner and any("/" not in name for name in names):
-                raise ValueError(
-                    "github.repositories: use 'owner/name' for an enterprise scale set"
-                )
-            return [name if "/" in name else f"{owner}/{name}" for name in names]
-        if self._scope.repository:
-            return [f"{owner}/{self._scope.repository}"]
-        if not owner:
-            raise ValueError(
-                "github.repositories: required for an enterprise scale set (GitHub has no "
-                "listing of an enterprise's repositories for this)"
-            )
-        return None  # every repository of the organization
+        return repositories_for(self._settings, self._scope)
 
     # --- DemandReader ---------------------------------------------------------------------
 

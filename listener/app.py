@@ -27,6 +27,8 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry
 
 from capacity import kube as kube_mod
+from capacity.demand import GitHubReaderFactory
+from capacity.github_demand import GitHubScope, reader_factory, repositories_for
 from capacity.settings import CapacitySettings, load_capacity_settings
 from listener import github_auth, http
 from listener.actions import ActionsClient
@@ -154,7 +156,14 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
         actions = ActionsClient(
             client, auth, scale_set_id=cfg.runner_scale_set_id, on_secret=register_secret
         )
-        parts = _Parts(cfg, options, env, kube, actions, advertised, registry, metrics, health)
+        # The GitHub demand source reads GitHub with this listener's client and credentials.
+        scope = GitHubScope(auth.api_url, cfg.target.organization, cfg.target.repository)
+        if capacity_settings is not None and capacity_settings.demand_source == "github":
+            repositories_for(capacity_settings.github, scope)  # a bad scope fails at start-up
+        github_demand = reader_factory(client=client, token=auth.api_token, scope=scope)
+        parts = _Parts(
+            cfg, options, env, kube, actions, advertised, registry, metrics, health, github_demand
+        )
         async with asyncio.TaskGroup() as tg:
             # Probes and metrics come up first, so the kubelet sees a live process while the
             # session is being created (which may wait out a 409 for minutes).
@@ -190,6 +199,7 @@ class _Parts:
     registry: CollectorRegistry
     metrics: ListenerMetrics | None
     health: Health
+    github_demand: GitHubReaderFactory | None = None
 
 
 async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
@@ -262,6 +272,7 @@ async def _listen(
                     registry=p.registry,
                     on_reconcile=lambda: p.health.mark("reconcile", time.monotonic()),
                     env=p.env,
+                    github_demand=p.github_demand,
                 )
                 tg.create_task(_guard("capacity", monitor.run(stop), stop))
     finally:

@@ -48,6 +48,8 @@ ADMIN_TOKEN_REFRESH_MARGIN = 60.0
 
 _JWT_BACKDATE = 60  # seconds; tolerates clock skew between us and GitHub
 _JWT_LIFETIME = 9 * 60  # GitHub accepts at most 10 minutes
+# Installation tokens live one hour; one is reused for REST reads for a little less.
+_INSTALLATION_TOKEN_REUSE = 50 * 60
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,8 @@ class GitHubAuth:
         self._on_secret = on_secret
         self._connection: AdminConnection | None = None
         self._lock = asyncio.Lock()
+        self._api_token: tuple[str, float] | None = None  # (installation token, reuse until)
+        self._api_token_lock = asyncio.Lock()
 
     @property
     def api_url(self) -> str:
@@ -147,6 +151,21 @@ class GitHubAuth:
                 current = await self._connect()
                 self._connection = current
             return current
+
+    async def api_token(self) -> str:
+        """A bearer token for GitHub REST reads (the demand source): the PAT, or an App
+        installation token, reused for 50 minutes (they live an hour) so that reads every
+        few seconds do not each mint one."""
+        credentials = self._credentials
+        if not isinstance(credentials, AppCredentials):
+            return credentials.token
+        async with self._api_token_lock:
+            cached = self._api_token
+            if cached is None or self._clock() >= cached[1]:
+                token = await self._installation_token(credentials)
+                cached = (token, self._clock() + _INSTALLATION_TOKEN_REUSE)
+                self._api_token = cached
+            return cached[0]
 
     async def _connect(self) -> AdminConnection:
         registration_token = await self._registration_token()

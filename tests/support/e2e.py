@@ -9,7 +9,8 @@ The pieces, bottom up:
   generated ARC ``config.json``, capacity settings YAML and environment; its log is kept in a
   file; ``stop()`` sends SIGTERM as the kubelet does and returns the exit status.
 * ``Stage`` and ``Site``: one scenario. A Stage owns the fake Actions service (one job queue),
-  the fake HUD and a Kubernetes client; each Site is one "cluster" of a scale set — its own
+  the fake HUD, the fake GitHub REST endpoints (served by the Actions fake) and a Kubernetes
+  client; each Site is one "cluster" of a scale set — its own
   namespace, a runner node pool and a workflow node pool (fake kwok nodes, reserved by label
   and taint), the EphemeralRunnerSet, the runner stand-in and, when started, a listener.
 
@@ -42,6 +43,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.support.fake_actions import FakeActions, JobState
+from tests.support.fake_github_rest import FakeGitHubRest
 from tests.support.fake_hud import FakeHUD
 from tests.support.localcluster import LocalCluster, ensure_built
 from tests.support.localcluster.build import cache_root
@@ -660,6 +662,7 @@ class Site:
         proactive: int = 0,
         hud: bool = False,
         hud_floor: int = 2,
+        github: bool = False,
         **overrides: Any,
     ) -> dict[str, Any]:
         """Capacity settings YAML for this site (capacity on), tuned for fast tests."""
@@ -684,6 +687,13 @@ class Site:
             settings["hud"] = {
                 "enabled": True,
                 "url": self.stage.hud.endpoint,
+                "timeout": "2s",
+                "stale_after": "5s",
+                "failure_base_capacity": hud_floor,
+            }
+        if github:  # GitHub's REST API (the fake's) with the listener's PAT
+            settings["demand"] = {"source": "github"}
+            settings["github"] = {
                 "timeout": "2s",
                 "stale_after": "5s",
                 "failure_base_capacity": hud_floor,
@@ -874,6 +884,11 @@ class Stage:
         self.workdir = workdir
         self.fake = fake or FakeActions(pats=[PAT], poll_hold=2.0, strand_grace=10.0)
         self.hud: FakeHUD | None = FakeHUD(HUD_TOKEN) if hud else None
+        # GitHub's REST endpoints for the GitHub demand source, served by the Actions fake
+        # (where the listener's GitHub API URL points), over its job queue.
+        self.github = FakeGitHubRest(tokens=[])
+        self.github.link(self.fake)
+        self.fake.mount(self.github.add_routes)
         self.prefix = prefix
         self.sites: list[Site] = []
         self._api_cm: contextlib.AbstractAsyncContextManager[client.ApiClient] | None = None

@@ -491,3 +491,33 @@ async def test_every_token_is_reported_for_log_masking(
         REGISTRATION_TOKEN,
         connection.admin_token,
     ]
+
+
+# --- the token for REST reads (the GitHub demand source) ------------------------------------------
+
+
+async def test_api_token_is_the_pat(client: httpx.AsyncClient, fake: FakeTime) -> None:
+    assert await pat_auth(client, fake).api_token() == PAT
+
+
+@respx.mock
+async def test_api_token_reuses_an_installation_token_for_50_minutes(
+    client: httpx.AsyncClient, fake: FakeTime, rsa_key: rsa.RSAPrivateKey
+) -> None:
+    tokens = iter(["ghs_first", "ghs_second"])
+    access = respx.post("https://api.github.com/app/installations/9/access_tokens").mock(
+        side_effect=lambda _request: httpx.Response(201, json={"token": next(tokens)})
+    )
+    auth = GitHubAuth(
+        client,
+        parse_github_target(ORG_URL),
+        AppCredentials(app_id="1", installation_id=9, private_key=pem_pkcs1(rsa_key)),
+        clock=fake.clock,
+        sleep=fake.sleep,
+    )
+    assert [await auth.api_token() for _ in range(3)] == ["ghs_first"] * 3
+    fake.now += 49 * 60
+    assert await auth.api_token() == "ghs_first"
+    fake.now += 60
+    assert await auth.api_token() == "ghs_second"
+    assert access.call_count == 2

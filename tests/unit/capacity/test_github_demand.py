@@ -15,7 +15,7 @@ from capacity.demand import Reading
 from capacity.github_demand import GitHubDemand, GitHubScope, label_match
 from capacity.model import DemandSource, HudResult, HudState, Params
 from capacity.policy import record_hud, resolve_demand
-from capacity.settings import DemandSettings, GitHubDemandSettings
+from capacity.settings import CapacitySettingsError, DemandSettings, GitHubDemandSettings
 from tests.support.fake_github_rest import FakeGitHubRest
 
 TOKEN = "ghp_unit_token"
@@ -154,9 +154,9 @@ def test_enterprise_scale_sets_need_owner_qualified_repositories() -> None:
             interval=30.0,
         )
 
-    with pytest.raises(ValueError, match="required for an enterprise scale set"):
+    with pytest.raises(CapacitySettingsError, match="required for an enterprise scale set"):
         build()
-    with pytest.raises(ValueError, match="use 'owner/name'"):
+    with pytest.raises(CapacitySettingsError, match="use 'owner/name'"):
         build(repositories=["app"])
     assert isinstance(build(repositories=["acme/app"]), GitHubDemand)
 
