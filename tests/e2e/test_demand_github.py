@@ -10,6 +10,7 @@ from tests.support.fake_actions import JobState
 
 async def test_jobs_queued_on_github_get_pairs_and_run(stage: Stage) -> None:
     site = await stage.add_site(SiteSpec(name="rest", scale_set_id=91, job_seconds=3.0))
+    stage.github.add_repositories("acme", ["app", "docs", "infra"])  # the org's repositories
     capacity = site.capacity_settings(proactive=0, github=True, hud_floor=0)
     listener = site.start_listener(capacity=capacity, max_runners=8)
     await site.wait_session()

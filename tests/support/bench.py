@@ -17,6 +17,11 @@ the runner stand-in on the local control plane (design §9):
   own histogram; process CPU while idle.
 * ``job_start_latency``: queue → workflow pod Running for a burst, with warm pairs, without
   (pairs created on demand from HUD) and with the stock listener (no gating).
+* ``demand_sharding``: two clusters serving the same labels from one queue and one HUD, with
+  demand sharding (cluster_count 2) and without (each provisions for the whole queue): pairs
+  created for the same burst, drain time and start latency.
+* ``github_demand_calls``: REST calls per read of the GitHub demand source at 50 repositories,
+  with and without 304s (against the fake of those endpoints; no cluster needed).
 """
 
 from __future__ import annotations
@@ -36,11 +41,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 import yaml
 from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from capacity.github_demand import GitHubDemand, GitHubScope
+from capacity.settings import GitHubDemandSettings
 from tests.support.e2e import (
     PodEvent,
     Pool,
@@ -54,6 +62,7 @@ from tests.support.e2e import (
     percentile,
 )
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
+from tests.support.fake_github_rest import FakeGitHubRest
 from tests.support.localcluster import LocalCluster
 
 PAT = "ghp_e2e_fake_token"
@@ -456,6 +465,129 @@ class Bench:
                 case["settings"] = settings
             return case
 
+    # --- demand sharding -------------------------------------------------------------------
+
+    async def demand_sharding(self, jobs: int = 16) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "scenario": f"two clusters serve the same labels from one queue and one HUD; "
+            f"{jobs} jobs queued at once",
+        }
+        for number, count in enumerate((2, 1)):
+            name = "sharded" if count == 2 else "not_sharded"
+            result[name] = await self._sharding_case(number, count, jobs)
+        result["note"] = (
+            "pairs_created counts placeholder pairs both clusters created from the moment the "
+            "jobs were queued until the last one finished. Node-seconds cannot be measured "
+            "here: kwok nodes are static (no Karpenter provisioning or consolidation yet), so "
+            "the cost difference shows as pairs created, not as nodes."
+        )
+        return result
+
+    async def _sharding_case(self, number: int, count: int, jobs: int) -> dict[str, Any]:
+        async with self.stage(f"sharding-{count}") as stage:
+            sites = [
+                await stage.add_site(
+                    SiteSpec(
+                        name=f"shard{number}{index}",
+                        scale_set_id=601 + 10 * number + index,
+                        workflow_pool=Pool(nodes=1, cpu=str(jobs)),
+                        job_seconds=3.0,
+                    )
+                )
+                for index in range(2)
+            ]
+            for index, site in enumerate(sites):
+                demand = {"cluster_index": index % count, "cluster_count": count}
+                settings = site.capacity_settings(
+                    proactive=0, hud=True, hud_floor=0, demand={**demand, "aged_after": "1m"}
+                )
+                site.start_listener(capacity=settings, max_runners=jobs, log_level="info")
+            for site in sites:
+                await site.wait_session(60)
+                await _until(lambda s=site: not s.placeholders, "no pairs", 60, site)
+            _say(f"sharding: cluster_count {count}, {jobs} jobs")
+            since = time.time()
+            queued = stage.fake.add_jobs(jobs, labels=["linux"])
+            await _until(
+                lambda: all(j.state is JobState.COMPLETED for j in queued),
+                "the queue to drain",
+                180,
+                sites[0],
+            )
+            drained = time.time() - since
+            created = {
+                site.spec.name: sum(
+                    1
+                    for e in site.placeholder_events
+                    if e.kind == "ADDED" and e.role == "placeholder-runner" and e.wall >= since
+                )
+                for site in sites
+            }
+            return {
+                "cluster_count": count,
+                "pairs_created": sum(created.values()),
+                "pairs_created_per_cluster": list(created.values()),
+                "jobs_per_cluster": [
+                    sum(j.scale_set_id == site.scale_set_id for j in queued) for site in sites
+                ],
+                "pairs_per_job": round(sum(created.values()) / jobs, ROUND),
+                "drain_seconds": round(drained, 1),
+                "start_latency": _stats(_start_latencies(queued)),
+                "stranded": len(stage.fake.stranded()),
+            }
+
+    # --- GitHub REST demand source: calls per read -------------------------------------------
+
+    async def github_demand_calls(self, repositories: int = 50) -> dict[str, Any]:
+        """REST calls one read makes at `repositories` repositories (10 of them with a queued
+        run), against the fake of GitHub's REST API: the first read (every answer a 200, as
+        with no conditional requests), a read with nothing changed (304s), and a read after
+        one new queued job. Counts, not timings: they do not depend on the machine."""
+        result: dict[str, Any] = {"repositories": repositories, "queued_runs": 10}
+        for in_progress in (True, False):
+            async with FakeGitHubRest(tokens=[PAT]) as fake, _plain_client() as http:
+                names = [f"repo-{i:03}" for i in range(repositories)]
+                fake.add_repositories("acme", names)
+                for name in names[:: repositories // 10]:
+                    fake.queue_job("acme", name, ["linux"])
+
+                async def token() -> str:
+                    return PAT
+
+                reader = GitHubDemand(
+                    GitHubDemandSettings(max_calls_per_interval=1000, in_progress_runs=in_progress),
+                    ("linux",),
+                    client=http,
+                    token=token,
+                    scope=GitHubScope(fake.api_url, "acme"),
+                    interval=30.0,
+                )
+                reads = {}
+                for label in ("first_read_no_304s", "unchanged_read_304s", "after_one_new_job"):
+                    if label == "after_one_new_job":
+                        fake.queue_job("acme", names[1], ["linux"])
+                    before = len(fake.calls)
+                    reading = await reader.read()
+                    calls = fake.calls[before:]
+                    reads[label] = {
+                        "calls": len(calls),
+                        "counted_against_rate_limit": sum(c.status != 304 for c in calls),
+                        "queued": reading.outcome.queued,
+                    }
+                key = "in_progress_runs_on" if in_progress else "in_progress_runs_off"
+                result[key] = reads
+        result["note"] = (
+            "one read per recalculate_interval (30 s by default); 304 answers do not count "
+            "against the token's rate limit (5,000/h for a PAT or App installation). The "
+            "repository list "
+            "is re-read every repositories_refresh (10 min), not at every read."
+        )
+        return result
+
+
+def _plain_client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(trust_env=False)
+
 
 def _outcome_spec(name: str, scale_set_id: int) -> SiteSpec:
     return SiteSpec(
@@ -554,6 +686,8 @@ BENCHES: dict[str, Callable[[Bench], Awaitable[dict[str, Any]]]] = {
     "apiserver_requests_100_idle_pairs": Bench.apiserver_requests,
     "listener_memory_1000_pairs": Bench.listener_memory,
     "job_start_latency": Bench.job_start_latency,
+    "demand_sharding": Bench.demand_sharding,
+    "github_demand_calls": Bench.github_demand_calls,
 }
 
 

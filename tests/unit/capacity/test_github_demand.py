@@ -371,3 +371,20 @@ async def test_held_counts_keep_ageing(fake: FakeGitHubRest, http: httpx.AsyncCl
     assert result(await reader.read()) == (HudResult.OK, 1, 0)
     clock.now += 60
     assert result(await reader.read()) == (HudResult.OK, 1, 1)
+
+
+async def test_calls_per_read_at_50_repositories(
+    fake: FakeGitHubRest, http: httpx.AsyncClient
+) -> None:
+    """The cost the settings reference quotes: 1 listing + 2 run lists per repository + 1 job
+    list per queued run; once cached, all of it is 304s that cost no rate limit."""
+    names = [f"repo-{i:03}" for i in range(50)]
+    fake.add_repositories("acme", names)
+    for name in names[::5]:
+        fake.queue_job("acme", name, ["linux"])
+    reader = source(fake, http)  # the default budget, 200 calls
+    cold = await reader.read()
+    assert cold.calls == {"ok": 1 + 100 + 10}
+    warm = await reader.read()
+    assert warm.calls == {"not_modified": 100 + 10}
+    assert result(warm)[:2] == (HudResult.OK, 10)
