@@ -15,9 +15,10 @@ scaler does:
 
 Cost control:
 
-- Conditional requests: every answer's ETag is kept with its parsed body, and the next request
-  for the same URL carries ``If-None-Match``. A 304 reuses the body and does not count against
-  the token's rate limit.
+- Conditional requests: every answer's ETag is kept with what was taken from its body (run
+  ids, queued jobs' times, repository names — not the body itself, which can be large), and
+  the next request for the same URL carries ``If-None-Match``. A 304 reuses what was taken
+  and does not count against the token's rate limit.
 - At most `github.max_calls_per_interval` calls per read (304s included). Repositories not
   reached keep their last counts; the next read starts where this one stopped, so every
   repository is visited in turn however long the list.
@@ -48,7 +49,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -64,6 +65,7 @@ from capacity.settings import (
 __all__ = ["GitHubDemand", "GitHubScope", "label_match", "reader_factory", "repositories_for"]
 
 TokenSource = Callable[[], Awaitable[str]]
+T = TypeVar("T")
 
 MAX_RESPONSE_BYTES = 10_000_000  # one page of 100 jobs is a few hundred KiB
 _PER_PAGE = 100
@@ -158,8 +160,9 @@ class GitHubDemand(DemandReader):
         self._aged_after = (demand or DemandSettings()).aged_after
         self._clock = clock
         self._fixed = self._configured_repositories()
-        # url -> (etag, parsed body) of the last 200 answer
-        self._cache: dict[str, tuple[str, Any]] = {}
+        # repository ("" for the organization's list) -> url -> the last 200 answer's
+        # (etag, what was taken from the body, next page URL)
+        self._cache: dict[str, dict[str, tuple[str, Any, str | None]]] = {}
         self._repos: list[str] = list(self._fixed or ())
         self._listed_at: float | None = None
         self._listing: list[str] | None = None  # pages read so far of a listing in progress
@@ -274,21 +277,17 @@ class GitHubDemand(DemandReader):
                 f"?type=all&sort=full_name&per_page={_PER_PAGE}"
             )
         while self._listing_url is not None:
-            body, next_url = await self._get(self._listing_url, token, budget, calls)
-            if not isinstance(body, list):
-                raise _Stop(HudResult.BAD_RESPONSE, "repository list: not a JSON array")
-            for repo in body:
-                if not isinstance(repo, dict) or not isinstance(repo.get("full_name"), str):
-                    raise _Stop(HudResult.BAD_RESPONSE, "repository list: entry without full_name")
-                if not repo.get("archived"):
-                    self._listing.append(repo["full_name"])
+            names, next_url = await self._get(
+                self._listing_url, token, budget, calls, repo="", extract=_repository_names
+            )
+            self._listing.extend(names)
             self._listing_url = next_url
         listed = list(dict.fromkeys(self._listing))
         self._listing = None
         if listed != self._repos:
             keep = set(listed)
             self._jobs = {repo: jobs for repo, jobs in self._jobs.items() if repo in keep}
-            self._forget(lambda url: not any(f"/repos/{r}/" in url for r in keep))
+            self._cache = {repo: urls for repo, urls in self._cache.items() if repo in keep | {""}}
             self._cursor = 0
         self._repos = listed
         self._listed_at = now
@@ -298,32 +297,31 @@ class GitHubDemand(DemandReader):
     ) -> None:
         base = f"{self._scope.api_url}/repos/{repo}/actions"
         run_ids: list[int] = []
+        live: set[str] = set()
         statuses = _RUN_STATUSES if self._settings.in_progress_runs else _RUN_STATUSES[:1]
         for status in statuses:
             url: str | None = f"{base}/runs?status={status}&per_page={_PER_PAGE}"
             while url is not None:
-                body, url = await self._get(url, token, budget, calls)
-                runs = body.get("workflow_runs") if isinstance(body, dict) else None
-                if not isinstance(runs, list):
-                    raise _Stop(HudResult.BAD_RESPONSE, f"{repo} runs: no workflow_runs array")
-                run_ids.extend(r["id"] for r in runs if isinstance(r, dict) and "id" in r)
-        live = set()
+                live.add(url)
+                ids, url = await self._get(url, token, budget, calls, repo=repo, extract=_run_ids)
+                run_ids.extend(ids)
         for run_id in dict.fromkeys(run_ids):
             url = f"{base}/runs/{run_id}/jobs?per_page={_PER_PAGE}"
-            live.add(url)
             while url is not None:
-                page_url = url
-                body, url = await self._get(url, token, budget, calls)
-                jobs = body.get("jobs") if isinstance(body, dict) else None
-                if not isinstance(jobs, list):
-                    raise _Stop(HudResult.BAD_RESPONSE, f"{repo} run {run_id}: no jobs array")
-                live.add(page_url)
-                found.extend(self._queued_times(jobs))
-        # Job lists of runs no longer queued or running are not asked for again.
-        prefix = f"{base}/runs/"
-        self._forget(lambda u: u.startswith(prefix) and "/jobs" in u and u not in live)
+                live.add(url)
+                times, url = await self._get(
+                    url, token, budget, calls, repo=repo, extract=self._queued_times
+                )
+                found.extend(times)
+        # Pages of runs no longer queued or running are not asked for again.
+        cached = self._cache.get(repo, {})
+        for stale in [u for u in cached if u not in live]:
+            del cached[stale]
 
-    def _queued_times(self, jobs: list[Any]) -> list[float]:
+    def _queued_times(self, body: Any) -> tuple[float, ...]:
+        jobs = body.get("jobs") if isinstance(body, dict) else None
+        if not isinstance(jobs, list):
+            raise _Stop(HudResult.BAD_RESPONSE, "job list: no jobs array")
         times = []
         for job in jobs:
             if not isinstance(job, dict) or job.get("status") != "queued":
@@ -333,21 +331,25 @@ class GitHubDemand(DemandReader):
                 continue
             created = _epoch(job.get("created_at"))
             times.append(created if created is not None else self._clock())
-        return times
-
-    def _forget(self, stale: Callable[[str], bool]) -> None:
-        for url in [u for u in self._cache if stale(u)]:
-            del self._cache[url]
+        return tuple(times)
 
     # --- one call -------------------------------------------------------------------------
 
     async def _get(
-        self, url: str, token: str, budget: _Budget, calls: Counter[str]
-    ) -> tuple[Any, str | None]:
-        """One conditional GET within the budget: (parsed body, next page URL)."""
+        self,
+        url: str,
+        token: str,
+        budget: _Budget,
+        calls: Counter[str],
+        *,
+        repo: str,
+        extract: Callable[[Any], T],
+    ) -> tuple[T, str | None]:
+        """One conditional GET within the budget: (what `extract` took from the body, the
+        next page's URL). `extract` raises _Stop on a body of the wrong shape."""
         if not budget.allows() or self._at_reserve():
             raise _Stop(None)
-        cached = self._cache.get(url)
+        cached = self._cache.get(repo, {}).get(url)
         headers = {
             "Authorization": f"Bearer {token}",
             "Accept": "application/vnd.github+json",
@@ -376,7 +378,7 @@ class GitHubDemand(DemandReader):
         if status == 304 and cached is not None:
             calls["not_modified"] += 1
             budget.spend(charged=False)
-            return cached[1], next_url
+            return cached[1], next_url or cached[2]
         budget.spend(charged=True)
         if status == 429 or (status == 403 and self._rate_limited(response_headers)):
             calls["rate_limited"] += 1
@@ -393,11 +395,16 @@ class GitHubDemand(DemandReader):
         except (UnicodeDecodeError, json.JSONDecodeError):
             calls["error"] += 1
             raise _Stop(HudResult.BAD_RESPONSE, f"{_path(url)}: not JSON") from None
+        try:
+            taken = extract(parsed)
+        except _Stop as stop:
+            calls["error"] += 1
+            raise _Stop(HudResult.BAD_RESPONSE, f"{_path(url)}: {stop.detail}") from None
         calls["ok"] += 1
         etag = response_headers.get("etag", "")
         if etag:
-            self._cache[url] = (etag, parsed)
-        return parsed, next_url
+            self._cache.setdefault(repo, {})[url] = (etag, taken, next_url)
+        return taken, next_url
 
     async def _exchange(
         self, url: str, headers: Mapping[str, str]
@@ -536,6 +543,27 @@ class _Budget:
         self.total -= 1
         if charged:
             self.charged -= 1
+
+
+def _repository_names(body: Any) -> tuple[str, ...]:
+    """Full names of the repositories on one page of the organization's list, archived ones
+    left out (no workflow runs there)."""
+    if not isinstance(body, list):
+        raise _Stop(HudResult.BAD_RESPONSE, "not a JSON array of repositories")
+    names = []
+    for repo in body:
+        if not isinstance(repo, dict) or not isinstance(repo.get("full_name"), str):
+            raise _Stop(HudResult.BAD_RESPONSE, "a repository without full_name")
+        if not repo.get("archived"):
+            names.append(repo["full_name"])
+    return tuple(names)
+
+
+def _run_ids(body: Any) -> tuple[int, ...]:
+    runs = body.get("workflow_runs") if isinstance(body, dict) else None
+    if not isinstance(runs, list):
+        raise _Stop(HudResult.BAD_RESPONSE, "no workflow_runs array")
+    return tuple(r["id"] for r in runs if isinstance(r, dict) and isinstance(r.get("id"), int))
 
 
 def _path(url: str) -> str:

@@ -1,7 +1,8 @@
 """The capacity monitor: the one object the listener creates (design §5).
 
-It wires the watch-driven view, the reconciler, the HUD poller and the metrics together and
-runs them until the listener's stop event is set.
+It wires the watch-driven view, the reconciler, the demand poller (HUD or GitHub's REST API,
+`capacity.demand`) and the metrics together and runs them until the listener's stop event is
+set.
 
 Start-up. The monitor advertises 0 the moment it is created: nothing is confirmed yet.
 Placeholders already in the cluster for this scale set are *adopted* when they are verified:

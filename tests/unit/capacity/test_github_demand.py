@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+import respx
 
 from capacity.demand import Reading
 from capacity.github_demand import GitHubDemand, GitHubScope, label_match
@@ -388,3 +389,36 @@ async def test_calls_per_read_at_50_repositories(
     warm = await reader.read()
     assert warm.calls == {"not_modified": 100 + 10}
     assert result(warm)[:2] == (HudResult.OK, 10)
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (b"<html>proxy error</html>", "not JSON"),
+        (b'{"total_count": 1}', "no workflow_runs array"),
+        (b'{"workflow_runs": [{"id": 7}]}', "no jobs array"),  # then the jobs list is `{}`
+    ],
+)
+async def test_bodies_of_the_wrong_shape_are_bad_responses(
+    http: httpx.AsyncClient, body: bytes, detail: str
+) -> None:
+    base = "https://api.test/repos/acme/app/actions"
+    with respx.mock(assert_all_called=False) as router:
+        router.get(f"{base}/runs").respond(200, content=body)
+        router.get(f"{base}/runs/7/jobs").respond(200, json={})
+
+        async def token() -> str:
+            return TOKEN
+
+        reader = GitHubDemand(
+            GitHubDemandSettings(repositories=["app"]),
+            LABELS,
+            client=http,
+            token=token,
+            scope=GitHubScope("https://api.test", "acme"),
+            interval=30.0,
+        )
+        got = await reader.read()
+    assert got.outcome.result == HudResult.BAD_RESPONSE
+    assert detail in got.outcome.detail
+    assert got.calls.get("error") == 1
