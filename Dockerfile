@@ -39,7 +39,7 @@ COPY --from=builder /venv /venv
 # from the base image's interpreter (PATH now finds the virtualenv's python first, which never
 # had pip), and so is the pip wheel ensurepip keeps, which would let pip be reinstalled.
 RUN ln -s /venv/bin/ghalistener /ghalistener \
- && /usr/local/bin/python3 -m pip uninstall --yes --quiet pip \
+ && /usr/local/bin/python3 -m pip uninstall --yes --quiet --root-user-action=ignore pip \
  && rm -rf /usr/local/lib/python3*/ensurepip/_bundled
 USER 65532:65532
 ENTRYPOINT ["/ghalistener"]

@@ -198,17 +198,23 @@ def inspect_image(name: str) -> dict[str, Any]:
 
 
 def pip_trust_volumes() -> list[str]:
-    """``buildah bud`` options that let the build's pip trust what this machine's pip trusts.
+    """``buildah bud`` options that let the build's pip trust what this machine trusts.
 
-    Behind a TLS-inspecting proxy pip needs the proxy's CA (``PIP_CERT`` or ``SSL_CERT_FILE``
-    here). That bundle is bind-mounted over the base's system bundle, which pip reads, in
-    the RUN steps only: a mount over an existing file leaves no trace in the layers, and the
+    Behind a TLS-inspecting proxy pip needs the proxy's CA: the bundle pip is told to use
+    here (``PIP_CERT``, ``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE``), else this machine's system
+    bundle. It is bind-mounted over the base's system bundle, which pip reads, in the RUN
+    steps only: a mount over an existing file leaves no trace in the layers, and the
     Dockerfile stays as users build it.
     """
-    cert = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
-    if not cert or not Path(cert).is_file():
-        return []
-    return ["--volume", f"{cert}:{SYSTEM_CA_BUNDLE}:ro"]
+    for candidate in (
+        os.environ.get("PIP_CERT"),
+        os.environ.get("SSL_CERT_FILE"),
+        os.environ.get("REQUESTS_CA_BUNDLE"),
+        SYSTEM_CA_BUNDLE,
+    ):
+        if candidate and Path(candidate).is_file():
+            return ["--volume", f"{candidate}:{SYSTEM_CA_BUNDLE}:ro"]
+    return []
 
 
 def build_image(tag: str = IMAGE, progress: Progress = _stderr) -> Built:
