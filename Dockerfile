@@ -4,6 +4,8 @@
 #   docker build -t registry.example.com/capacity-listener:0.1.0 .
 # tests/unit/test_deploy_static.py runs the builder stage's steps in a fresh directory and
 # starts the resulting /ghalistener, so keep the builder stage to ENV, WORKDIR, COPY and RUN.
+# tests/image builds this file as it is (base: PYTHON_IMAGE, a Debian stand-in there) and runs
+# the image.
 
 ARG PYTHON_IMAGE=python:3.13-slim
 
@@ -35,8 +37,9 @@ COPY --from=builder /venv /venv
 # /ghalistener is ARC's default listener command. A symlink to the console script keeps the
 # start shell-free: the kernel runs the script's own #!/venv/bin/python line. pip is removed
 # from the base image's interpreter (PATH now finds the virtualenv's python first, which never
-# had pip).
+# had pip), and so is the pip wheel ensurepip keeps, which would let pip be reinstalled.
 RUN ln -s /venv/bin/ghalistener /ghalistener \
- && /usr/local/bin/python3 -m pip uninstall --yes --quiet pip
+ && /usr/local/bin/python3 -m pip uninstall --yes --quiet --root-user-action=ignore pip \
+ && rm -rf /usr/local/lib/python3*/ensurepip/_bundled
 USER 65532:65532
 ENTRYPOINT ["/ghalistener"]

@@ -4,8 +4,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 CLUSTER := $(PY) -m tests.support.localcluster
 
-.PHONY: help venv demo test test-unit test-integration test-e2e lint typecheck check \
-        cluster-build cluster-up cluster-down cluster-status bench clean
+.PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
+        typecheck check cluster-build cluster-up cluster-down cluster-status bench clean
 
 help:
 	@echo "make demo          run the local demo (builds the local cluster on first use)"
@@ -41,7 +41,15 @@ test-integration: venv cluster-build
 test-e2e: venv cluster-build
 	$(VENV)/bin/pytest tests/e2e
 
-# The one test command (README, CI): static checks, then all three test tiers.
+# The Dockerfile built with buildah on a Debian stand-in for its base, then run (root, buildah,
+# mmdebstrap; the base is cached under ~/.cache/capacity-listener/image-base/).
+test-image: venv cluster-build
+	$(VENV)/bin/pytest tests/image
+
+image: venv
+	$(PY) -m tests.support.image
+
+# The one test command (README, CI): static checks, then every test tier.
 test: lint typecheck cluster-build
 	$(VENV)/bin/pytest tests
 

@@ -711,9 +711,11 @@ class Site:
         env: Mapping[str, str] | None = None,
         log_level: str = "debug",
         kubeconfig: Path | None = None,
+        process: Callable[..., ListenerProcess] = ListenerProcess,
     ) -> ListenerProcess:
         """Start a listener process for this site (``capacity`` None: capacity-awareness off,
-        the stock ARC behaviour)."""
+        the stock ARC behaviour). ``process`` makes the process object (a subclass runs the
+        listener another way, e.g. from the built image)."""
         if self.listener is not None and self.listener.returncode is None:
             raise RuntimeError(f"{self.spec.name}: a listener is already running")
         generation = len(self.listeners) + 1
@@ -728,7 +730,7 @@ class Site:
             metrics_port=free_port() if metrics else None,
             log_level=log_level,
         )
-        process = ListenerProcess(
+        listener = process(
             f"listener-{self.spec.name}-{generation}",
             self.stage.workdir,
             cfg,
@@ -736,9 +738,9 @@ class Site:
             capacity=capacity,
             env=env,
         )
-        self.listener = process.start()
-        self.listeners.append(process)
-        return process
+        self.listener = listener.start()
+        self.listeners.append(listener)
+        return listener
 
     async def wait_session(self, within: float = 30.0) -> None:
         """Until the current listener holds a session and has polled at least once."""

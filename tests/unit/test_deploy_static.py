@@ -415,8 +415,10 @@ def test_dashboard_variables_use_exported_labels() -> None:
     assert variables["datasource"]["type"] == "datasource"
     assert {"namespace", "scale_set"} <= variables.keys()
     for name in ("namespace", "scale_set"):
-        match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", variables[name]["definition"])
-        assert match, variables[name]["definition"]
+        query = variables[name]["query"]
+        definition = query["query"] if isinstance(query, dict) else query
+        match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", definition)
+        assert match, definition
         selector, label = grafana_to_promql(match.group(1)), match.group(2)
         use, labels = analyse(selector, families)
         assert not use.problems, use.problems

@@ -1,0 +1,209 @@
+"""The shipped alert rules and dashboard queries on a real Prometheus scraping a live listener.
+
+Prometheus (tests/support/prometheus.py) scrapes the listener every second and evaluates the
+rules of deploy/prometheus/alerts.yaml every second, every duration divided by 60.
+
+The stranding here is the one the StrandedJobs alert is written for: the scale set's runner
+node pool is gone, so jobs GitHub assigned to it wait for a runner pod that cannot be
+scheduled (assigned, not running). Stock ARC advertises maxRunners and takes the jobs; with
+the capacity monitor the runner placeholders go with the pool, the listener advertises 0 and
+the jobs stay on GitHub's queue.
+
+When the *workflow* pool is what is missing (test_capacity.py's stock scenario), the runner
+claims the job, so GitHub (and the fake) count it as running while its workflow pod stays
+Pending: the assigned − running gap stays 0 and this alert cannot see it. That case needs a
+cluster-side signal (e.g. Pending ``<runner>-workflow`` pods from kube-state-metrics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.e2e import Pool, Site, SiteSpec, Stage, free_port
+from tests.support.fake_actions import FakeJob, JobState
+from tests.support.prometheus import TIME_SCALE, Prometheus, seconds, shortened_rules
+from tests.unit.test_deploy_static import (
+    DASHBOARD,
+    alert_rules,
+    analyse,
+    dashboard_panels,
+    read_metric_list,
+    series_family,
+)
+
+pytestmark = pytest.mark.skipif(
+    Prometheus.binary() is None and not os.environ.get("CI"),
+    reason="prometheus not on PATH (Debian: apt-get install prometheus)",
+)
+
+ALERT = "StrandedJobs"
+EVALUATION_SECONDS = 1.0
+# Panels whose series appear only under conditions this scenario does not create.
+NO_DATA_EXPECTED = {
+    "Kubernetes API errors": "gha_capacity_kube_errors_total counts failed Kubernetes calls; "
+    "none fails here, and a counter with labels has no series before its first increment",
+    "GitHub REST calls (demand source)": "only the GitHub demand source makes REST calls; "
+    "this scenario reads demand from HUD",
+    "GitHub rate limit remaining": "set from the GitHub demand source's answers; this "
+    "scenario reads demand from HUD",
+}
+
+
+def spec(name: str, scale_set_id: int) -> SiteSpec:
+    return SiteSpec(
+        name=name,
+        scale_set_id=scale_set_id,
+        runner_pool=Pool(nodes=1, cpu="8"),
+        job_seconds=3.0,
+    )
+
+
+def alert_window() -> float:
+    """Seconds the shortened StrandedJobs rule needs at least: its window plus its ``for``."""
+    (rule,) = [r for g in shortened_rules()["groups"] for r in g["rules"] if r["alert"] == ALERT]
+    match = re.search(r"\[(\w+):\w+\]", rule["expr"])
+    assert match, rule["expr"]
+    return seconds(match.group(1)) + seconds(rule["for"])
+
+
+async def start_prometheus(site: Site, workdir: Path) -> Prometheus:
+    assert site.listener is not None
+    url = site.listener.metrics_url
+    assert url is not None
+    target = url.removeprefix("http://").split("/", 1)[0]
+    prometheus = Prometheus(workdir, [target], free_port()).start()
+    await prometheus.ready()
+    assert await prometheus.rule_names() == {r["alert"] for r in alert_rules()}
+    return prometheus
+
+
+def report(**numbers: Any) -> None:
+    print(json.dumps({"prometheus": numbers}), file=sys.stderr, flush=True)
+
+
+def waiting(jobs: list[FakeJob]) -> int:
+    return sum(j.state is JobState.ASSIGNED for j in jobs)
+
+
+async def test_stranded_jobs_alert_fires_with_the_stock_static_header(
+    stage: Stage, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    site = await stage.add_site(spec("prom-stock", 91))
+    site.start_listener(capacity=None, max_runners=8)
+    await site.wait_session()
+    prometheus = await start_prometheus(site, tmp_path / "prometheus")
+    try:
+        await site.remove_nodes("runner")
+        jobs = stage.fake.add_jobs(6, labels=["linux"])
+        await site.wait_for(lambda: waiting(jobs) > 0, "a job assigned without a runner", 30)
+        first_strand = time.monotonic()
+        budget = alert_window() + 60
+        states: list[str] = []
+        while "firing" not in states:
+            assert time.monotonic() - first_strand < budget, (
+                f"{ALERT} not firing {budget:.0f}s after the first strand: {states}\n"
+                f"{prometheus.log_tail()}"
+            )
+            states = await prometheus.alert_states(ALERT)
+            assert site.listener is not None
+            assert site.listener.returncode is None, site.listener.log_tail()
+            await asyncio.sleep(EVALUATION_SECONDS)
+        to_firing = time.monotonic() - first_strand
+        # The jobs are still stuck: assigned to this scale set, no runner started them.
+        assert waiting(jobs) == 6
+        assert not any(j.state is JobState.RUNNING for j in jobs)
+        report(
+            scenario="stock",
+            first_strand_to_firing_s=round(to_firing, 1),
+            rule_window_plus_for_s=alert_window(),
+            test_seconds=round(time.monotonic() - started, 1),
+        )
+    finally:
+        await prometheus.stop()
+
+
+def substitute(expr: str, site: Site) -> str:
+    values = {
+        "namespace": site.namespace,
+        "scale_set": site.runner_set_name,
+        # Grafana's $__rate_interval is at least 4 scrape intervals; 20 s holds 20 samples.
+        "__rate_interval": "20s",
+    }
+    return re.sub(r"\$\{?(__rate_interval|namespace|scale_set)\}?", lambda m: values[m[1]], expr)
+
+
+async def test_stranded_jobs_alert_stays_quiet_with_the_monitor_and_every_query_has_data(
+    stage: Stage, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    site = await stage.add_site(spec("prom-guarded", 92))
+    site.start_listener(capacity=site.capacity_settings(proactive=2, hud=True), max_runners=8)
+    await site.wait_for(
+        lambda: site.advertised() == 2 and site.view().pairs_running == 2, "2 warm pairs", 60
+    )
+    prometheus = await start_prometheus(site, tmp_path / "prometheus")
+    try:
+        # A few jobs run first, so ARC's job counters and histograms have series.
+        done = stage.fake.add_jobs(2, labels=["linux"])
+        await site.wait_for(
+            lambda: all(j.state is JobState.COMPLETED for j in done), "2 jobs to finish", 60
+        )
+
+        await site.remove_nodes("runner")
+        await site.wait_for(lambda: site.advertised() == 0, "advertising 0 after the loss", 60)
+        jobs = stage.fake.add_jobs(6, labels=["linux"])
+        # As long as the stock scenario's alert needs to fire, and then some.
+        hold_until = time.monotonic() + alert_window() + 15
+        while time.monotonic() < hold_until:
+            assert await prometheus.alert_states(ALERT) == []
+            assert all(j.state is JobState.QUEUED for j in jobs)
+            await asyncio.sleep(EVALUATION_SECONDS)
+
+        # Every dashboard query returns data from the TSDB.
+        dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+        empty: list[str] = []
+        checked = 0
+        for panel in dashboard_panels(dashboard):
+            if panel["type"] == "row" or panel["title"] in NO_DATA_EXPECTED:
+                continue
+            for target in panel["targets"]:
+                checked += 1
+                if not await prometheus.query(substitute(target["expr"], site)):
+                    empty.append(f"{panel['title']}: {target['expr']}")
+        for variable in dashboard["templating"]["list"]:
+            query = variable.get("query")
+            if isinstance(query, dict):
+                selector = re.fullmatch(r"label_values\((.+),\s*\w+\)", query["query"])
+                assert selector, query
+                checked += 1
+                if not await prometheus.query(substitute(selector[1], site)):
+                    empty.append(f"variable {variable['name']}: {query['query']}")
+        # Every series an alert rule reads is in the TSDB for this scale set.
+        families = read_metric_list()
+        for rule in alert_rules():
+            use, _ = analyse(rule["expr"], families)
+            for series in sorted(use.series):
+                series_family(series, families)
+                checked += 1
+                if not await prometheus.query(f'{series}{{namespace="{site.namespace}"}}'):
+                    empty.append(f"alert {rule['alert']}: {series}")
+        assert empty == [], "queries without data:\n" + "\n".join(empty)
+        report(
+            scenario="monitor",
+            queries_with_data=checked,
+            skipped_panels=sorted(NO_DATA_EXPECTED),
+            time_scale=TIME_SCALE,
+            test_seconds=round(time.monotonic() - started, 1),
+        )
+    finally:
+        await prometheus.stop()
