@@ -340,6 +340,8 @@ def _jobs(body: str) -> tuple[JobMessage, ...]:
         items = json.loads(body.lstrip("\ufeff"), object_pairs_hook=_fold_keys)
     except json.JSONDecodeError as exc:
         raise WireError(f"body: not valid JSON: {exc.msg} (column {exc.colno})") from None
+    if items is None:
+        return ()  # the JSON text null: Go decodes it into a nil slice, i.e. no jobs
     if not isinstance(items, list):
         raise WireError(f"body: expected a JSON array, got {_kind(items)}")
     jobs: list[JobMessage] = []
