@@ -196,7 +196,8 @@ class ActionsClient:
         response = await self._admin("PATCH", path)
         if response.status_code != 200:
             raise error_from_response(response)
-        return self._store(_parsed(parse_session, response))
+        previous = session.statistics
+        return self._store(_parsed(lambda b: parse_session(b, previous=previous), response))
 
     async def delete_session(self) -> None:
         """DELETE the session (204). Does nothing when there is no session."""

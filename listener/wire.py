@@ -372,8 +372,13 @@ def parse_message(body: bytes) -> Message:
     )
 
 
-def parse_session(body: bytes) -> Session:
-    """Parse a session create/refresh answer (protocol reference §3.3)."""
+def parse_session(body: bytes, *, previous: Statistics | None = None) -> Session:
+    """Parse a session create/refresh answer.
+
+    ``previous`` is for a refresh: an answer without ``statistics`` keeps these. Only the
+    initial session must carry statistics (they seed the first desired count); ARC's loop
+    never reads them from a refreshed session, so a refresh without them is not an error.
+    """
     fields = _Fields(_decode(body, fold_keys=True), "")
     raw_id = fields.string("sessionId")
     try:
@@ -382,7 +387,10 @@ def parse_session(body: bytes) -> Session:
         raise WireError(f"sessionId: {raw_id[:60]!r} is not a UUID") from None
     if session_uuid.int == 0:
         raise WireError("sessionId: the service returned the nil session id")
-    statistics = _required_statistics(fields, "session")
+    if previous is not None and fields.object("statistics") is None:
+        statistics = previous
+    else:
+        statistics = _required_statistics(fields, "session")
     queue_url = fields.string("messageQueueUrl")
     if not queue_url:
         raise WireError("messageQueueUrl: missing from the session")

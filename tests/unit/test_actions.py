@@ -271,6 +271,22 @@ async def test_refresh_session_patches_and_replaces(actions: ActionsClient) -> N
 
 
 @respx.mock
+async def test_refresh_without_statistics_is_accepted(actions: ActionsClient) -> None:
+    # Only the initial session needs statistics (ARC checks them once, before its loop); a
+    # refresh answered without them keeps the session usable.
+    await with_session(actions)
+    refreshed = {k: v for k, v in session_json(token="queue-token-2").items() if k != "statistics"}
+    respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).respond(200, json=refreshed)
+    poll = respx.get(url__startswith=QUEUE).mock(
+        side_effect=[httpx.Response(401), httpx.Response(202)]
+    )
+    assert await actions.get_message(0, 10) is None
+    assert poll.calls.last.request.headers["Authorization"] == "Bearer queue-token-2"
+    assert actions.session is not None
+    assert actions.session.statistics.total_assigned_jobs == STATISTICS["totalAssignedJobs"]
+
+
+@respx.mock
 async def test_delete_session(actions: ActionsClient) -> None:
     await with_session(actions)
     route = respx.delete(f"{SESSIONS}/{SESSION_ID}", params=API).respond(204)
