@@ -47,10 +47,18 @@ class StubAuth:
 
     def __init__(self, actions_url: str = ACTIONS) -> None:
         self.calls = 0
+        self.renewals = 0
         self.connection = AdminConnection(actions_url, ADMIN_TOKEN, expires_at=2e9)
 
     async def admin_connection(self) -> AdminConnection:
         self.calls += 1
+        return self.connection
+
+    async def renew_admin_connection(self) -> AdminConnection:
+        self.renewals += 1
+        self.connection = AdminConnection(
+            self.connection.actions_url, f"{ADMIN_TOKEN}-{self.renewals}", expires_at=2e9
+        )
         return self.connection
 
 
@@ -374,7 +382,35 @@ async def test_get_message_401_refreshes_once_and_retries_once(actions: ActionsC
 
 
 @respx.mock
-async def test_get_message_second_401_is_fatal(actions: ActionsClient) -> None:
+async def test_get_message_second_401_renews_the_admin_token_then_refreshes_again(
+    actions: ActionsClient, auth: StubAuth
+) -> None:
+    # The refreshed queue token refused too: before giving up, a fresh admin token from the
+    # whole auth chain, a second refresh with it, one more poll.
+    await with_session(actions)
+    poll = respx.get(url__startswith=QUEUE).mock(
+        side_effect=[httpx.Response(401), httpx.Response(401), httpx.Response(202)]
+    )
+    patch = respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).mock(
+        side_effect=[
+            httpx.Response(200, json=session_json(token="queue-token-2")),
+            httpx.Response(200, json=session_json(token="queue-token-3")),
+        ]
+    )
+    assert await actions.get_message(0, 10) is None
+    assert auth.renewals == 1
+    assert [c.request.headers["Authorization"] for c in patch.calls] == [
+        f"Bearer {ADMIN_TOKEN}",
+        f"Bearer {ADMIN_TOKEN}-1",
+    ]
+    tokens = [c.request.headers["Authorization"] for c in poll.calls]
+    assert tokens == ["Bearer queue-token-1", "Bearer queue-token-2", "Bearer queue-token-3"]
+
+
+@respx.mock
+async def test_get_message_401_after_a_renewed_admin_token_is_fatal(
+    actions: ActionsClient, auth: StubAuth
+) -> None:
     await with_session(actions)
     poll = respx.get(url__startswith=QUEUE).respond(401, text="token expired")
     patch = respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).respond(
@@ -382,8 +418,21 @@ async def test_get_message_second_401_is_fatal(actions: ActionsClient) -> None:
     )
     with pytest.raises(UnauthorizedError) as info:
         await actions.get_message(0, 10)
-    assert (poll.call_count, patch.call_count) == (2, 1)
+    assert (poll.call_count, patch.call_count, auth.renewals) == (3, 2, 1)
     assert "queue-token" not in str(info.value)
+
+
+@respx.mock
+async def test_admin_call_401_renews_the_admin_token_once(
+    actions: ActionsClient, auth: StubAuth
+) -> None:
+    await with_session(actions)
+    route = respx.delete(f"{SESSIONS}/{SESSION_ID}", params=API).mock(
+        side_effect=[httpx.Response(401), httpx.Response(204)]
+    )
+    await actions.delete_session()
+    assert auth.renewals == 1
+    assert route.calls.last.request.headers["Authorization"] == f"Bearer {ADMIN_TOKEN}-1"
 
 
 @respx.mock

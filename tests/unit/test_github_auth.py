@@ -491,3 +491,18 @@ async def test_every_token_is_reported_for_log_masking(
         REGISTRATION_TOKEN,
         connection.admin_token,
     ]
+
+
+
+@respx.mock
+async def test_renew_admin_connection_runs_the_chain_before_expiry(
+    client: httpx.AsyncClient, fake: FakeTime
+) -> None:
+    reg, admin = mock_registration(fake)
+    auth = pat_auth(client, fake)
+    first = await auth.admin_connection()
+    assert await auth.admin_connection() is first  # far from expiry: cached
+    renewed = await auth.renew_admin_connection()
+    assert renewed is not first
+    assert (reg.call_count, admin.call_count) == (2, 2)
+    assert await auth.admin_connection() is renewed
