@@ -27,12 +27,13 @@ import asyncio
 import json
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
 import httpx
 
-from listener.errors import ProtocolError, SessionConflictError
+from listener.errors import ActionsError, ProtocolError, SessionConflictError
 from listener.github_auth import AdminConnection
 from listener.http import (
     DEFAULT_DEADLINE,
@@ -50,6 +51,7 @@ from listener.wire import (
     ScaleSetInfo,
     Session,
     WireError,
+    decode_json,
     parse_acquired_jobs,
     parse_message,
     parse_scale_set,
@@ -207,7 +209,41 @@ class ActionsClient:
             )
         if response.status_code != 200:
             raise error_from_response(response)
-        return self._store(_parsed(parse_session, response))
+        try:
+            session = parse_session(response.content)
+        except WireError as exc:
+            await self._discard_unusable_session(response.content)
+            where = f"{response.request.method} {redact_url(response.request.url)}"
+            raise ProtocolError(f"{where}: {exc}") from None
+        return self._store(session)
+
+    async def _discard_unusable_session(self, body: bytes) -> None:
+        """DELETE a session the service created but we cannot use (e.g. no statistics).
+
+        Otherwise it stays until the service expires it and the next pod meets a 409. Best
+        effort: the error that made the session unusable is the one reported.
+        """
+        try:
+            fields = decode_json(body)
+            raw_id = {str(k).lower(): v for k, v in fields.items()}.get("sessionid")
+            session_id = uuid.UUID(str(raw_id))
+        except (WireError, AttributeError, ValueError):
+            return  # no session id to delete by
+        if session_id.int == 0:
+            return
+        path = f"{_SCALE_SETS}/{self._scale_set_id}/sessions/{session_id}"
+        try:
+            response = await self._admin("DELETE", path)
+        except ActionsError as exc:
+            log.warning("could not delete the unusable session", extra={"error": str(exc)})
+            return
+        if response.status_code != 204:
+            log.warning(
+                "could not delete the unusable session",
+                extra={"error": str(error_from_response(response))},
+            )
+        else:
+            log.info("deleted the unusable session", extra={"session_id": str(session_id)})
 
     def _store(self, session: Session) -> Session:
         self._on_secret(session.message_queue_access_token)

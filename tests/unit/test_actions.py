@@ -245,10 +245,37 @@ async def test_create_session_bad_sessions(
     actions: ActionsClient, body: dict[str, Any], message: str
 ) -> None:
     respx.post(SESSIONS, params=API).respond(200, json=body)
+    respx.delete(f"{SESSIONS}/{SESSION_ID}", params=API).respond(204)
     with pytest.raises(ProtocolError, match=message) as info:
         await actions.create_session("listener-pod", conflict_timeout=0)
     assert str(info.value).startswith(f"POST {SESSIONS}: ")
     assert actions.session is None
+
+
+@respx.mock
+async def test_an_unusable_created_session_is_deleted_before_the_error(
+    actions: ActionsClient,
+) -> None:
+    # The service holds a session now: leaving it would make the next pod meet a 409.
+    body = {k: v for k, v in session_json().items() if k != "statistics"}
+    respx.post(SESSIONS, params=API).respond(200, json=body)
+    delete = respx.delete(f"{SESSIONS}/{SESSION_ID}", params=API).respond(204)
+    with pytest.raises(ProtocolError, match="statistics: missing from the session"):
+        await actions.create_session("listener-pod", conflict_timeout=0)
+    assert delete.call_count == 1
+    assert delete.calls.last.request.headers["Authorization"] == f"Bearer {ADMIN_TOKEN}"
+    assert actions.session is None
+
+
+@respx.mock
+async def test_a_failed_delete_of_an_unusable_session_keeps_the_first_error(
+    actions: ActionsClient,
+) -> None:
+    body = {k: v for k, v in session_json().items() if k != "messageQueueUrl"}
+    respx.post(SESSIONS, params=API).respond(200, json=body)
+    respx.delete(f"{SESSIONS}/{SESSION_ID}", params=API).respond(404)
+    with pytest.raises(ProtocolError, match="messageQueueUrl: missing"):
+        await actions.create_session("listener-pod", conflict_timeout=0)
 
 
 @respx.mock
