@@ -14,8 +14,8 @@ Two kinds of calls:
   refused with 401 is repeated once with a renewed admin token.
 
 Transport retries come from :func:`listener.http.send`; the only other retries here are the
-401 renewals above and the bounded one on a 409 at session create (ARC exits instead and the pod crash-loops until the
-old session expires).
+401 renewals above and the bounded one on a 409 at session create (ARC exits instead and the
+pod crash-loops until the old session expires).
 
 :meth:`ActionsClient.get_message` may be cancelled at any point (the loop abandons a poll when
 the advertised capacity changes); nothing is half-updated by that and the client stays usable.

@@ -217,7 +217,7 @@ class _Fields:
     def time(self, key: str) -> datetime | None:
         value = self.raw(key)
         if value is None or value == "":
-            return None
+            return None  # "" is a decode error in Go; see the note above _job_id
         if not isinstance(value, str):
             raise WireError(f"{self.path(key)}: expected an RFC 3339 time, got {_kind(value)}")
         return _parse_time(value, self.path(key))
@@ -301,10 +301,14 @@ def _scale_set(fields: _Fields) -> ScaleSetInfo:
     return ScaleSetInfo(id=fields.integer("id"), name=fields.string("name"), labels=tuple(labels))
 
 
+# Wrongly typed job fields, decided: a numeric ``jobId`` and an empty-string timestamp are
+# accepted (the message is handled and acked); ARC's decoder fails the whole message and exits
+# without acking. Its way turns one odd message into a crash loop: the restarted listener
+# starts again at lastMessageId 0, is handed the same unacked message, and exits again, while
+# no job gets a runner. Both values have one obvious meaning (the same id; "not set"), so
+# taking them costs nothing. Any other wrong type still fails the message, as in ARC.
 def _job_id(fields: _Fields) -> str:
     value = fields.raw("jobId")
-    # The service sends a string; a number is accepted defensively rather than failing the
-    # whole message as Go's decoder would.
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     return fields.string("jobId")

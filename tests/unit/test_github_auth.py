@@ -493,7 +493,6 @@ async def test_every_token_is_reported_for_log_masking(
     ]
 
 
-
 @respx.mock
 async def test_renew_admin_connection_runs_the_chain_before_expiry(
     client: httpx.AsyncClient, fake: FakeTime

@@ -3,11 +3,11 @@
 ``differences.toml`` (beside this file) is the one list of every way this listener behaves
 differently from ARC 0.14.2's ``ghalistener``. Each entry has the two README columns (``arc``,
 ``here``), the reason (``why``), and ``seen``: where the differential suite observes it, as
-``"<scenario>:<aspect>"`` (``"*:<aspect>"`` for "in every scenario where that aspect
-differs"). An empty ``seen`` marks a difference the suite cannot observe (metrics exposition,
-Kubernetes config); it is still listed so the README stays complete. ``shows``, when given, is
-a regular expression the observed difference must match, so a claim cannot silently cover a
-different change in the same place.
+``"<scenario>:<aspect>"``, or ``"*:<aspect>"`` for "in every scenario where that aspect
+differs and no entry names the scenario itself". An empty ``seen`` marks a difference the
+suite cannot observe (metrics exposition, Kubernetes config); it is still listed so the
+README stays complete. ``shows``, when given, maps an aspect to a regular expression its
+observed difference must match, so a claim cannot silently cover a different change there.
 
 The suite fails when a scenario shows a difference no entry claims, when a specific claim no
 longer shows, or when a wildcard claim shows nowhere. The README's "Differences from ARC's
@@ -46,10 +46,7 @@ class Difference:
     here: str
     why: str
     seen: tuple[str, ...]
-    shows: str = ""
-
-    def claims(self, scenario: str, aspect: str) -> bool:
-        return f"{scenario}:{aspect}" in self.seen or f"*:{aspect}" in self.seen
+    shows: Mapping[str, str]
 
 
 def load_table(path: Path = TABLE_PATH) -> list[Difference]:
@@ -68,7 +65,7 @@ def load_table(path: Path = TABLE_PATH) -> list[Difference]:
                 here=entry["here"],
                 why=entry["why"],
                 seen=seen,
-                shows=entry.get("shows", ""),
+                shows=dict(entry.get("shows", {})),
             )
         )
     ids = [d.id for d in table]
@@ -96,15 +93,17 @@ def problems_for(scenario: str, diffs: Mapping[str, str], table: Iterable[Differ
     table = list(table)
     problems = []
     for aspect, text in diffs.items():
-        owners = [d for d in table if d.claims(scenario, aspect)]
+        # A claim naming the scenario wins over a wildcard for the same aspect.
+        owners = [d for d in table if f"{scenario}:{aspect}" in d.seen] or [
+            d for d in table if f"*:{aspect}" in d.seen
+        ]
         if not owners:
             problems.append(f"{scenario}:{aspect} differs and no entry claims it:\n{text}")
         elif len(owners) > 1:
             problems.append(f"{scenario}:{aspect} is claimed by {[d.id for d in owners]}")
-        elif owners[0].shows and not re.search(owners[0].shows, text, re.MULTILINE):
+        elif (shows := owners[0].shows.get(aspect)) and not re.search(shows, text, re.MULTILINE):
             problems.append(
-                f"{scenario}:{aspect} differs, but not as {owners[0].id} says "
-                f"({owners[0].shows!r}):\n{text}"
+                f"{scenario}:{aspect} differs, but not as {owners[0].id} says ({shows!r}):\n{text}"
             )
     for entry in table:
         for claim in entry.seen:

@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.support.conformance.harness import SCALE_SET_ID, Scenario
 from tests.support.fake_actions import FakeActions, ScriptedPoll
-from tests.support.fake_http import UTF8_BOM, Fault
+from tests.support.fake_http import Fault
 
 __all__ = ["SCENARIOS", "by_name"]
 
@@ -99,12 +99,139 @@ def _happy(fake: FakeActions) -> None:
     )
 
 
+def _without(key: str) -> Fault:
+    return Fault.mutate(lambda body: {k: v for k, v in body.items() if k != key})
+
+
+def _poll_401_once(fake: FakeActions) -> None:
+    fake.inject("get_message", Fault.unauthorized())
+    _polls(fake, _message(1, [job("JobAssigned", 101)], assigned=1), _EMPTY)
+
+
+def _poll_401_twice(fake: FakeActions) -> None:
+    fake.inject("get_message", Fault.unauthorized(), times=2)
+    _polls(fake, _message(1, [job("JobAssigned", 101)], assigned=1), _EMPTY)
+
+
+def _refresh_without_statistics(fake: FakeActions) -> None:
+    fake.inject("get_message", Fault.unauthorized())
+    fake.inject("session_refresh", _without("statistics"))
+    _polls(fake, _message(1, [job("JobAssigned", 101)], assigned=1), _EMPTY)
+
+
+def _create_without_statistics(fake: FakeActions) -> None:
+    fake.inject("session_create", _without("statistics"))
+
+
+def _rate_limited(fake: FakeActions) -> None:
+    fake.inject("get_message", Fault.rate_limited(1))
+    fake.inject("registration_token", Fault.rate_limited(1))
+    unavailable = Fault.status_code(
+        503, b'{"typeName":"Unavailable","message":"busy"}', {"Retry-After": "1"}
+    )
+    fake.inject("session_create", unavailable)
+    _polls(fake, _message(1, [job("JobAssigned", 101)], assigned=1), _EMPTY)
+
+
+def _ack_5xx(fake: FakeActions) -> None:
+    fake.inject("delete_message", Fault.server_error(500))
+    _polls(fake, _message(1, [job("JobAssigned", 101)], assigned=1), _EMPTY)
+
+
+def _acquire_5xx(fake: FakeActions) -> None:
+    fake.inject("acquire_jobs", Fault.server_error(502))
+    _polls(fake, _message(1, [job("JobAvailable", 101)], available=1), _EMPTY)
+
+
+def _acquire_gives_up(fake: FakeActions) -> None:
+    # Retry-After: 0 makes all five attempts immediate on both sides.
+    busy = Fault.status_code(503, b'{"message":"busy"}', {"Retry-After": "0"})
+    fake.inject("acquire_jobs", busy, times=5)
+    _polls(fake, _message(1, [job("JobAvailable", 101)], available=1), _EMPTY)
+
+
+def _malformed(fake: FakeActions) -> None:
+    _polls(fake, ScriptedPoll(b'{"messageId": 1, "messageType": "RunnerScale'))
+
+
+def _unknown_envelope(fake: FakeActions) -> None:
+    _polls(fake, ScriptedPoll({**envelope(1, []), "messageType": "RunnerScaleSetSomethingElse"}))
+
+
+def _bom(fake: FakeActions) -> None:
+    for route in ("registration_token", "runner_registration", "session_create", "get_message"):
+        fake.inject(route, Fault.bom())
+    _polls(fake, _message(1, [job("JobAssigned", 101)], assigned=1), _EMPTY)
+
+
+def _null_body(fake: FakeActions) -> None:
+    _polls(fake, ScriptedPoll({**envelope(1, []), "body": "null"}), _EMPTY)
+
+
+def _numeric_job_id(fake: FakeActions) -> None:
+    _polls(fake, _message(1, [job("JobStarted", 101, jobId=987654)], assigned=1, running=1))
+
+
+def _empty_time(fake: FakeActions) -> None:
+    _polls(fake, _message(1, [job("JobCompleted", 101, finishTime="")]))
+
+
+def _session_conflict(fake: FakeActions) -> None:
+    fake.inject_session_conflict(times=1)
+    _polls(fake, _EMPTY)
+
+
+def _admin_token_expiry(fake: FakeActions) -> None:
+    # The admin token lives 61-62 s and is renewed 60 s before it expires, so the acquire
+    # after a 3 s hold runs the whole auth chain again on both sides.
+    _polls(
+        fake,
+        ScriptedPoll(envelope(1, [job("JobAvailable", 101)], available=1), delay=3.0),
+        _EMPTY,
+    )
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "happy",
         "every message type (JobAvailable, JobAssigned, JobStarted, JobCompleted, an unknown "
         "type), 202s, acquirejobs, then SIGTERM",
         _happy,
+    ),
+    Scenario("poll-401", "401 on a poll: refresh the session, poll again", _poll_401_once),
+    Scenario("poll-401-twice", "the refreshed queue token is refused too", _poll_401_twice),
+    Scenario(
+        "refresh-without-statistics",
+        "a session refresh answered without statistics",
+        _refresh_without_statistics,
+    ),
+    Scenario(
+        "create-without-statistics",
+        "a session created without statistics (unusable)",
+        _create_without_statistics,
+    ),
+    Scenario(
+        "retry-after",
+        "429 and 503 with Retry-After on the registration token, session create and a poll",
+        _rate_limited,
+    ),
+    Scenario("ack-5xx", "500 on the ack, retried", _ack_5xx),
+    Scenario("acquire-5xx", "502 on acquirejobs, retried", _acquire_5xx),
+    Scenario("acquire-gives-up", "503 on every acquirejobs attempt", _acquire_gives_up),
+    Scenario("malformed", "a 200 poll answer that is not JSON", _malformed),
+    Scenario(
+        "unknown-envelope", "a message whose messageType is not job messages", _unknown_envelope
+    ),
+    Scenario("bom", "UTF-8 byte-order marks on GitHub and Actions-service bodies", _bom),
+    Scenario("null-body", 'a message whose body is the string "null"', _null_body),
+    Scenario("numeric-job-id", "JobStarted with a numeric jobId", _numeric_job_id),
+    Scenario("empty-time", 'JobCompleted with finishTime ""', _empty_time),
+    Scenario("session-409", "409 on session create (another session is active)", _session_conflict),
+    Scenario(
+        "admin-token-expiry",
+        "the admin token expires between polls: the chain runs again before acquirejobs",
+        _admin_token_expiry,
+        fake_options={"admin_token_ttl": 61.0},
     ),
 )
 
@@ -114,7 +241,3 @@ def by_name(name: str) -> Scenario:
         if scenario.name == name:
             return scenario
     raise KeyError(name)
-
-
-# Imported for scenarios added below; kept referenced so linters see them used.
-_UNUSED = (UTF8_BOM, Fault)
