@@ -144,7 +144,9 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
         client = await stack.enter_async_context(
             http.make_client(
                 root_ca_pem=cfg.server_root_ca,
-                user_agent=http.user_agent(cfg.runner_scale_set_id),
+                user_agent=http.user_agent(
+                    cfg.runner_scale_set_id, arc_version=env.get("LISTENER_ARC_VERSION", "")
+                ),
             )
         )
         # Every token obtained later (installation, registration, admin, queue) is masked too.

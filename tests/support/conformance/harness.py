@@ -251,6 +251,8 @@ async def run_listener(
             "CONFORMANCE_RECORD_URL": f"{kube.url}/record",
             # Our probes bind loopback only; the reference has none.
             "LISTENER_PROBE_ADDR": "127.0.0.1:0",
+            # The ARC release the reference stands in for, as a deployment would declare it.
+            "LISTENER_ARC_VERSION": "0.14.2",
             **(extra_env or {}),
         }
         output_path = workdir / "output.txt"
