@@ -13,6 +13,10 @@ Deliberate differences from ARC, each stricter or friendlier, never looser:
   hand-written config often has one; Go would reject it with a type error.
 * ``vault_type`` = ``azure_key_vault`` passes ARC's checks and is then refused with one line:
   this listener does not read Azure Key Vault.
+
+Fatal lines are ARC's (:attr:`ConfigError.line`): ``Failed to read config: failed to validate
+configuration: ...`` for validation, ``Failed to read config: ...`` for the file, its JSON and
+the vault (e.g. ``unsupported vault type: ...``).
 * ``configure_url`` is parsed at start-up (ARC only does it when building its client) and must
   be an absolute http(s) URL.
 * ``server_root_ca`` is parsed at start-up (ARC: when building its client).
@@ -75,12 +79,28 @@ class ConfigError(ValueError):
     """A config value ARC would refuse. ``str(e)`` is one line and never holds a secret.
 
     ``field`` names the config.json key at fault ("" when the problem is the file itself).
+    ``stage`` says where ARC would have failed, which decides its fatal line (:attr:`line`):
+    ``env`` (no config path), ``read`` (the file, its JSON, the vault) or ``validate``.
     """
 
-    def __init__(self, message: str, *, field: str = "") -> None:
+    def __init__(self, message: str, *, field: str = "", stage: str = "validate") -> None:
         # Guarantee the one-line promise even if a value with a newline is quoted.
         super().__init__(" ".join(message.splitlines()))
         self.field = field
+        self.stage = stage
+
+    @property
+    def line(self) -> str:
+        """The line ARC's ``ghalistener`` prints for this error (without Go's timestamp).
+
+        Operators alert on these lines, so they are ARC's words: ``Failed to read config:``
+        then, for validation, ``failed to validate configuration:``.
+        """
+        if self.stage == "env":
+            return f"Error: {self}"
+        if self.stage == "validate":
+            return f"Failed to read config: failed to validate configuration: {self}"
+        return f"Failed to read config: {self}"
 
 
 class Scope(StrEnum):
@@ -293,7 +313,9 @@ def _decode_error(key: str, want: str, value: object) -> ConfigError:
     # Only the JSON type of the offending value is named, never the value: the field might
     # hold a secret.
     return ConfigError(
-        f"failed to decode config: {key} must be {want}, got {_type_name(value)}", field=key
+        f"failed to decode config: {key} must be {want}, got {_type_name(value)}",
+        field=key,
+        stage="read",
     )
 
 
@@ -338,6 +360,7 @@ class _Object:
             raise ConfigError(
                 f"failed to decode config: {self.name(key)} {value} overflows a 64-bit integer",
                 field=self.name(key),
+                stage="read",
             )
         return value
 
@@ -441,15 +464,17 @@ def parse_config(raw: bytes | str, *, force_ghes: bool = False) -> Config:
         text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
         data = json.loads(text)
     except UnicodeDecodeError:
-        raise ConfigError("failed to decode config: the file is not UTF-8") from None
+        raise ConfigError("failed to decode config: the file is not UTF-8", stage="read") from None
     except json.JSONDecodeError as exc:
         # JSONDecodeError's own text names only the position, never file content.
         raise ConfigError(
-            f"failed to decode config: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            f"failed to decode config: {exc.msg} at line {exc.lineno} column {exc.colno}",
+            stage="read",
         ) from None
     if not isinstance(data, dict):
         raise ConfigError(
-            f"failed to decode config: expected a JSON object, got {_type_name(data)}"
+            f"failed to decode config: expected a JSON object, got {_type_name(data)}",
+            stage="read",
         )
     obj = _Object(data)
     try:
@@ -474,7 +499,7 @@ def _scrubbed(exc: ConfigError, obj: _Object) -> ConfigError:
         for piece in sorted(pieces, key=len, reverse=True):
             if len(piece) >= _MIN_SECRET_LEN:
                 message = message.replace(piece, "***")
-    return ConfigError(message, field=exc.field)
+    return ConfigError(message, field=exc.field, stage=exc.stage)
 
 
 def _validate(obj: _Object, *, force_ghes: bool) -> Config:
@@ -494,6 +519,9 @@ def _validate(obj: _Object, *, force_ghes: bool) -> Config:
     metrics_endpoint = obj.string("metrics_endpoint")
     metrics = _metrics_config(obj.get("metrics"))
 
+    # ARC looks at the vault type before validating anything else.
+    if vault_type not in ("", VAULT_TYPE_AZURE_KEY_VAULT):
+        raise ConfigError(f"unsupported vault type: {vault_type}", field="vault_type", stage="read")
     # ARC Config.Validate, in its order and words.
     if configure_url == "":
         raise ConfigError("GitHubConfigUrl is not provided", field="configure_url")
@@ -515,11 +543,6 @@ def _validate(obj: _Object, *, force_ghes: bool) -> Config:
             field="min_runners",
         )
     if vault_type != "":
-        if vault_type != VAULT_TYPE_AZURE_KEY_VAULT:
-            raise ConfigError(
-                f"VaultType validation failed: unknown vault type: {_go_quote(vault_type)}",
-                field="vault_type",
-            )
         if vault_lookup_key == "":
             raise ConfigError(
                 f"VaultLookupKey is required when VaultType is set to {_go_quote(vault_type)}",
@@ -529,6 +552,7 @@ def _validate(obj: _Object, *, force_ghes: bool) -> Config:
             f"vault_type {_go_quote(vault_type)} is not supported by this listener: put "
             "github_token or the github_app_* keys in the listener config instead of a vault",
             field="vault_type",
+            stage="read",
         )
     credentials = _credentials(obj)
 
@@ -581,14 +605,14 @@ def load_config(env: Mapping[str, str]) -> Config:
     """
     path = env.get("LISTENER_CONFIG_PATH")
     if path is None:
-        raise ConfigError("LISTENER_CONFIG_PATH environment variable is not set")
+        raise ConfigError("LISTENER_CONFIG_PATH environment variable is not set", stage="env")
     if path == "":
         # Path("") is the working directory; reading it would only say "Is a directory".
-        raise ConfigError("LISTENER_CONFIG_PATH environment variable is empty")
+        raise ConfigError("LISTENER_CONFIG_PATH environment variable is empty", stage="env")
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
-        raise ConfigError(
-            f"failed to read config file {_go_quote(path)}: {exc.strerror or exc}"
-        ) from None
+        # Go's os.Open error: "open <path>: <lower-case errno text>".
+        reason = str(exc.strerror or exc)
+        raise ConfigError(f"open {path}: {reason[:1].lower()}{reason[1:]}", stage="read") from None
     return parse_config(raw, force_ghes="GITHUB_ACTIONS_FORCE_GHES" in env)
