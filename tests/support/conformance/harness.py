@@ -8,7 +8,8 @@ SIGTERM, waits for the exit, and keeps:
 
 * the exchange: every request either fake saw, in arrival order, normalized so two runs can
   be compared line by line (method, route, query keys and the values that matter, the headers
-  that matter, the body with run-specific values replaced, the status answered);
+  that matter, the body with run-specific values replaced, the status answered, and for a
+  retry after an injected fault the wait in whole seconds);
 * the scaler calls: for the reference, what its recording scaler reported; for our listener,
   the Kubernetes patches it sent, read back as the calls ARC's scaler would have made (an
   EphemeralRunnerSet patch is a desired-count call with its target; a status patch is a
@@ -214,6 +215,21 @@ def _request_line(request: Any, fake_url: str) -> str:
     return " ".join(parts)
 
 
+def _request_events(fake: FakeActions) -> list[_Event]:
+    """Request lines; a retry after an injected fault also shows the wait, in whole seconds
+    (the retry policy's backoff and ``Retry-After`` are part of what is compared)."""
+    events = []
+    previous: dict[str, Any] = {}
+    for request in fake.requests:
+        line = _request_line(request, fake.url)
+        before = previous.get(request.route)
+        if before is not None and before.fault:
+            line += f" (after {round(request.monotonic - before.monotonic)}s)"
+        previous[request.route] = request
+        events.append(_Event(request.monotonic, line))
+    return events
+
+
 def _user_agent(value: str) -> str:
     try:
         parsed = json.loads(value)
@@ -271,7 +287,7 @@ async def run_listener(
                 proc.kill()
                 await proc.wait()
         session_left = fake.session(SCALE_SET_ID) is not None
-        events = [_Event(r.monotonic, _request_line(r, fake.url)) for r in fake.requests]
+        events = _request_events(fake)
         events += kube.events
         events.sort(key=lambda e: e.monotonic)
         agents = sorted({_user_agent(r.headers.get("User-Agent", "")) for r in fake.requests})

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from tests.support.conformance.harness import SCALE_SET_ID, Scenario
-from tests.support.fake_actions import FakeActions, ScriptedPoll
+from tests.support.fake_actions import FakeActions, ScriptedPoll, make_rsa_keypair
 from tests.support.fake_http import Fault
 
 __all__ = ["SCENARIOS", "by_name"]
@@ -125,7 +125,7 @@ def _create_without_statistics(fake: FakeActions) -> None:
 
 def _rate_limited(fake: FakeActions) -> None:
     fake.inject("get_message", Fault.rate_limited(1))
-    fake.inject("registration_token", Fault.rate_limited(1))
+    fake.inject("registration_token", Fault.rate_limited(2))  # not the 1 s backoff
     unavailable = Fault.status_code(
         503, b'{"typeName":"Unavailable","message":"busy"}', {"Retry-After": "1"}
     )
@@ -191,6 +191,13 @@ def _admin_token_expiry(fake: FakeActions) -> None:
     )
 
 
+_APP_KEY, _APP_PUBLIC_KEY = make_rsa_keypair()
+
+
+def _github_app(fake: FakeActions) -> None:
+    _polls(fake, _message(1, [job("JobAssigned", 101)], assigned=1), _EMPTY)
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "happy",
@@ -227,6 +234,22 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("numeric-job-id", "JobStarted with a numeric jobId", _numeric_job_id),
     Scenario("empty-time", 'JobCompleted with finishTime ""', _empty_time),
     Scenario("session-409", "409 on session create (another session is active)", _session_conflict),
+    Scenario(
+        "github-app",
+        "GitHub App credentials: JWT → installation token → registration token → admin token",
+        _github_app,
+        fake_options={
+            "app_id": "4242",
+            "app_public_key": _APP_PUBLIC_KEY,
+            "app_installation_id": 99,
+        },
+        config={
+            "github_token": "",
+            "github_app_id": "4242",
+            "github_app_installation_id": 99,
+            "github_app_private_key": _APP_KEY,
+        },
+    ),
     Scenario(
         "admin-token-expiry",
         "the admin token expires between polls: the chain runs again before acquirejobs",
