@@ -112,7 +112,8 @@ async def _guard(name: str, work: Awaitable[None], stop: asyncio.Event) -> None:
 
 async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
     """Run the listener until ``stop`` is set or something fails."""
-    cfg = load_config(env)
+    # In a worker thread: with an Azure Key Vault the config read is a (blocking) network call.
+    cfg = await asyncio.to_thread(load_config, env)
     options = Options.from_env(env)
     configure_logging(cfg.log_level, cfg.log_format)
     _register_secrets(cfg)

@@ -240,11 +240,11 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "vault_lookup_key",
     ),
     (
-        "azure key vault is not supported",
+        "azure key vault without its object",
         {"vault_type": "azure_key_vault", "vault_lookup_key": "testkey"},
-        'vault_type "azure_key_vault" is not supported by this listener: put github_token or '
-        "the github_app_* keys in the listener config instead of a vault",
-        "vault_type",
+        "failed to create Azure Key Vault client: failed to validate config: "
+        "azure_key_vault is not set",
+        "azure_key_vault",
     ),
     (
         "app id and installation but no key",
