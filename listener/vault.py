@@ -16,11 +16,17 @@ only retry layer for these calls.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 __all__ = ["AzureKeyVaultConfig", "VaultError", "check", "read_secret"]
+
+# The vault is read before logging is set up. Without a handler on its logger, the Azure
+# clients' warnings would reach Python's last-resort stderr handler and break the promise of
+# one error line; once logging is configured they flow to it (and its redaction) as usual.
+logging.getLogger("azure").addHandler(logging.NullHandler())
 
 _CONNECT_TIMEOUT = 10.0
 _READ_TIMEOUT = 30.0

@@ -127,3 +127,28 @@ def test_bad_capacity_setting_names_the_field(tmp_path: Path) -> None:
     assert len(lines) == 1, result.stderr
     assert "placeholder_ready_timeout" in lines[0]
     assert "5 minutes" in lines[0]
+
+
+def test_a_vault_that_cannot_be_used_is_one_arc_line(tmp_path: Path) -> None:
+    cert = tmp_path / "cert.pem"
+    cert.write_text("not a certificate")
+    config = valid_config(
+        github_token="",
+        vault_type="azure_key_vault",
+        vault_lookup_key="github-app",
+        azure_key_vault={
+            "tenant_id": "t",
+            "client_id": "c",
+            "url": "https://example.vault.azure.net/",
+            "certificate_path": str(cert),
+        },
+    )
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = run_listener({"LISTENER_CONFIG_PATH": str(path)})
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line[20:].startswith(
+        "Failed to read config: failed to create Azure Key Vault client: failed to create "
+        "azsecrets client from config: failed to parse certificates: "
+    ), line
