@@ -1,8 +1,9 @@
 """``python -m tests.support.conformance``: run every scenario, print a JSON summary.
 
 The pytest suite (``tests/conformance``) is the check; this is for looking: per scenario the
-seconds each side took, how many exchange lines each produced, how many lined up identical,
-and which aspects differed (and which table entry accepts them).
+seconds each side took, how many requests and scaler calls the reference made, how many
+exchange lines each side produced and how many lined up identical, and which aspects differed
+(with any problem against the table).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ async def main(names: list[str]) -> dict[str, Any]:
                 "scenario": scenario.name,
                 "arc_seconds": round(arc.seconds, 2),
                 "ours_seconds": round(ours.seconds, 2),
+                "arc_requests": sum(not line.startswith("scaler ") for line in arc.exchange),
+                "arc_scaler_calls": sum(line.startswith("scaler ") for line in arc.exchange),
                 "arc_lines": len(arc.exchange),
                 "ours_lines": len(ours.exchange),
                 "identical_pairs": sum(b.size for b in matcher.get_matching_blocks()),
@@ -48,6 +51,8 @@ async def main(names: list[str]) -> dict[str, Any]:
         )
     return {
         "scenarios": len(rows),
+        "arc_requests": sum(r["arc_requests"] for r in rows),
+        "arc_scaler_calls": sum(r["arc_scaler_calls"] for r in rows),
         "arc_lines": sum(r["arc_lines"] for r in rows),
         "ours_lines": sum(r["ours_lines"] for r in rows),
         "identical_pairs": sum(r["identical_pairs"] for r in rows),
