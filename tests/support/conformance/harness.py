@@ -300,7 +300,6 @@ async def run_listener(
             seconds=time.monotonic() - started,
             output=output_path.read_text(errors="replace"),
         )
-    raise AssertionError("unreachable")  # pragma: no cover (for mypy: the with always returns)
 
 
 async def _play_out(fake: FakeActions, proc: asyncio.subprocess.Process, budget: float) -> bool:
