@@ -182,11 +182,12 @@ def _session_conflict(fake: FakeActions) -> None:
 
 
 def _admin_token_expiry(fake: FakeActions) -> None:
-    # The admin token lives 61-62 s and is renewed 60 s before it expires, so the acquire
-    # after a 3 s hold runs the whole auth chain again on both sides.
+    # The admin token lives 62-63 s and is renewed 60 s before it expires: nothing in the
+    # first 2 s renews it, the acquire after a 3.5 s hold runs the whole chain again on both
+    # sides, and the session DELETE right after uses the new token.
     _polls(
         fake,
-        ScriptedPoll(envelope(1, [job("JobAvailable", 101)], available=1), delay=3.0),
+        ScriptedPoll(envelope(1, [job("JobAvailable", 101)], available=1), delay=3.5),
         _EMPTY,
     )
 
@@ -254,7 +255,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "admin-token-expiry",
         "the admin token expires between polls: the chain runs again before acquirejobs",
         _admin_token_expiry,
-        fake_options={"admin_token_ttl": 61.0},
+        fake_options={"admin_token_ttl": 62.0},
     ),
 )
 
