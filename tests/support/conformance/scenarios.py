@@ -113,6 +113,12 @@ def _poll_401_twice(fake: FakeActions) -> None:
     _polls(fake, _message(1, [job("JobAssigned", 101)], assigned=1), _EMPTY)
 
 
+def _refresh_401(fake: FakeActions) -> None:
+    fake.inject("get_message", Fault.unauthorized())
+    fake.inject("session_refresh", Fault.unauthorized())
+    _polls(fake, _message(1, [job("JobAssigned", 101)], assigned=1), _EMPTY)
+
+
 def _refresh_without_statistics(fake: FakeActions) -> None:
     fake.inject("get_message", Fault.unauthorized())
     fake.inject("session_refresh", _without("statistics"))
@@ -208,6 +214,11 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario("poll-401", "401 on a poll: refresh the session, poll again", _poll_401_once),
     Scenario("poll-401-twice", "the refreshed queue token is refused too", _poll_401_twice),
+    Scenario(
+        "refresh-401",
+        "the session refresh itself is refused (admin token no longer honoured)",
+        _refresh_401,
+    ),
     Scenario(
         "refresh-without-statistics",
         "a session refresh answered without statistics",
