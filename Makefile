@@ -5,7 +5,8 @@ PY     := $(VENV)/bin/python
 CLUSTER := $(PY) -m tests.support.localcluster
 
 .PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
-        typecheck check cluster-build cluster-up cluster-down cluster-status bench clean
+        typecheck check cluster-build cluster-up cluster-down cluster-status bench clean \
+        conformance-build test-conformance
 
 help:
 	@echo "make demo          run the local demo (builds the local cluster on first use)"
@@ -49,14 +50,21 @@ test-image: venv cluster-build
 image: venv
 	$(PY) -m tests.support.image
 
+# Our listener against ARC's own poll loop (a Go reference over actions/scaleset, cached).
+test-conformance: venv conformance-build
+	$(VENV)/bin/pytest tests/conformance
+
 # The one test command (README, CI): static checks, then every test tier.
-test: lint typecheck cluster-build
+test: lint typecheck cluster-build conformance-build
 	$(VENV)/bin/pytest tests
 
 check: test
 
 cluster-build: venv
 	$(CLUSTER) build
+
+conformance-build: venv
+	$(PY) -m tests.support.conformance.build
 
 cluster-up: cluster-build
 	$(CLUSTER) up

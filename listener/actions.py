@@ -8,11 +8,14 @@ Two kinds of calls:
   refreshes it when due. acquirejobs then swaps in the message-queue token, as ARC does.
 - *Queue* calls (GET and DELETE message) go to the session's ``messageQueueUrl`` exactly as
   given, with the message-queue token. A 401 there means the queue token expired: the
-  session is refreshed (PATCH) once and the call repeated once.
+  session is refreshed (PATCH) and the call repeated; if the new queue token is refused too,
+  the admin token is renewed through the whole auth chain, the session refreshed once more
+  and the call repeated a last time (ARC gives up after the first refresh). An admin call
+  refused with 401 is repeated once with a renewed admin token.
 
-Transport retries come from :func:`listener.http.send`; the only retry added here is the
-bounded one on a 409 at session create (ARC exits instead and the pod crash-loops until the
-old session expires).
+Transport retries come from :func:`listener.http.send`; the only other retries here are the
+401 renewals above and the bounded one on a 409 at session create (ARC exits instead and the
+pod crash-loops until the old session expires).
 
 :meth:`ActionsClient.get_message` may be cancelled at any point (the loop abandons a poll when
 the advertised capacity changes); nothing is half-updated by that and the client stays usable.
@@ -24,12 +27,13 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
 import httpx
 
-from listener.errors import ProtocolError, SessionConflictError
+from listener.errors import ActionsError, ProtocolError, SessionConflictError
 from listener.github_auth import AdminConnection
 from listener.http import (
     DEFAULT_DEADLINE,
@@ -47,6 +51,7 @@ from listener.wire import (
     ScaleSetInfo,
     Session,
     WireError,
+    decode_json,
     parse_acquired_jobs,
     parse_message,
     parse_scale_set,
@@ -75,6 +80,10 @@ class AdminConnectionSource(Protocol):
     """``GitHubAuth``: hands out a fresh-enough admin connection."""
 
     async def admin_connection(self) -> AdminConnection: ...
+
+    async def renew_admin_connection(self) -> AdminConnection:
+        """Run the whole auth chain now, whatever the current token's ``exp`` says."""
+        ...
 
 
 def admin_url(base: str, path: str) -> httpx.URL:
@@ -145,6 +154,24 @@ class ActionsClient:
         queue_token: str | None = None,
     ) -> httpx.Response:
         connection = await self._auth.admin_connection()
+        response = await self._send_admin(connection, method, path, body, queue_token)
+        if response.status_code == 401 and queue_token is None:
+            # The admin token was refused although its exp is still ahead (revoked, or the
+            # service rotated its keys). ARC exits here; one fresh token is cheaper than a
+            # pod restart and a 409 on the next session.
+            log.info("admin token refused; running the auth chain again")
+            connection = await self._auth.renew_admin_connection()
+            response = await self._send_admin(connection, method, path, body, queue_token)
+        return response
+
+    async def _send_admin(
+        self,
+        connection: AdminConnection,
+        method: str,
+        path: str,
+        body: bytes | None,
+        queue_token: str | None,
+    ) -> httpx.Response:
         url = admin_url(connection.actions_url, path)
         headers = {
             # ARC sends the content type even on requests without a body.
@@ -182,7 +209,41 @@ class ActionsClient:
             )
         if response.status_code != 200:
             raise error_from_response(response)
-        return self._store(_parsed(parse_session, response))
+        try:
+            session = parse_session(response.content)
+        except WireError as exc:
+            await self._discard_unusable_session(response.content)
+            where = f"{response.request.method} {redact_url(response.request.url)}"
+            raise ProtocolError(f"{where}: {exc}") from None
+        return self._store(session)
+
+    async def _discard_unusable_session(self, body: bytes) -> None:
+        """DELETE a session the service created but we cannot use (e.g. no statistics).
+
+        Otherwise it stays until the service expires it and the next pod meets a 409. Best
+        effort: the error that made the session unusable is the one reported.
+        """
+        try:
+            fields = decode_json(body)
+            raw_id = {str(k).lower(): v for k, v in fields.items()}.get("sessionid")
+            session_id = uuid.UUID(str(raw_id))
+        except (WireError, AttributeError, ValueError):
+            return  # no session id to delete by
+        if session_id.int == 0:
+            return
+        path = f"{_SCALE_SETS}/{self._scale_set_id}/sessions/{session_id}"
+        try:
+            response = await self._admin("DELETE", path)
+        except ActionsError as exc:
+            log.warning("could not delete the unusable session", extra={"error": str(exc)})
+            return
+        if response.status_code != 204:
+            log.warning(
+                "could not delete the unusable session",
+                extra={"error": str(error_from_response(response))},
+            )
+        else:
+            log.info("deleted the unusable session", extra={"session_id": str(session_id)})
 
     def _store(self, session: Session) -> Session:
         self._on_secret(session.message_queue_access_token)
@@ -196,7 +257,8 @@ class ActionsClient:
         response = await self._admin("PATCH", path)
         if response.status_code != 200:
             raise error_from_response(response)
-        return self._store(_parsed(parse_session, response))
+        previous = session.statistics
+        return self._store(_parsed(lambda b: parse_session(b, previous=previous), response))
 
     async def delete_session(self) -> None:
         """DELETE the session (204). Does nothing when there is no session."""
@@ -226,29 +288,48 @@ class ActionsClient:
             return []
         path = f"{_SCALE_SETS}/{self._scale_set_id}/acquirejobs"
         body = _json_body([int(i) for i in request_ids])
-        session = self._require_session()
-        response = await self._admin(
-            "POST", path, body=body, queue_token=session.message_queue_access_token
-        )
-        if response.status_code == 401:
-            session = await self._refresh_after_401(session)
-            response = await self._admin(
+        response = await self._with_queue_token(
+            lambda session: self._admin(
                 "POST", path, body=body, queue_token=session.message_queue_access_token
             )
+        )
         if response.status_code != 200:
             raise error_from_response(response)
         return _parsed(parse_acquired_jobs, response)
 
     # --- queue calls ---------------------------------------------------------------------------
 
-    async def _refresh_after_401(self, seen: Session) -> Session:
+    async def _with_queue_token(
+        self, call: Callable[[Session], Awaitable[httpx.Response]]
+    ) -> httpx.Response:
+        """Make a call authorised by the queue token; on 401 refresh the session and retry.
+
+        ARC refreshes once and gives up when the new token is refused too. Here a second 401
+        first gets a fresh admin token through the whole auth chain (the refresh may have been
+        made with an admin token the service no longer honours), then one more refresh and
+        one more try; a third 401 is returned to the caller.
+        """
+        session = self._require_session()
+        response = await call(session)
+        for renew_admin in (False, True):
+            if response.status_code != 401:
+                break
+            session = await self._refresh_after_401(session, renew_admin=renew_admin)
+            response = await call(session)
+        return response
+
+    async def _refresh_after_401(self, seen: Session, *, renew_admin: bool = False) -> Session:
         # Calls that failed with the same token share one PATCH: whoever gets the lock second
         # finds a session that is already newer than the one it used.
         async with self._refresh_lock:
             current = self._require_session()
             if current.message_queue_access_token != seen.message_queue_access_token:
                 return current
-            log.info("message queue token expired; refreshing the session")
+            if renew_admin:
+                log.info("refreshed queue token refused too; renewing the admin token first")
+                await self._auth.renew_admin_connection()
+            else:
+                log.info("message queue token expired; refreshing the session")
             return await self.refresh_session()
 
     async def _poll(
@@ -278,11 +359,9 @@ class ActionsClient:
         ``lastMessageId`` is sent only when ``last_message_id > 0``; ``max_capacity`` is the
         ``X-ScaleSetMaxCapacity`` header value. Safe to cancel.
         """
-        session = self._require_session()
-        response = await self._poll(session, last_message_id, max_capacity)
-        if response.status_code == 401:
-            session = await self._refresh_after_401(session)
-            response = await self._poll(session, last_message_id, max_capacity)
+        response = await self._with_queue_token(
+            lambda session: self._poll(session, last_message_id, max_capacity)
+        )
         if response.status_code == 202:
             return None
         if response.status_code != 200:
@@ -306,10 +385,6 @@ class ActionsClient:
 
     async def delete_message(self, message_id: int) -> None:
         """Ack (DELETE) a message: 204 expected."""
-        session = self._require_session()
-        response = await self._ack(session, message_id)
-        if response.status_code == 401:
-            session = await self._refresh_after_401(session)
-            response = await self._ack(session, message_id)
+        response = await self._with_queue_token(lambda session: self._ack(session, message_id))
         if response.status_code != 204:
             raise error_from_response(response)

@@ -114,7 +114,8 @@ async def _guard(name: str, work: Awaitable[None], stop: asyncio.Event) -> None:
 
 async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
     """Run the listener until ``stop`` is set or something fails."""
-    cfg = load_config(env)
+    # In a worker thread: with an Azure Key Vault the config read is a (blocking) network call.
+    cfg = await asyncio.to_thread(load_config, env)
     options = Options.from_env(env)
     configure_logging(cfg.log_level, cfg.log_format)
     _register_secrets(cfg)
@@ -146,7 +147,9 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
         client = await stack.enter_async_context(
             http.make_client(
                 root_ca_pem=cfg.server_root_ca,
-                user_agent=http.user_agent(cfg.runner_scale_set_id),
+                user_agent=http.user_agent(
+                    cfg.runner_scale_set_id, arc_version=env.get("LISTENER_ARC_VERSION", "")
+                ),
             )
         )
         # Every token obtained later (installation, registration, admin, queue) is masked too.

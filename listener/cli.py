@@ -1,6 +1,7 @@
 """``ghalistener`` / ``python -m listener``: run the listener, turn failures into one line.
 
-Exit status 0 after a clean shutdown (SIGTERM), 1 on any error. The ARC controller recreates
+Exit status 0 after a clean shutdown (SIGTERM), 1 on any error. A bad config prints ARC's
+own fatal line; other errors print ``Error: ...``. The ARC controller recreates
 the pod whenever the container exits, so exiting is the recovery path for fatal errors.
 """
 
@@ -10,6 +11,7 @@ import asyncio
 import logging
 import os
 import sys
+import time
 
 from capacity.kube import KubeError
 from capacity.settings import CapacitySettingsError
@@ -34,10 +36,24 @@ def _leaf_errors(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+def _go_log_prefix() -> str:
+    # Go's log.Printf prefix (LstdFlags): local date and time, then a space.
+    return time.strftime("%Y/%m/%d %H:%M:%S ")
+
+
 def error_lines(exc: BaseException) -> list[str]:
-    """One ``Error: ...`` line per cause, secrets masked."""
+    """One line per cause, secrets masked: ``Error: ...``, or ARC's own line for config errors.
+
+    A bad config gives exactly the line ARC's listener prints (``Failed to read config: ...``
+    after Go's log timestamp), because operators alert on it.
+    """
     lines = []
     for error in _leaf_errors(exc):
+        if isinstance(error, ConfigError):
+            line = " ".join(error.line.splitlines())
+            prefix = "" if error.stage == "env" else _go_log_prefix()
+            lines.append(prefix + redact(line))
+            continue
         message = " ".join(str(error).splitlines())
         if not isinstance(error, _EXPECTED):
             message = f"{type(error).__name__}: {message}".rstrip(": ")

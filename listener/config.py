@@ -1,8 +1,10 @@
 """The listener config file the ARC controller writes (config.json) → :class:`Config`.
 
 Pure: no I/O except :func:`load_config`, which reads the one file named by
-``LISTENER_CONFIG_PATH``. The decoding follows Go's ``encoding/json`` as ARC uses it (keys
-matched case-insensitively, unknown keys ignored, ``null`` leaves a field at its zero value)
+``LISTENER_CONFIG_PATH``, and, for a config whose credentials are in Azure Key Vault, the
+vault read (``listener.vault``; injectable for tests). The decoding follows Go's
+``encoding/json`` as ARC uses it (keys matched case-insensitively, unknown keys ignored,
+``null`` leaves a field at its zero value)
 and the validation reproduces ARC's rules and messages, in ARC's order, so a config that ARC
 refuses is refused here with the same words.
 
@@ -11,8 +13,12 @@ Deliberate differences from ARC, each stricter or friendlier, never looser:
 * ``github_app_installation_id`` may also be a string of decimal digits. The controller always
   writes a number, but the Kubernetes Secret it copies the value from holds a string, so a
   hand-written config often has one; Go would reject it with a type error.
-* ``vault_type`` = ``azure_key_vault`` passes ARC's checks and is then refused with one line:
-  this listener does not read Azure Key Vault.
+* ``vault_type`` = ``azure_key_vault`` without an ``azure_key_vault`` object is one line
+  (ARC dereferences the missing object and panics).
+
+Fatal lines are ARC's (:attr:`ConfigError.line`): ``Failed to read config: failed to validate
+configuration: ...`` for validation, ``Failed to read config: ...`` for the file, its JSON and
+the vault (e.g. ``unsupported vault type: ...``).
 * ``configure_url`` is parsed at start-up (ARC only does it when building its client) and must
   be an absolute http(s) URL.
 * ``server_root_ca`` is parsed at start-up (ARC: when building its client).
@@ -24,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -33,6 +39,8 @@ from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
 from cryptography import x509
+
+from listener import vault
 
 __all__ = [
     "MAX_INT32",
@@ -49,6 +57,9 @@ __all__ = [
     "parse_config",
     "parse_github_target",
 ]
+
+VaultReader = Callable[[vault.AzureKeyVaultConfig, str], str]
+"""Reads one secret from Azure Key Vault (``listener.vault.read_secret``)."""
 
 MAX_INT32: Final = 2_147_483_647
 _INT64_MIN: Final = -(2**63)
@@ -75,12 +86,31 @@ class ConfigError(ValueError):
     """A config value ARC would refuse. ``str(e)`` is one line and never holds a secret.
 
     ``field`` names the config.json key at fault ("" when the problem is the file itself).
+    ``stage`` says where ARC would have failed, which decides its fatal line (:attr:`line`):
+    ``env`` (no config path), ``read`` (the file, its JSON, the vault), ``validate``, or
+    ``vault-validate`` (validation of a config whose credentials are in a vault).
     """
 
-    def __init__(self, message: str, *, field: str = "") -> None:
+    def __init__(self, message: str, *, field: str = "", stage: str = "validate") -> None:
         # Guarantee the one-line promise even if a value with a newline is quoted.
         super().__init__(" ".join(message.splitlines()))
         self.field = field
+        self.stage = stage
+
+    @property
+    def line(self) -> str:
+        """The line ARC's ``ghalistener`` prints for this error (without Go's timestamp).
+
+        Operators alert on these lines, so they are ARC's words: ``Failed to read config:``
+        then, for validation, ``failed to validate configuration:``.
+        """
+        if self.stage == "env":
+            return f"Error: {self}"
+        if self.stage == "validate":
+            return f"Failed to read config: failed to validate configuration: {self}"
+        if self.stage == "vault-validate":  # ARC validates again after reading the vault
+            return f"Failed to read config: config validation failed: {self}"
+        return f"Failed to read config: {self}"
 
 
 class Scope(StrEnum):
@@ -293,7 +323,9 @@ def _decode_error(key: str, want: str, value: object) -> ConfigError:
     # Only the JSON type of the offending value is named, never the value: the field might
     # hold a secret.
     return ConfigError(
-        f"failed to decode config: {key} must be {want}, got {_type_name(value)}", field=key
+        f"failed to decode config: {key} must be {want}, got {_type_name(value)}",
+        field=key,
+        stage="read",
     )
 
 
@@ -338,6 +370,7 @@ class _Object:
             raise ConfigError(
                 f"failed to decode config: {self.name(key)} {value} overflows a 64-bit integer",
                 field=self.name(key),
+                stage="read",
             )
         return value
 
@@ -388,9 +421,8 @@ def _metrics_config(raw: Any) -> MetricsConfig | None:
 # --------------------------------------------------------------------------- validation
 
 
-def _credentials(obj: _Object) -> Credentials:
+def _credentials(obj: _Object, prefix: str = "AppConfig validation failed: ") -> Credentials:
     """ARC ``AppConfig.Validate`` then ``tidy``: exactly one of a PAT or a full App."""
-    prefix = "AppConfig validation failed: "
     if not any(obj.has(key) for key in _CREDENTIAL_KEYS):
         raise ConfigError(prefix + "missing app config", field="github_token")
     token = obj.string("github_token")
@@ -416,6 +448,78 @@ def _credentials(obj: _Object) -> Credentials:
     return AppCredentials(app_id=app_id, installation_id=installation_id, private_key=private_key)
 
 
+def _azure_key_vault(obj: _Object) -> vault.AzureKeyVaultConfig:
+    raw = obj.get("azure_key_vault")
+    if raw is None:
+        # ARC dereferences the missing object and panics; say what is missing instead.
+        raise vault.VaultError("azure_key_vault is not set")
+    if not isinstance(raw, dict):
+        raise _decode_error("azure_key_vault", "an object", raw)
+    akv = _Object(raw, "azure_key_vault.")
+    proxy = None
+    raw_proxy = akv.get("proxy")
+    if raw_proxy is not None:
+        if not isinstance(raw_proxy, dict):
+            raise _decode_error("azure_key_vault.proxy", "an object", raw_proxy)
+        # Go's httpproxy.Config has no JSON tags: its field names are the keys.
+        p = _Object(raw_proxy, "azure_key_vault.proxy.")
+        proxy = (p.string("HTTPProxy"), p.string("HTTPSProxy"), p.string("NoProxy"))
+    return vault.AzureKeyVaultConfig(
+        tenant_id=akv.string("tenant_id"),
+        client_id=akv.string("client_id"),
+        url=akv.string("url"),
+        certificate_path=akv.string("certificate_path"),
+        proxy=proxy,
+    )
+
+
+def _vault_credentials(obj: _Object, lookup_key: str, read_secret: VaultReader) -> Credentials:
+    """ARC's vault path: check the vault config, read the secret, parse it as the app config."""
+    try:
+        config = _azure_key_vault(obj)
+        vault.check(config)
+    except vault.VaultError as exc:
+        raise ConfigError(
+            f"failed to create Azure Key Vault client: failed to validate config: {exc}",
+            field="azure_key_vault",
+            stage="read",
+        ) from None
+    try:
+        raw = read_secret(config, lookup_key)
+    except vault.VaultError as exc:
+        where = (
+            "failed to create Azure Key Vault client"
+            if str(exc).startswith("failed to create azsecrets client")
+            else "failed to get app config from vault"
+        )
+        raise ConfigError(f"{where}: {exc}", field="azure_key_vault", stage="read") from None
+    prefix = "failed to read app config from string: "
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        # Only where the JSON broke, never the secret's text.
+        raise ConfigError(
+            f"{prefix}{exc.msg} at line {exc.lineno} column {exc.colno}",
+            field="vault_lookup_key",
+            stage="read",
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{prefix}expected a JSON object, got {_type_name(data)}",
+            field="vault_lookup_key",
+            stage="read",
+        )
+    try:
+        return _credentials(
+            _Object(data), f"{prefix}failed to validate app config decoded from string: "
+        )
+    except ConfigError as exc:
+        message = str(exc)
+        if not message.startswith(prefix):
+            message = prefix + message
+        raise ConfigError(message, field="vault_lookup_key", stage="read") from None
+
+
 _PEM_CERT = re.compile(
     r"-----BEGIN CERTIFICATE-----\s.*?-----END CERTIFICATE-----", re.DOTALL | re.ASCII
 )
@@ -435,25 +539,35 @@ def _check_root_ca(pem: str) -> None:
     )
 
 
-def parse_config(raw: bytes | str, *, force_ghes: bool = False) -> Config:
-    """Decode and validate config.json. Raises :class:`ConfigError` on the first problem."""
+def parse_config(
+    raw: bytes | str, *, force_ghes: bool = False, read_vault_secret: VaultReader | None = None
+) -> Config:
+    """Decode and validate config.json. Raises :class:`ConfigError` on the first problem.
+
+    With ``vault_type`` ``azure_key_vault`` the credentials are read with
+    ``read_vault_secret`` (default :func:`listener.vault.read_secret`, a network call).
+    """
     try:
         text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
         data = json.loads(text)
     except UnicodeDecodeError:
-        raise ConfigError("failed to decode config: the file is not UTF-8") from None
+        raise ConfigError("failed to decode config: the file is not UTF-8", stage="read") from None
     except json.JSONDecodeError as exc:
         # JSONDecodeError's own text names only the position, never file content.
         raise ConfigError(
-            f"failed to decode config: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            f"failed to decode config: {exc.msg} at line {exc.lineno} column {exc.colno}",
+            stage="read",
         ) from None
     if not isinstance(data, dict):
         raise ConfigError(
-            f"failed to decode config: expected a JSON object, got {_type_name(data)}"
+            f"failed to decode config: expected a JSON object, got {_type_name(data)}",
+            stage="read",
         )
     obj = _Object(data)
     try:
-        return _validate(obj, force_ghes=force_ghes)
+        return _validate(
+            obj, force_ghes=force_ghes, read_vault_secret=read_vault_secret or vault.read_secret
+        )
     except ConfigError as exc:
         raise _scrubbed(exc, obj) from None
 
@@ -474,27 +588,18 @@ def _scrubbed(exc: ConfigError, obj: _Object) -> ConfigError:
         for piece in sorted(pieces, key=len, reverse=True):
             if len(piece) >= _MIN_SECRET_LEN:
                 message = message.replace(piece, "***")
-    return ConfigError(message, field=exc.field)
+    return ConfigError(message, field=exc.field, stage=exc.stage)
 
 
-def _validate(obj: _Object, *, force_ghes: bool) -> Config:
-    configure_url = obj.string("configure_url")
-    vault_type = obj.string("vault_type")
-    vault_lookup_key = obj.string("vault_lookup_key")
-    namespace = obj.string("ephemeral_runner_set_namespace")
-    ers_name = obj.string("ephemeral_runner_set_name")
-    max_runners = obj.integer("max_runners")
-    min_runners = obj.integer("min_runners")
-    scale_set_id = obj.integer("runner_scale_set_id")
-    scale_set_name = obj.string("runner_scale_set_name")
-    server_root_ca = obj.string("server_root_ca")
-    log_level = obj.string("log_level")
-    log_format = obj.string("log_format")
-    metrics_addr = obj.string("metrics_addr")
-    metrics_endpoint = obj.string("metrics_endpoint")
-    metrics = _metrics_config(obj.get("metrics"))
-
-    # ARC Config.Validate, in its order and words.
+def _check_arc_fields(
+    configure_url: str,
+    namespace: str,
+    ers_name: str,
+    scale_set_id: int,
+    min_runners: int,
+    max_runners: int,
+) -> None:
+    """ARC Config.Validate, in its order and words (credentials and vault are checked apart)."""
     if configure_url == "":
         raise ConfigError("GitHubConfigUrl is not provided", field="configure_url")
     if namespace == "" or ers_name == "":
@@ -514,23 +619,46 @@ def _validate(obj: _Object, *, force_ghes: bool) -> Config:
             f'MinRunners "{min_runners}" cannot be greater than MaxRunners "{max_runners}"',
             field="min_runners",
         )
-    if vault_type != "":
-        if vault_type != VAULT_TYPE_AZURE_KEY_VAULT:
-            raise ConfigError(
-                f"VaultType validation failed: unknown vault type: {_go_quote(vault_type)}",
-                field="vault_type",
-            )
-        if vault_lookup_key == "":
+
+
+def _validate(obj: _Object, *, force_ghes: bool, read_vault_secret: VaultReader) -> Config:
+    configure_url = obj.string("configure_url")
+    vault_type = obj.string("vault_type")
+    vault_lookup_key = obj.string("vault_lookup_key")
+    namespace = obj.string("ephemeral_runner_set_namespace")
+    ers_name = obj.string("ephemeral_runner_set_name")
+    max_runners = obj.integer("max_runners")
+    min_runners = obj.integer("min_runners")
+    scale_set_id = obj.integer("runner_scale_set_id")
+    scale_set_name = obj.string("runner_scale_set_name")
+    server_root_ca = obj.string("server_root_ca")
+    log_level = obj.string("log_level")
+    log_format = obj.string("log_format")
+    metrics_addr = obj.string("metrics_addr")
+    metrics_endpoint = obj.string("metrics_endpoint")
+    metrics = _metrics_config(obj.get("metrics"))
+
+    # ARC looks at the vault type before validating anything else.
+    if vault_type not in ("", VAULT_TYPE_AZURE_KEY_VAULT):
+        raise ConfigError(f"unsupported vault type: {vault_type}", field="vault_type", stage="read")
+    try:
+        _check_arc_fields(
+            configure_url, namespace, ers_name, scale_set_id, min_runners, max_runners
+        )
+        if vault_type != "" and vault_lookup_key == "":
             raise ConfigError(
                 f"VaultLookupKey is required when VaultType is set to {_go_quote(vault_type)}",
                 field="vault_lookup_key",
             )
-        raise ConfigError(
-            f"vault_type {_go_quote(vault_type)} is not supported by this listener: put "
-            "github_token or the github_app_* keys in the listener config instead of a vault",
-            field="vault_type",
-        )
-    credentials = _credentials(obj)
+    except ConfigError as exc:
+        if vault_type == "":
+            raise
+        # Behind a vault ARC reports validation as "config validation failed".
+        raise ConfigError(str(exc), field=exc.field, stage="vault-validate") from None
+    if vault_type != "":
+        credentials = _vault_credentials(obj, vault_lookup_key, read_vault_secret)
+    else:
+        credentials = _credentials(obj)
 
     # scaleset listener.Config.Validate: the max must fit the service's int32.
     if not 0 <= max_runners <= MAX_INT32:
@@ -574,21 +702,23 @@ def _validate(obj: _Object, *, force_ghes: bool) -> Config:
     )
 
 
-def load_config(env: Mapping[str, str]) -> Config:
+def load_config(env: Mapping[str, str], *, read_vault_secret: VaultReader | None = None) -> Config:
     """Read the file named by ``LISTENER_CONFIG_PATH`` and parse it.
 
     ``GITHUB_ACTIONS_FORCE_GHES`` being present at all (any value) forces GHES URL rules.
     """
     path = env.get("LISTENER_CONFIG_PATH")
     if path is None:
-        raise ConfigError("LISTENER_CONFIG_PATH environment variable is not set")
+        raise ConfigError("LISTENER_CONFIG_PATH environment variable is not set", stage="env")
     if path == "":
         # Path("") is the working directory; reading it would only say "Is a directory".
-        raise ConfigError("LISTENER_CONFIG_PATH environment variable is empty")
+        raise ConfigError("LISTENER_CONFIG_PATH environment variable is empty", stage="env")
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
-        raise ConfigError(
-            f"failed to read config file {_go_quote(path)}: {exc.strerror or exc}"
-        ) from None
-    return parse_config(raw, force_ghes="GITHUB_ACTIONS_FORCE_GHES" in env)
+        # Go's os.Open error: "open <path>: <lower-case errno text>".
+        reason = str(exc.strerror or exc)
+        raise ConfigError(f"open {path}: {reason[:1].lower()}{reason[1:]}", stage="read") from None
+    return parse_config(
+        raw, force_ghes="GITHUB_ACTIONS_FORCE_GHES" in env, read_vault_secret=read_vault_secret
+    )

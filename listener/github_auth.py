@@ -167,6 +167,15 @@ class GitHubAuth:
                 self._api_token = cached
             return cached[0]
 
+    async def renew_admin_connection(self) -> AdminConnection:
+        """Run the whole chain now, even if the current admin token has not expired yet.
+
+        For when the Actions service refuses a token whose ``exp`` is still ahead.
+        """
+        async with self._lock:
+            self._connection = await self._connect()
+            return self._connection
+
     async def _connect(self) -> AdminConnection:
         registration_token = await self._registration_token()
         url = f"{self._api_url}/actions/runner-registration"

@@ -19,8 +19,8 @@ Client (:func:`make_client`):
 - Deadlines: a per-operation :class:`httpx.Timeout` on the client (``LONG_POLL_TIMEOUT`` is
   passed for the long poll), and :func:`send` bounds each whole attempt as well, so a server
   that trickles bytes cannot hold a call forever.
-- User-Agent: ARC's JSON document (reference §2.6). httpx's default ``Accept: */*`` is removed
-  because GitHub API calls carry no Accept header (reference §2.2).
+- User-Agent: ARC's JSON document, naming this listener (:func:`user_agent`). httpx's
+  default ``Accept: */*`` is removed because GitHub API calls carry no Accept header.
 
 Retry policy (:func:`send`): 5 attempts; waits 1, 2, 4, 8 s (capped at 30 s) or the server's
 ``Retry-After`` on 429/503; retries transport failures except certificate and request errors,
@@ -127,22 +127,24 @@ def _package_version() -> str:
         return "0.0.0"
 
 
-def user_agent(scale_set_id: int, *, commit_sha: str = "NA") -> str:
-    """ARC's User-Agent: the compact JSON ``userAgent`` document (reference §2.6).
+def user_agent(scale_set_id: int, *, arc_version: str = "") -> str:
+    """The User-Agent: ARC's compact JSON document, filled in honestly.
 
-    Field names, order and the fixed values are ARC's so that server-side tooling that keys
-    on them keeps working; the versions are this package's.
+    GitHub parses this shape (field names and order as ARC's scaleset client writes them), so
+    it is kept. The values say what is really talking: ``system`` is the ARC deployment and
+    ``version`` the ARC release it runs (``LISTENER_ARC_VERSION``; ``unknown`` when not
+    given; its commit is not known here), while ``subsystem`` and ``build_version`` name this
+    listener and its own version where ARC would put ``ghalistener`` and the scaleset module.
     """
-    version = _package_version()
     return json.dumps(
         {
             "system": "actions-runner-controller",
-            "version": version,
-            "commit_sha": commit_sha,
+            "version": arc_version or "unknown",
+            "commit_sha": "unknown",
             "scale_set_id": scale_set_id,
-            "subsystem": "ghalistener",
-            "build_version": version,
-            "build_commit_sha": commit_sha,
+            "subsystem": _DISTRIBUTION,
+            "build_version": _package_version(),
+            "build_commit_sha": "unknown",
             "kind": "scaleset",
         },
         separators=(",", ":"),

@@ -217,7 +217,7 @@ class _Fields:
     def time(self, key: str) -> datetime | None:
         value = self.raw(key)
         if value is None or value == "":
-            return None
+            return None  # "" is a decode error in Go; see the note above _job_id
         if not isinstance(value, str):
             raise WireError(f"{self.path(key)}: expected an RFC 3339 time, got {_kind(value)}")
         return _parse_time(value, self.path(key))
@@ -301,10 +301,14 @@ def _scale_set(fields: _Fields) -> ScaleSetInfo:
     return ScaleSetInfo(id=fields.integer("id"), name=fields.string("name"), labels=tuple(labels))
 
 
+# Wrongly typed job fields, decided: a numeric ``jobId`` and an empty-string timestamp are
+# accepted (the message is handled and acked); ARC's decoder fails the whole message and exits
+# without acking. Its way turns one odd message into a crash loop: the restarted listener
+# starts again at lastMessageId 0, is handed the same unacked message, and exits again, while
+# no job gets a runner. Both values have one obvious meaning (the same id; "not set"), so
+# taking them costs nothing. Any other wrong type still fails the message, as in ARC.
 def _job_id(fields: _Fields) -> str:
     value = fields.raw("jobId")
-    # The service sends a string; a number is accepted defensively rather than failing the
-    # whole message as Go's decoder would.
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     return fields.string("jobId")
@@ -340,6 +344,8 @@ def _jobs(body: str) -> tuple[JobMessage, ...]:
         items = json.loads(body.lstrip("\ufeff"), object_pairs_hook=_fold_keys)
     except json.JSONDecodeError as exc:
         raise WireError(f"body: not valid JSON: {exc.msg} (column {exc.colno})") from None
+    if items is None:
+        return ()  # the JSON text null: Go decodes it into a nil slice, i.e. no jobs
     if not isinstance(items, list):
         raise WireError(f"body: expected a JSON array, got {_kind(items)}")
     jobs: list[JobMessage] = []
@@ -370,8 +376,13 @@ def parse_message(body: bytes) -> Message:
     )
 
 
-def parse_session(body: bytes) -> Session:
-    """Parse a session create/refresh answer (protocol reference §3.3)."""
+def parse_session(body: bytes, *, previous: Statistics | None = None) -> Session:
+    """Parse a session create/refresh answer.
+
+    ``previous`` is for a refresh: an answer without ``statistics`` keeps these. Only the
+    initial session must carry statistics (they seed the first desired count); ARC's loop
+    never reads them from a refreshed session, so a refresh without them is not an error.
+    """
     fields = _Fields(_decode(body, fold_keys=True), "")
     raw_id = fields.string("sessionId")
     try:
@@ -380,7 +391,10 @@ def parse_session(body: bytes) -> Session:
         raise WireError(f"sessionId: {raw_id[:60]!r} is not a UUID") from None
     if session_uuid.int == 0:
         raise WireError("sessionId: the service returned the nil session id")
-    statistics = _required_statistics(fields, "session")
+    if previous is not None and fields.object("statistics") is None:
+        statistics = previous
+    else:
+        statistics = _required_statistics(fields, "session")
     queue_url = fields.string("messageQueueUrl")
     if not queue_url:
         raise WireError("messageQueueUrl: missing from the session")

@@ -33,7 +33,7 @@ import json
 import secrets
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -163,6 +163,18 @@ class PollRecord:
 
 
 @dataclass(frozen=True)
+class ScriptedPoll:
+    """One scripted answer to a GET message, bypassing the job machinery.
+
+    ``message`` is the 200 body (an envelope, or raw bytes sent as they are), or None for a
+    202. ``delay`` holds the poll that long before answering.
+    """
+
+    message: dict[str, Any] | bytes | None = None
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
 class CapacityRecord:
     monotonic: float
     wall: float
@@ -204,6 +216,7 @@ class FakeScaleSet:
     session: FakeSession | None = None
     runners: dict[str, int] = field(default_factory=dict)  # registered runner name -> id
     counters: Counter[str] = field(default_factory=Counter)
+    script: deque[ScriptedPoll] = field(default_factory=deque)
 
     def matches(self, job: FakeJob) -> bool:
         """A job with no labels fits any scale set; otherwise all its labels must be ours."""
@@ -436,6 +449,21 @@ class FakeActions:
         scale_set = self.scale_sets[scale_set_id]
         if scale_set.session is not None:
             self._end_session(scale_set, expired=True)
+
+    def script_polls(self, scale_set_id: int, polls: Iterable[ScriptedPoll]) -> None:
+        """Answer the scale set's next polls from ``polls``, in order, before anything else.
+
+        Scripted answers ignore ``lastMessageId`` and acks: they are exactly what a test wants
+        a client to see. Once the script is used up, polls behave normally again.
+        """
+        self.scale_sets[scale_set_id].script.extend(polls)
+
+    def script_left(self, scale_set_id: int) -> int:
+        return len(self.scale_sets[scale_set_id].script)
+
+    def faults_pending(self, route: str) -> int:
+        """How many injected faults are still waiting for requests of ``route``."""
+        return self._recorder.faults.pending(route)
 
     def clear_faults(self) -> None:
         self._recorder.faults.clear()
@@ -1014,6 +1042,8 @@ class FakeActions:
         for older in session.held:
             older.superseded = True
             older.wake.set()
+        if scale_set.script:
+            return await self._scripted(scale_set, session, record)
         poll = _HeldPoll(record)
         session.held.append(poll)
         try:
@@ -1031,6 +1061,29 @@ class FakeActions:
         record.outcome = "message"
         record.message_id = int(message["messageId"])
         return json_response(message)
+
+    async def _scripted(
+        self, scale_set: FakeScaleSet, session: FakeSession, record: PollRecord
+    ) -> web.Response:
+        item = scale_set.script.popleft()
+        try:
+            if item.delay:
+                await asyncio.sleep(item.delay)
+        except asyncio.CancelledError:
+            record.outcome = "disconnected"
+            raise
+        finally:
+            record.ended = time.monotonic()
+            session.last_seen = time.monotonic()
+            self._changed.set()
+        if item.message is None:
+            record.outcome = "empty"
+            return web.Response(status=202)
+        record.outcome = "message"
+        if isinstance(item.message, bytes):
+            return web.Response(status=200, body=item.message, content_type="application/json")
+        record.message_id = int(item.message.get("messageId", 0))
+        return json_response(item.message)
 
     async def _hold(
         self, scale_set: FakeScaleSet, poll: _HeldPoll, capacity: int | None, last_id: int

@@ -34,7 +34,7 @@ RECORDED_HEADERS = (
 # Routes whose name starts with this are the fakes' control API: never logged, never faulted.
 CONTROL_ROUTE_PREFIX = "control_"
 
-FaultKind = Literal["status", "slow", "drop", "truncate", "bom", "malformed"]
+FaultKind = Literal["status", "slow", "drop", "truncate", "bom", "malformed", "mutate"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ class Fault:
     # For "slow": sleep before the handler runs (the work happens late) or after it
     # (the work is done but the answer is late, e.g. an ack that lands after a client timeout).
     before_handler: bool = True
+    # For "mutate": the handler's JSON answer goes through this function (e.g. to drop a key).
+    transform: Callable[[Any], Any] | None = None
 
     @classmethod
     def server_error(cls, status: int = 500, message: str = "fake server error") -> Fault:
@@ -91,6 +93,11 @@ class Fault:
     def bom(cls) -> Fault:
         """Run the handler and prefix its body with a UTF-8 byte-order mark."""
         return cls("bom")
+
+    @classmethod
+    def mutate(cls, transform: Callable[[Any], Any]) -> Fault:
+        """Run the handler, then answer with ``transform(its JSON body)`` (same status)."""
+        return cls("mutate", transform=transform)
 
     @classmethod
     def malformed(cls, body: bytes = b'{"messageId": 1, "body": ') -> Fault:
@@ -223,6 +230,9 @@ class RecordingFaultMiddleware:
             await asyncio.sleep(fault.seconds)
             return response
         payload = _body_of(response)
+        if fault.kind == "mutate" and fault.transform is not None:
+            changed = fault.transform(json.loads(payload))
+            return _copy_with_body(response, json.dumps(changed, separators=(",", ":")).encode())
         if fault.kind == "bom":
             return _copy_with_body(response, UTF8_BOM + payload)
         # truncate

@@ -47,10 +47,18 @@ class StubAuth:
 
     def __init__(self, actions_url: str = ACTIONS) -> None:
         self.calls = 0
+        self.renewals = 0
         self.connection = AdminConnection(actions_url, ADMIN_TOKEN, expires_at=2e9)
 
     async def admin_connection(self) -> AdminConnection:
         self.calls += 1
+        return self.connection
+
+    async def renew_admin_connection(self) -> AdminConnection:
+        self.renewals += 1
+        self.connection = AdminConnection(
+            self.connection.actions_url, f"{ADMIN_TOKEN}-{self.renewals}", expires_at=2e9
+        )
         return self.connection
 
 
@@ -237,10 +245,37 @@ async def test_create_session_bad_sessions(
     actions: ActionsClient, body: dict[str, Any], message: str
 ) -> None:
     respx.post(SESSIONS, params=API).respond(200, json=body)
+    respx.delete(f"{SESSIONS}/{SESSION_ID}", params=API).respond(204)
     with pytest.raises(ProtocolError, match=message) as info:
         await actions.create_session("listener-pod", conflict_timeout=0)
     assert str(info.value).startswith(f"POST {SESSIONS}: ")
     assert actions.session is None
+
+
+@respx.mock
+async def test_an_unusable_created_session_is_deleted_before_the_error(
+    actions: ActionsClient,
+) -> None:
+    # The service holds a session now: leaving it would make the next pod meet a 409.
+    body = {k: v for k, v in session_json().items() if k != "statistics"}
+    respx.post(SESSIONS, params=API).respond(200, json=body)
+    delete = respx.delete(f"{SESSIONS}/{SESSION_ID}", params=API).respond(204)
+    with pytest.raises(ProtocolError, match="statistics: missing from the session"):
+        await actions.create_session("listener-pod", conflict_timeout=0)
+    assert delete.call_count == 1
+    assert delete.calls.last.request.headers["Authorization"] == f"Bearer {ADMIN_TOKEN}"
+    assert actions.session is None
+
+
+@respx.mock
+async def test_a_failed_delete_of_an_unusable_session_keeps_the_first_error(
+    actions: ActionsClient,
+) -> None:
+    body = {k: v for k, v in session_json().items() if k != "messageQueueUrl"}
+    respx.post(SESSIONS, params=API).respond(200, json=body)
+    respx.delete(f"{SESSIONS}/{SESSION_ID}", params=API).respond(404)
+    with pytest.raises(ProtocolError, match="messageQueueUrl: missing"):
+        await actions.create_session("listener-pod", conflict_timeout=0)
 
 
 @respx.mock
@@ -268,6 +303,22 @@ async def test_refresh_session_patches_and_replaces(actions: ActionsClient) -> N
     assert request.content == b""
     assert request.headers["Content-Type"] == "application/json"
     assert request.headers["Authorization"] == f"Bearer {ADMIN_TOKEN}"
+
+
+@respx.mock
+async def test_refresh_without_statistics_is_accepted(actions: ActionsClient) -> None:
+    # Only the initial session needs statistics (ARC checks them once, before its loop); a
+    # refresh answered without them keeps the session usable.
+    await with_session(actions)
+    refreshed = {k: v for k, v in session_json(token="queue-token-2").items() if k != "statistics"}
+    respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).respond(200, json=refreshed)
+    poll = respx.get(url__startswith=QUEUE).mock(
+        side_effect=[httpx.Response(401), httpx.Response(202)]
+    )
+    assert await actions.get_message(0, 10) is None
+    assert poll.calls.last.request.headers["Authorization"] == "Bearer queue-token-2"
+    assert actions.session is not None
+    assert actions.session.statistics.total_assigned_jobs == STATISTICS["totalAssignedJobs"]
 
 
 @respx.mock
@@ -358,7 +409,35 @@ async def test_get_message_401_refreshes_once_and_retries_once(actions: ActionsC
 
 
 @respx.mock
-async def test_get_message_second_401_is_fatal(actions: ActionsClient) -> None:
+async def test_get_message_second_401_renews_the_admin_token_then_refreshes_again(
+    actions: ActionsClient, auth: StubAuth
+) -> None:
+    # The refreshed queue token refused too: before giving up, a fresh admin token from the
+    # whole auth chain, a second refresh with it, one more poll.
+    await with_session(actions)
+    poll = respx.get(url__startswith=QUEUE).mock(
+        side_effect=[httpx.Response(401), httpx.Response(401), httpx.Response(202)]
+    )
+    patch = respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).mock(
+        side_effect=[
+            httpx.Response(200, json=session_json(token="queue-token-2")),
+            httpx.Response(200, json=session_json(token="queue-token-3")),
+        ]
+    )
+    assert await actions.get_message(0, 10) is None
+    assert auth.renewals == 1
+    assert [c.request.headers["Authorization"] for c in patch.calls] == [
+        f"Bearer {ADMIN_TOKEN}",
+        f"Bearer {ADMIN_TOKEN}-1",
+    ]
+    tokens = [c.request.headers["Authorization"] for c in poll.calls]
+    assert tokens == ["Bearer queue-token-1", "Bearer queue-token-2", "Bearer queue-token-3"]
+
+
+@respx.mock
+async def test_get_message_401_after_a_renewed_admin_token_is_fatal(
+    actions: ActionsClient, auth: StubAuth
+) -> None:
     await with_session(actions)
     poll = respx.get(url__startswith=QUEUE).respond(401, text="token expired")
     patch = respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).respond(
@@ -366,8 +445,21 @@ async def test_get_message_second_401_is_fatal(actions: ActionsClient) -> None:
     )
     with pytest.raises(UnauthorizedError) as info:
         await actions.get_message(0, 10)
-    assert (poll.call_count, patch.call_count) == (2, 1)
+    assert (poll.call_count, patch.call_count, auth.renewals) == (3, 2, 1)
     assert "queue-token" not in str(info.value)
+
+
+@respx.mock
+async def test_admin_call_401_renews_the_admin_token_once(
+    actions: ActionsClient, auth: StubAuth
+) -> None:
+    await with_session(actions)
+    route = respx.delete(f"{SESSIONS}/{SESSION_ID}", params=API).mock(
+        side_effect=[httpx.Response(401), httpx.Response(204)]
+    )
+    await actions.delete_session()
+    assert auth.renewals == 1
+    assert route.calls.last.request.headers["Authorization"] == f"Bearer {ADMIN_TOKEN}-1"
 
 
 @respx.mock

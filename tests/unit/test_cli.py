@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,9 +71,45 @@ def test_bad_config_is_one_line_without_secrets(
     assert result.returncode == 1
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("Error: ")
+    # ARC's fatal line, word for word after Go's log timestamp: operators alert on it.
+    assert re.match(
+        r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d Failed to read config: "
+        r"failed to validate configuration: ",
+        lines[0],
+    ), lines[0]
     assert expected in lines[0]
     assert SECRET not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        pytest.param(
+            {"vault_type": "hashicorp", "vault_lookup_key": "k", "configure_url": ""},
+            "Failed to read config: unsupported vault type: hashicorp",
+            id="unknown-vault",
+        ),
+        pytest.param(
+            {"max_runners": "5"},
+            "Failed to read config: failed to decode config: max_runners must be an integer",
+            id="decode",
+        ),
+    ],
+)
+def test_config_lines_are_arcs(tmp_path: Path, overrides: dict[str, object], expected: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(valid_config(**overrides)))
+    result = run_listener({"LISTENER_CONFIG_PATH": str(path)})
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line[20:].startswith(expected), line
+
+
+def test_unreadable_config_file_says_what_go_says(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.json"
+    result = run_listener({"LISTENER_CONFIG_PATH": str(missing)})
+    [line] = result.stderr.splitlines()
+    assert line[20:] == f"Failed to read config: open {missing}: no such file or directory"
 
 
 def test_bad_capacity_setting_names_the_field(tmp_path: Path) -> None:
@@ -90,3 +127,28 @@ def test_bad_capacity_setting_names_the_field(tmp_path: Path) -> None:
     assert len(lines) == 1, result.stderr
     assert "placeholder_ready_timeout" in lines[0]
     assert "5 minutes" in lines[0]
+
+
+def test_a_vault_that_cannot_be_used_is_one_arc_line(tmp_path: Path) -> None:
+    cert = tmp_path / "cert.pem"
+    cert.write_text("not a certificate")
+    config = valid_config(
+        github_token="",
+        vault_type="azure_key_vault",
+        vault_lookup_key="github-app",
+        azure_key_vault={
+            "tenant_id": "t",
+            "client_id": "c",
+            "url": "https://example.vault.azure.net/",
+            "certificate_path": str(cert),
+        },
+    )
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = run_listener({"LISTENER_CONFIG_PATH": str(path)})
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line[20:].startswith(
+        "Failed to read config: failed to create Azure Key Vault client: failed to create "
+        "azsecrets client from config: failed to parse certificates: "
+    ), line

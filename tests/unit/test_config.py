@@ -230,7 +230,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "unknown vault type",
         {"vault_type": "invalid_vault_type", "vault_lookup_key": "testkey"},
-        'VaultType validation failed: unknown vault type: "invalid_vault_type"',
+        "unsupported vault type: invalid_vault_type",
         "vault_type",
     ),
     (
@@ -240,11 +240,11 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
         "vault_lookup_key",
     ),
     (
-        "azure key vault is not supported",
+        "azure key vault without its object",
         {"vault_type": "azure_key_vault", "vault_lookup_key": "testkey"},
-        'vault_type "azure_key_vault" is not supported by this listener: put github_token or '
-        "the github_app_* keys in the listener config instead of a vault",
-        "vault_type",
+        "failed to create Azure Key Vault client: failed to validate config: "
+        "azure_key_vault is not set",
+        "azure_key_vault",
     ),
     (
         "app id and installation but no key",
@@ -633,7 +633,8 @@ def test_load_config_missing_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.json"
     with pytest.raises(ConfigError) as info:
         load_config({"LISTENER_CONFIG_PATH": str(missing)})
-    assert str(info.value) == f'failed to read config file "{missing}": No such file or directory'
+    assert str(info.value) == f"open {missing}: no such file or directory"  # Go's words
+    assert info.value.line == f"Failed to read config: open {missing}: no such file or directory"
 
 
 def test_load_config_empty_path_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -728,3 +728,32 @@ async def test_cli_serves_until_sigterm() -> None:
         proc.send_signal(signal.SIGTERM)
         async with asyncio.timeout(10):
             assert await proc.wait() == 0
+
+
+async def test_scripted_polls_are_answered_in_order_then_normal_polling_resumes(
+    fake: FakeActions, client: Client
+) -> None:
+    from tests.support.fake_actions import ScriptedPoll
+
+    s = await client.session(1)
+    envelope = {"messageId": 9, "messageType": MESSAGE_TYPE, "body": "", "statistics": {}}
+    fake.script_polls(1, [ScriptedPoll(None), ScriptedPoll(envelope), ScriptedPoll(b"{oops")])
+    assert fake.script_left(1) == 3
+    assert (await client.poll(s, 5)).status_code == 202
+    assert (await client.message(s, 5))["messageId"] == 9
+    raw = await client.poll(s, 5)
+    assert (raw.status_code, raw.content) == (200, b"{oops")
+    assert fake.script_left(1) == 0
+    started = time.monotonic()
+    assert (await client.poll(s, 5)).status_code == 202  # held, then nothing: normal again
+    assert time.monotonic() - started >= HOLD * 0.9
+
+
+async def test_a_mutate_fault_rewrites_the_handlers_json(fake: FakeActions, client: Client) -> None:
+    fake.inject("session_create", Fault.mutate(lambda body: {**body, "statistics": None}))
+    assert fake.faults_pending("session_create") == 1
+    r = await client.create_session(1)
+    assert r.status_code == 200
+    assert r.json()["statistics"] is None
+    assert r.json()["sessionId"]  # the rest is the handler's real answer
+    assert fake.faults_pending("session_create") == 0

@@ -521,3 +521,17 @@ async def test_api_token_reuses_an_installation_token_for_50_minutes(
     fake.now += 60
     assert await auth.api_token() == "ghs_second"
     assert access.call_count == 2
+
+
+@respx.mock
+async def test_renew_admin_connection_runs_the_chain_before_expiry(
+    client: httpx.AsyncClient, fake: FakeTime
+) -> None:
+    reg, admin = mock_registration(fake)
+    auth = pat_auth(client, fake)
+    first = await auth.admin_connection()
+    assert await auth.admin_connection() is first  # far from expiry: cached
+    renewed = await auth.renew_admin_connection()
+    assert renewed is not first
+    assert (reg.call_count, admin.call_count) == (2, 2)
+    assert await auth.admin_connection() is renewed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import functools
+import importlib.metadata
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -57,8 +58,8 @@ def get(client: httpx.AsyncClient, url: str = URL) -> httpx.Request:
 # --- User-Agent and client defaults ------------------------------------------------------------
 
 
-def test_user_agent_is_arcs_compact_json_document() -> None:
-    ua = user_agent(42)
+def test_user_agent_keeps_arcs_json_shape_and_says_what_we_are() -> None:
+    ua = user_agent(42, arc_version="0.14.2")
     assert " " not in ua
     doc = json.loads(ua)
     assert list(doc) == [
@@ -71,11 +72,21 @@ def test_user_agent_is_arcs_compact_json_document() -> None:
         "build_commit_sha",
         "kind",
     ]
+    # The deployment is ARC (its controller, at the version the operator says it runs); the
+    # listener is this one, with this package's version: never an ARC release that does not
+    # exist.
     assert doc["system"] == "actions-runner-controller"
-    assert doc["subsystem"] == "ghalistener"
+    assert doc["version"] == "0.14.2"
+    assert doc["subsystem"] == "capacity-listener"
+    assert doc["build_version"] == importlib.metadata.version("capacity-listener")
     assert doc["kind"] == "scaleset"
     assert doc["scale_set_id"] == 42
-    assert doc["version"] == doc["build_version"] != ""
+
+
+def test_user_agent_without_a_known_arc_version_says_unknown() -> None:
+    doc = json.loads(user_agent(7))
+    assert (doc["version"], doc["commit_sha"]) == ("unknown", "unknown")
+    assert doc["version"] != doc["build_version"]
 
 
 @respx.mock

@@ -360,3 +360,10 @@ def test_acquired_jobs() -> None:
     assert parse_acquired_jobs(dumps({"count": 0})) == []
     with pytest.raises(WireError, match=r"^value\[1\]: expected an integer"):
         parse_acquired_jobs(dumps({"value": [1, "2"]}))
+
+
+def test_body_string_null_means_no_jobs() -> None:
+    # Go decodes the JSON text null into a nil slice without error: a message with no jobs.
+    message = parse_message(dumps(envelope(body="null")))
+    assert message.jobs == ()
+    assert message.statistics.total_assigned_jobs == 3

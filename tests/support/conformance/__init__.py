@@ -1,0 +1,1 @@
+"""Differential conformance: our listener against ARC's upstream poll loop, same fakes."""

@@ -1,0 +1,99 @@
+"""Build the Go reference listener (``go/``) once, or find it in the cache.
+
+The same mechanism as the local control plane (``tests.support.localcluster.build``): the
+binary lives in ``${XDG_CACHE_HOME:-~/.cache}/capacity-listener/conformance/<key>/`` where
+``<key>`` hashes go.mod, go.sum and the source, a file lock makes concurrent builds (CI, xdist
+workers, a developer) wait for one another, and a missing or too-old Go is one clear line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.support.localcluster.build import (
+    BuildError,
+    Progress,
+    _first_error,
+    _go_env,
+    _heartbeat,
+    _locked,
+    check_go,
+)
+
+__all__ = ["GO_DIR", "BuildError", "binary_path", "ensure_built"]
+
+GO_DIR = Path(__file__).resolve().parent / "go"
+INPUTS = ("go.mod", "go.sum", "main.go")
+# Bump when the build steps change in a way the hashed inputs do not show.
+RECIPE = "1"
+BINARY = "arc-reference-listener"
+
+
+def _stderr(line: str) -> None:
+    print(f"conformance: {line}", file=sys.stderr, flush=True)
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "capacity-listener" / "conformance"
+
+
+def cache_key() -> str:
+    h = hashlib.sha256(f"recipe={RECIPE}\n".encode())
+    for name in INPUTS:
+        h.update(f"{name}\n".encode())
+        h.update((GO_DIR / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def binary_path() -> Path:
+    """Where the binary for the current inputs is (or will be)."""
+    return cache_root() / cache_key() / BINARY
+
+
+def ensure_built(progress: Progress = _stderr) -> Path:
+    """Return the cached reference binary, building it first if needed."""
+    binary = binary_path()
+    if binary.is_file():
+        return binary
+    go = check_go()
+    key = cache_key()
+    with _locked(cache_root() / f"{key}.lock"):
+        if binary.is_file():  # built by another process while we waited
+            return binary
+        started = time.monotonic()
+        progress(f"building the ARC reference listener (actions/scaleset) into {binary.parent}")
+        tmp = Path(tempfile.mkdtemp(prefix=f"{key}.tmp-", dir=cache_root()))
+        log = cache_root() / f"{key}.build.log"
+        cmd = [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / BINARY), "."]
+        try:
+            with _heartbeat(progress, "the reference listener"), log.open("w") as fh:
+                proc = subprocess.run(
+                    cmd, cwd=GO_DIR, stdout=fh, stderr=subprocess.STDOUT, env=_go_env(), check=False
+                )
+            if proc.returncode != 0:
+                first = _first_error(log.read_text())
+                raise BuildError(f"go build in {GO_DIR.name}/ failed (log {log}): {first}")
+            if binary.parent.exists():
+                shutil.rmtree(binary.parent)
+            tmp.rename(binary.parent)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        progress(f"built in {time.monotonic() - started:.1f}s")
+    return binary
+
+
+if __name__ == "__main__":
+    try:
+        print(ensure_built())
+    except BuildError as exc:
+        print(f"conformance: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
