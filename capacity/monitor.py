@@ -1,4 +1,4 @@
-"""The capacity monitor: the one object the listener creates (design §5).
+"""The capacity monitor: the one object the listener creates (docs/capacity-model.md).
 
 It wires the watch-driven view, the reconciler, the HUD poller and the metrics together and
 runs them until the listener's stop event is set.

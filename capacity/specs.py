@@ -1,4 +1,5 @@
-"""Placeholder pod manifests (design §5.4), as plain dicts ready for the Kubernetes API.
+"""Placeholder pod manifests (docs/capacity-model.md §7), as plain dicts ready for the
+Kubernetes API.
 
 PURE: no I/O, no clock. `now` is passed in.
 

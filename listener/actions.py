@@ -1,4 +1,5 @@
-"""Actions-service client: message session, long poll, ack, acquirejobs, scale set (§3).
+"""Actions-service client: message session, long poll, ack, acquirejobs, scale set
+(docs/wire-protocol.md §3).
 
 Two kinds of calls:
 

@@ -48,7 +48,7 @@ class ActionsError(Exception):
 class ActionsHTTPError(ActionsError):
     """The server answered with a status the call does not accept.
 
-    ``type_name`` and ``message`` come from the error body (protocol reference §3.8):
+    ``type_name`` and ``message`` come from the error body (docs/wire-protocol.md §2):
     ``text/plain`` bodies are the message; JSON bodies give ``typeName`` and ``message``.
     ``activity_id`` and ``github_request_id`` are the ``ActivityId`` and
     ``X-GitHub-Request-Id`` response headers, which GitHub support asks for.
@@ -174,7 +174,8 @@ class CredentialsError(ActionsError):
 
 
 def is_retryable_status(status: int) -> bool:
-    """Statuses ARC's HTTP client retries: 429 and every 5xx except 501 (reference §2.5)."""
+    """Statuses ARC's HTTP client retries: 429 and every 5xx except 501
+    (docs/wire-protocol.md §2)."""
     return status == 429 or (500 <= status <= 599 and status != 501)
 
 

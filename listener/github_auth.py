@@ -1,4 +1,4 @@
-"""GitHub credentials → Actions-service admin connection (protocol reference §2.1–§2.4).
+"""GitHub credentials → Actions-service admin connection (docs/wire-protocol.md §2).
 
 The chain, re-run in full whenever a new admin token is needed:
 

@@ -1,4 +1,5 @@
-"""The one HTTP layer: client factory and the single retry policy (ARC's, reference §2.5).
+"""The one HTTP layer: client factory and the single retry policy (ARC's, see
+docs/wire-protocol.md §2).
 
 Everything that talks to GitHub or the Actions service goes through :func:`make_client` and
 :func:`send`; no other module retries.
@@ -19,8 +20,8 @@ Client (:func:`make_client`):
 - Deadlines: a per-operation :class:`httpx.Timeout` on the client (``LONG_POLL_TIMEOUT`` is
   passed for the long poll), and :func:`send` bounds each whole attempt as well, so a server
   that trickles bytes cannot hold a call forever.
-- User-Agent: ARC's JSON document (reference §2.6). httpx's default ``Accept: */*`` is removed
-  because GitHub API calls carry no Accept header (reference §2.2).
+- User-Agent: ARC's JSON document (docs/wire-protocol.md §2). httpx's default
+  ``Accept: */*`` is removed because GitHub API calls carry no Accept header.
 
 Retry policy (:func:`send`): 5 attempts; waits 1, 2, 4, 8 s (capped at 30 s) or the server's
 ``Retry-After`` on 429/503; retries transport failures except certificate and request errors,
@@ -128,7 +129,7 @@ def _package_version() -> str:
 
 
 def user_agent(scale_set_id: int, *, commit_sha: str = "NA") -> str:
-    """ARC's User-Agent: the compact JSON ``userAgent`` document (reference §2.6).
+    """ARC's User-Agent: the compact JSON ``userAgent`` document (docs/wire-protocol.md §2).
 
     Field names, order and the fixed values are ARC's so that server-side tooling that keys
     on them keeps working; the versions are this package's.
@@ -362,7 +363,7 @@ def redact_url(url: httpx.URL) -> str:
 
 
 def error_from_response(response: httpx.Response) -> ActionsHTTPError:
-    """Build the error for an unexpected status (reference §3.8)."""
+    """Build the error for an unexpected status (docs/wire-protocol.md §2)."""
     type_name, message = _error_body(response)
     cls = UnauthorizedError if response.status_code == 401 else ActionsHTTPError
     return cls(

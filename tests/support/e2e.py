@@ -396,7 +396,8 @@ class Pool:
 @dataclass(frozen=True)
 class SiteSpec:
     """One cluster of one scale set. Runner and workflow pods get separate pools, so a full
-    workflow pool strands jobs while runner pods still start (the failure in design §1)."""
+    workflow pool strands jobs while runner pods still start (the failure in
+    docs/capacity-model.md §1)."""
 
     name: str
     scale_set_id: int

@@ -4,7 +4,7 @@ Nothing here ships. On the local control plane there is no ARC controller and no
 binary, so this module plays both, just enough for end-to-end tests and the demo:
 
 * the EphemeralRunnerSet controller: it watches one EphemeralRunnerSet and, following the
-  replicas/patchID rules of the protocol reference §4.4 (loosely), creates EphemeralRunner
+  replicas/patchID rules of docs/wire-protocol.md §5 (loosely), creates EphemeralRunner
   objects or deletes idle ones;
 * the EphemeralRunner controller: one runner pod per EphemeralRunner (same name, ARC's labels,
   priority class ``arc-runner``, runner-sized requests), re-created if it disappears while idle;
@@ -410,8 +410,9 @@ class RunnerStandIn:
             await self._reconcile()
 
     async def _reconcile(self) -> None:
-        """ARC's EphemeralRunnerSet rules (§4.4): act only on patchID 0 or a patchID newer
-        than the newest runner's; scale up when short; scale down idle runners only on 0."""
+        """ARC's EphemeralRunnerSet rules (docs/wire-protocol.md §5): act only on patchID 0 or
+        a patchID newer than the newest runner's; scale up when short; scale down idle runners
+        only on 0."""
         if self.ers is None:
             return
         spec = self.ers.get("spec", {})

@@ -1,4 +1,5 @@
-"""listener.actions: sessions, long poll, ack, acquirejobs, scale set (protocol §3)."""
+"""listener.actions: sessions, long poll, ack, acquirejobs, scale set
+(docs/wire-protocol.md §3)."""
 
 from __future__ import annotations
 
