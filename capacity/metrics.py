@@ -20,8 +20,6 @@ from prometheus_client.metrics_core import Metric
 
 from capacity.model import Demand, DemandSource, HudResult, Observed, Plan, PodPhase, Role
 
-__all__ = ["CREATE_OK", "CapacityMetrics"]
-
 NAME: Final = "name"
 NAMESPACE: Final = "namespace"
 CREATE_OK: Final = "ok"

@@ -250,7 +250,6 @@ class Plan:
     target_pairs: int = 0  # desired after the downscale damping and the headroom clamp
     running_pairs: int = 0  # pairs with both halves Running (and usable)
     pending_pairs: int = 0  # pairs with a half still Pending
-    renewing_pairs: int = 0  # pairs within renew_before of expiry
     broken: int = 0  # lone halves (the other half is gone)
 
 

@@ -37,7 +37,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from pydantic import SecretStr
 
 from capacity import policy, specs
 from capacity.hud import HudClient
@@ -45,10 +44,8 @@ from capacity.kube import ARC_GROUP, ARC_VERSION, Kube, KubeError, RunnerSet
 from capacity.metrics import CapacityMetrics
 from capacity.model import Demand, HudState, Params, Role
 from capacity.reconciler import Manifest, Reconciler
-from capacity.settings import HUD_TOKEN_ENV, CapacitySettings, to_params
+from capacity.settings import CapacitySettings, to_params
 from capacity.view import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, View, fingerprint
-
-__all__ = ["SHUTDOWN_BUDGET", "CapacityMonitor"]
 
 log = logging.getLogger("capacity.monitor")
 
@@ -71,7 +68,6 @@ class CapacityMonitor:
         set_max_capacity: Callable[[int], None],
         registry: CollectorRegistry,
         on_reconcile: Callable[[], None],
-        env: Mapping[str, str],
     ) -> None:
         self.settings = settings
         self.kube = kube
@@ -85,14 +81,9 @@ class CapacityMonitor:
         self._registry = registry
         self.hud_state = HudState()
         self._hud: HudClient | None = None
-        self.metrics: CapacityMetrics | None = None
         self._template_for: tuple[RunnerSet, specs.PlaceholderTemplate] | None = None
-        hud_settings = settings.hud
-        if hud_settings.enabled:
-            token = hud_settings.token
-            if token is None and env.get(HUD_TOKEN_ENV):
-                token = SecretStr(env[HUD_TOKEN_ENV])
-            self._hud = HudClient(hud_settings.model_copy(update={"token": token}), runner_labels)
+        if settings.hud.enabled:  # the token is in the settings (load_capacity_settings)
+            self._hud = HudClient(settings.hud, runner_labels)
         self.view = View(
             kube,
             placeholder_namespace=self.placeholder_namespace,
@@ -176,8 +167,7 @@ class CapacityMonitor:
     # --- loops ----------------------------------------------------------------------------
 
     def _watch_error(self, stream: str, error: KubeError) -> None:
-        if self.metrics is not None:
-            self.metrics.record_kube_error(f"watch {stream}", error.kind.value)
+        self.metrics.record_kube_error(f"watch {stream}", error.kind.value)
 
     async def _hud_loop(self) -> None:
         """Poll HUD every recalculate_interval (±10%), after a random start delay so many
@@ -190,8 +180,7 @@ class CapacityMonitor:
             outcome = await self._hud.fetch()
             before = policy.resolve_demand(self.hud_state, time.time(), self.params())
             self.hud_state = policy.record_hud(self.hud_state, outcome, time.time())
-            if self.metrics is not None:
-                self.metrics.record_hud(outcome.result, outcome.duration)
+            self.metrics.record_hud(outcome.result, outcome.duration)
             if outcome.queued is None:
                 log.warning(
                     "HUD request failed",
@@ -231,6 +220,5 @@ class CapacityMonitor:
             if self._hud is not None:
                 with contextlib.suppress(Exception):
                     await self._hud.aclose()
-            if self.metrics is not None:
-                self.metrics.unregister()
+            self.metrics.unregister()
             log.info("capacity monitor stopped")

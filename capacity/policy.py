@@ -373,7 +373,6 @@ def plan(
         target_pairs=target,
         running_pairs=running_pairs,
         pending_pairs=len(pairs) - running_pairs,
-        renewing_pairs=len(renewing),
         broken=len(lone_runners) + len(lone_workflows),
     )
     memory = Memory(desired_window=window, next_slot=first + count, lone_since=tuple(lone_since))

@@ -135,17 +135,6 @@ def format_expiry(epoch: float) -> str:
     return datetime.fromtimestamp(math.ceil(epoch), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def parse_expiry(text: str | None) -> float | None:
-    """Epoch seconds from the expiry annotation, or None if absent or malformed."""
-    if not text:
-        return None
-    try:
-        parsed = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None
-    return parsed.timestamp()
-
-
 # --- from settings and the runner pod template --------------------------------------------
 
 

@@ -46,23 +46,6 @@ from capacity.kube import (
 )
 from capacity.model import Observed, Placeholder, PodPhase, RealPod, Role
 
-__all__ = [
-    "ANNOTATION_OWNER_UID",
-    "ANNOTATION_SPEC_HASH",
-    "RUNNER_POD_LABEL",
-    "SCALE_SET_LABEL",
-    "UNUSABLE_TAINTS",
-    "PlaceholderPod",
-    "Trigger",
-    "View",
-    "WorkflowPod",
-    "fingerprint",
-    "placeholder_from",
-    "real_pod_from",
-    "runner_active",
-    "workflow_pod_from",
-]
-
 log = logging.getLogger("capacity.view")
 
 T = TypeVar("T")

@@ -54,14 +54,6 @@ from listener.wire import (
     parse_session,
 )
 
-__all__ = [
-    "API_VERSION",
-    "NIL_SESSION_ID",
-    "ActionsClient",
-    "AdminConnectionSource",
-    "admin_url",
-]
-
 log = logging.getLogger(__name__)
 
 API_VERSION = "6.0-preview"

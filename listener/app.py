@@ -38,8 +38,6 @@ from listener.metrics import ListenerMetrics
 from listener.scaler import KubePatcher, Scaler
 from listener.server import Health, build_app, parse_addr, serve
 
-__all__ = ["Options", "main", "run"]
-
 log = logging.getLogger("listener")
 
 # Longer than the retry schedule (1+2+4+8 s) plus a token refresh, shorter than the pod's
@@ -261,7 +259,6 @@ async def _listen(
                     set_max_capacity=p.advertised.set_max_capacity,
                     registry=p.registry,
                     on_reconcile=lambda: p.health.mark("reconcile", time.monotonic()),
-                    env=p.env,
                 )
                 tg.create_task(_guard("capacity", monitor.run(stop), stop))
     finally:

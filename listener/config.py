@@ -34,22 +34,6 @@ from urllib.parse import unquote, urlsplit
 
 from cryptography import x509
 
-__all__ = [
-    "MAX_INT32",
-    "AppCredentials",
-    "Config",
-    "ConfigError",
-    "Credentials",
-    "GitHubTarget",
-    "MetricSpec",
-    "MetricsConfig",
-    "Scope",
-    "TokenCredentials",
-    "load_config",
-    "parse_config",
-    "parse_github_target",
-]
-
 MAX_INT32: Final = 2_147_483_647
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1

@@ -33,14 +33,6 @@ from listener.errors import CredentialsError, ProtocolError
 from listener.http import Clock, Sleep, error_from_response, redact_url, send
 from listener.wire import WireError, decode_json
 
-__all__ = [
-    "ADMIN_TOKEN_REFRESH_MARGIN",
-    "AdminConnection",
-    "GitHubAuth",
-    "app_jwt",
-    "github_api_url",
-]
-
 log = logging.getLogger(__name__)
 
 ADMIN_TOKEN_REFRESH_MARGIN = 60.0

@@ -66,28 +66,6 @@ from listener.errors import (
 )
 from listener.wire import WireError, decode_json
 
-__all__ = [
-    "ATTEMPTS",
-    "DEFAULT_DEADLINE",
-    "DEFAULT_TIMEOUT",
-    "LONG_POLL_DEADLINE",
-    "LONG_POLL_TIMEOUT",
-    "RETRY_AFTER_MAX",
-    "RETRY_WAIT_MAX",
-    "RETRY_WAIT_MIN",
-    "Clock",
-    "ProxySettings",
-    "Sleep",
-    "error_from_response",
-    "make_client",
-    "redact_url",
-    "retry_after",
-    "retry_on_conflict",
-    "send",
-    "ssl_context",
-    "user_agent",
-]
-
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]

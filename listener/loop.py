@@ -27,8 +27,6 @@ from typing import Protocol
 from listener.advertised import AdvertisedCapacity
 from listener.wire import JobMessage, Message, Session, Statistics
 
-__all__ = ["ActionsSession", "Listener", "Recorder", "RunnerScaler"]
-
 log = logging.getLogger(__name__)
 
 

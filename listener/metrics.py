@@ -35,16 +35,6 @@ from prometheus_client.metrics_core import Metric
 from listener.config import ConfigError, GitHubTarget, MetricsConfig, MetricSpec
 from listener.wire import JobMessage, Statistics
 
-__all__ = [
-    "DEFAULT_METRICS",
-    "DEFAULT_RUNTIME_BUCKETS",
-    "GoStyleCollector",
-    "ListenerMetrics",
-    "base_labels",
-    "go_float",
-    "parse_workflow_ref",
-]
-
 log = logging.getLogger("listener.metrics")
 
 # Label keys (ARC's names).

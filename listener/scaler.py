@@ -19,15 +19,6 @@ from typing import Any, Protocol
 from capacity.kube import Kube, KubeError
 from listener.wire import JobMessage
 
-__all__ = [
-    "KubePatcher",
-    "PatchSequencer",
-    "Patcher",
-    "Scaler",
-    "runner_set_patch",
-    "runner_status_patch",
-]
-
 _MAX_INT32 = 2_147_483_647
 
 log = logging.getLogger(__name__)

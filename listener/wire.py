@@ -28,22 +28,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-__all__ = [
-    "JOB_MESSAGE_TYPES",
-    "MESSAGE_TYPE_JOB_MESSAGES",
-    "JobMessage",
-    "Message",
-    "ScaleSetInfo",
-    "Session",
-    "Statistics",
-    "WireError",
-    "decode_json",
-    "parse_acquired_jobs",
-    "parse_message",
-    "parse_scale_set",
-    "parse_session",
-]
-
 MESSAGE_TYPE_JOB_MESSAGES = "RunnerScaleSetJobMessages"
 """The only envelope ``messageType`` the listener accepts."""
 
