@@ -27,12 +27,14 @@ venv: $(VENV)/.installed
 demo: venv cluster-build
 	$(PY) -m tests.support.demo
 
-# Static checks. mypy covers tests/ too; vulture finds code production never calls
-# ([tool.vulture] in pyproject.toml).
+# Static checks. mypy covers tests/ too; import-linter holds ARCHITECTURE.md's import rules
+# ([tool.importlinter] in pyproject.toml); vulture finds code production never calls
+# ([tool.vulture]).
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/vulture
 
 typecheck: venv

@@ -46,6 +46,11 @@ class _NoCreated:
                 yield family
 
 
+Registry = CollectorRegistry
+"""The registry type the other capacity modules pass around (they do not import
+prometheus_client)."""
+
+
 class CapacityMetrics:
     """Records one reconcile pass, HUD requests and pod operations."""
 

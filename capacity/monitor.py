@@ -36,12 +36,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 from capacity import policy, specs
 from capacity.hud import HudClient
 from capacity.kube import ARC_GROUP, ARC_VERSION, Kube, KubeError, RunnerSet
-from capacity.metrics import CapacityMetrics
+from capacity.metrics import CapacityMetrics, Registry
 from capacity.model import Demand, HudState, Params, Role
 from capacity.reconciler import Manifest, Reconciler
 from capacity.settings import CapacitySettings, to_params
@@ -66,7 +64,7 @@ class CapacityMonitor:
         runner_labels: tuple[str, ...],
         max_runners: Callable[[], int],
         set_max_capacity: Callable[[int], None],
-        registry: CollectorRegistry,
+        registry: Registry,
         on_reconcile: Callable[[], None],
     ) -> None:
         self.settings = settings

@@ -22,19 +22,26 @@ import time
 import uuid
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
-
-from prometheus_client import CollectorRegistry
 
 from capacity import kube as kube_mod
 from capacity.settings import CapacitySettings, load_capacity_settings
 from listener import github_auth, http
 from listener.actions import ActionsClient
 from listener.advertised import AdvertisedCapacity
-from listener.config import AppCredentials, Config, TokenCredentials, load_config
+from listener.config import (
+    AppCredentials,
+    Config,
+    TokenCredentials,
+    config_path,
+    forces_ghes,
+    parse_config,
+    unreadable,
+)
 from listener.logs import configure_logging, register_secret
 from listener.loop import Listener
-from listener.metrics import ListenerMetrics
+from listener.metrics import ListenerMetrics, Registry, new_registry
 from listener.scaler import KubePatcher, Scaler
 from listener.server import Health, build_app, parse_addr, serve
 
@@ -82,6 +89,16 @@ class Options:
         )
 
 
+def load_config(env: Mapping[str, str]) -> Config:
+    """Read the file named by ``LISTENER_CONFIG_PATH`` and parse it (config.py stays pure)."""
+    path = config_path(env)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise unreadable(path, exc.strerror or str(exc)) from None
+    return parse_config(raw, force_ghes=forces_ghes(env))
+
+
 def _owner_name() -> str:
     # ARC uses the hostname, which in Kubernetes is the pod name.
     try:
@@ -116,7 +133,7 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
     _register_secrets(cfg)
     capacity_settings = _capacity_settings(env)
 
-    registry = CollectorRegistry(auto_describe=True)
+    registry = new_registry()
     metrics = (
         ListenerMetrics(
             registry,
@@ -185,7 +202,7 @@ class _Parts:
     kube: kube_mod.Kube
     actions: ActionsClient
     advertised: AdvertisedCapacity
-    registry: CollectorRegistry
+    registry: Registry
     metrics: ListenerMetrics | None
     health: Health
 

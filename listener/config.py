@@ -1,7 +1,8 @@
 """The listener config file the ARC controller writes (config.json) → :class:`Config`.
 
-Pure: no I/O except :func:`load_config`, which reads the one file named by
-``LISTENER_CONFIG_PATH``. The decoding follows Go's ``encoding/json`` as ARC uses it (keys
+PURE: no I/O. :func:`config_path` says which file to read (``LISTENER_CONFIG_PATH``); the
+composition root (``listener.app.load_config``) reads it and hands the bytes to
+:func:`parse_config`. The decoding follows Go's ``encoding/json`` as ARC uses it (keys
 matched case-insensitively, unknown keys ignored, ``null`` leaves a field at its zero value)
 and the validation reproduces ARC's rules and messages, in ARC's order, so a config that ARC
 refuses is refused here with the same words.
@@ -27,7 +28,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
@@ -558,21 +558,22 @@ def _validate(obj: _Object, *, force_ghes: bool) -> Config:
     )
 
 
-def load_config(env: Mapping[str, str]) -> Config:
-    """Read the file named by ``LISTENER_CONFIG_PATH`` and parse it.
-
-    ``GITHUB_ACTIONS_FORCE_GHES`` being present at all (any value) forces GHES URL rules.
-    """
+def config_path(env: Mapping[str, str]) -> str:
+    """The config file named by ``LISTENER_CONFIG_PATH``; ConfigError when unset or empty."""
     path = env.get("LISTENER_CONFIG_PATH")
     if path is None:
         raise ConfigError("LISTENER_CONFIG_PATH environment variable is not set")
     if path == "":
         # Path("") is the working directory; reading it would only say "Is a directory".
         raise ConfigError("LISTENER_CONFIG_PATH environment variable is empty")
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(
-            f"failed to read config file {_go_quote(path)}: {exc.strerror or exc}"
-        ) from None
-    return parse_config(raw, force_ghes="GITHUB_ACTIONS_FORCE_GHES" in env)
+    return path
+
+
+def unreadable(path: str, reason: str) -> ConfigError:
+    """The error for a config file that cannot be read."""
+    return ConfigError(f"failed to read config file {_go_quote(path)}: {reason}")
+
+
+def forces_ghes(env: Mapping[str, str]) -> bool:
+    """``GITHUB_ACTIONS_FORCE_GHES`` being present at all (any value) forces GHES URL rules."""
+    return "GITHUB_ACTIONS_FORCE_GHES" in env
