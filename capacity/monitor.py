@@ -37,8 +37,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from capacity import policy, specs
+from capacity.cluster import Cluster
 from capacity.hud import HudClient
-from capacity.kube import ARC_GROUP, ARC_VERSION, Kube, KubeError, RunnerSet
+from capacity.kube import ARC_GROUP, ARC_VERSION, KubeError, RunnerSet
 from capacity.metrics import CapacityMetrics, Registry
 from capacity.model import Demand, HudState, Params, Role
 from capacity.reconciler import Manifest, Reconciler
@@ -57,7 +58,7 @@ class CapacityMonitor:
         self,
         *,
         settings: CapacitySettings,
-        kube: Kube,
+        kube: Cluster,
         runner_namespace: str,
         runner_set_name: str,
         scale_set_name: str,

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from capacity import policy
-from capacity.kube import Kube, KubeError, RunnerSet
+from capacity.cluster import Cluster
+from capacity.kube import KubeError, RunnerSet
 from capacity.metrics import CREATE_EXISTS, CREATE_OK, CapacityMetrics
 from capacity.model import (
     Deletion,
@@ -142,7 +143,7 @@ class Reconciler:
         self,
         *,
         view: View,
-        kube: Kube,
+        kube: Cluster,
         namespace: str,
         params: Callable[[], Params],
         demand: Callable[[float], Demand],

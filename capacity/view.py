@@ -31,9 +31,9 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from capacity import model
+from capacity.cluster import Cluster
 from capacity.kube import (
     Failed,
-    Kube,
     KubeError,
     NodeState,
     Removed,
@@ -246,7 +246,7 @@ class View:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: Cluster,
         *,
         placeholder_namespace: str,
         runner_namespace: str,
