@@ -54,3 +54,15 @@ def test_every_rule_marked_as_a_contract_has_one() -> None:
     marked = rules_text().count("*(contract)*") + rules_text().count("*(contracts)*")
     assert marked >= 4
     assert len(contracts()) >= marked
+
+
+def test_no_product_module_declares_all() -> None:
+    """The rule in ARCHITECTURE.md: no `__all__` (a leading underscore marks what is private;
+    mypy's strict mode forbids implicit re-exports), so no list can drift from the module."""
+    declaring = [
+        str(path.relative_to(ROOT))
+        for package in ("listener", "capacity")
+        for path in sorted((ROOT / package).glob("*.py"))
+        if re.search(r"^__all__\s*[:=]", path.read_text(encoding="utf-8"), re.MULTILINE)
+    ]
+    assert declaring == []
