@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from capacity.kube import KubeError, Resource
 from capacity.model import LABEL_ROLE, Role
 from capacity.monitor import CapacityMonitor
+from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, Resources
 from capacity.view import ANNOTATION_SPEC_HASH
 from tests.support.memory_cluster import MemoryCluster
@@ -56,14 +57,25 @@ def runner_set(uid: str = OWNER_UID) -> dict[str, Any]:
 
 
 class Scene:
-    def __init__(self, cluster: MemoryCluster, monitor: CapacityMonitor, clock: Clock) -> None:
+    """A monitor on an in-memory cluster, with a clock the test moves and every value the
+    monitor advertised."""
+
+    def __init__(
+        self,
+        cluster: MemoryCluster,
+        monitor: CapacityMonitor,
+        clock: Clock,
+        registry: CollectorRegistry,
+        values: list[int],
+    ) -> None:
         self.cluster = cluster
         self.monitor = monitor
         self.clock = clock
-        self.values: list[int] = []
+        self.registry = registry
+        self.values = values
 
     @property
-    def reconciler(self) -> Any:
+    def reconciler(self) -> Reconciler:
         return self.monitor.reconciler
 
     def placeholders(self, role: Role | None = None) -> list[str]:
@@ -74,7 +86,8 @@ class Scene:
         )
 
     async def settle(self) -> None:
-        """Let the view's informer tasks take every queued event."""
+        """Let the view's informer tasks take every queued event: the in-memory watches do
+        no I/O, so a few turns of the event loop deliver everything published so far."""
         for _ in range(20):
             await asyncio.sleep(0)
 
@@ -90,12 +103,8 @@ class Scene:
         )
         return sample or 0.0
 
-    registry: CollectorRegistry
 
-
-async def _start(
-    cluster: MemoryCluster | None = None, *, proactive: int = 1, **overrides: Any
-) -> Scene:
+def start(cluster: MemoryCluster | None = None, *, proactive: int = 1, **overrides: Any) -> Scene:
     cluster = cluster or MemoryCluster()
     if not cluster.objects.get(Resource.arc("ephemeralrunnersets", NS).path):
         cluster.add(Resource.arc("ephemeralrunnersets", NS), runner_set())
@@ -123,10 +132,7 @@ async def _start(
         on_reconcile=lambda: None,
     )
     monitor.reconciler.clock = clock
-    scene = Scene(cluster, monitor, clock)
-    scene.values = scene_values
-    scene.registry = registry
-    return scene
+    return Scene(cluster, monitor, clock, registry, scene_values)
 
 
 class Running:
@@ -155,7 +161,7 @@ def quota() -> KubeError:
 
 
 async def test_failed_creates_back_off_exponentially_and_recover() -> None:
-    scene = await _start(proactive=2)
+    scene = start(proactive=2)
     scene.cluster.fail_creates = [quota(), quota()]
     async with Running(scene):
         await scene.reconciler.reconcile_once()
@@ -197,7 +203,7 @@ async def test_failed_creates_back_off_exponentially_and_recover() -> None:
 
 
 async def test_a_template_the_specs_cannot_use_is_counted_not_fatal() -> None:
-    scene = await _start()
+    scene = start()
 
     def broken(*_: object) -> Any:
         raise ValueError("bad template")
@@ -213,7 +219,7 @@ async def test_a_template_the_specs_cannot_use_is_counted_not_fatal() -> None:
 
 
 async def test_expectations_stop_a_lagging_watch_from_causing_duplicate_creates() -> None:
-    scene = await _start(proactive=1)
+    scene = start(proactive=1)
     async with Running(scene):
         scene.cluster.hold_events = asyncio.Event()  # the watch falls behind
         await scene.reconciler.reconcile_once()
@@ -235,7 +241,7 @@ async def test_expectations_stop_a_lagging_watch_from_causing_duplicate_creates(
 
 
 async def test_expected_deletes_are_not_counted_as_capacity() -> None:
-    scene = await _start(proactive=1)
+    scene = start(proactive=1)
     async with Running(scene):
         await scene.reconciler.reconcile_once()
         await scene.run_all()
@@ -256,7 +262,7 @@ async def test_expected_deletes_are_not_counted_as_capacity() -> None:
 
 
 async def test_shutdown_deletes_every_placeholder_within_its_budget() -> None:
-    scene = await _start(proactive=2)
+    scene = start(proactive=2)
     async with Running(scene):
         await scene.reconciler.reconcile_once()
         await scene.settle()
@@ -272,7 +278,7 @@ async def test_shutdown_deletes_every_placeholder_within_its_budget() -> None:
 
 
 async def test_shutdown_also_deletes_pods_being_created() -> None:
-    scene = await _start(proactive=1)
+    scene = start(proactive=1)
     async with Running(scene):
         scene.cluster.hold_events = asyncio.Event()  # the view never saw them
         await scene.reconciler.reconcile_once()
@@ -286,7 +292,7 @@ async def test_shutdown_also_deletes_pods_being_created() -> None:
 async def test_start_adopts_verified_placeholders_and_sweeps_the_rest() -> None:
     cluster = MemoryCluster()
     cluster.add(Resource.arc("ephemeralrunnersets", NS), runner_set())
-    scene = await _start(cluster, proactive=1)
+    scene = start(cluster, proactive=1)
     async with Running(scene):
         owner = scene.monitor.view.runner_set
         assert owner is not None
@@ -321,7 +327,7 @@ async def test_nothing_is_created_without_the_runner_set() -> None:
         Resource.arc("ephemeralrunnersets", NS),
         {**runner_set(), "metadata": {"name": "someone-else", "uid": "x"}},
     )
-    scene = await _start(cluster, proactive=1)
+    scene = start(cluster, proactive=1)
     async with Running(scene):
         await scene.reconciler.reconcile_once()
     assert cluster.creates == []
@@ -342,7 +348,7 @@ async def until(predicate: Callable[[], bool], what: str) -> None:
 
 
 async def test_signal_loop_follows_the_view_without_a_reconcile_pass() -> None:
-    scene = await _start(proactive=2)
+    scene = start(proactive=2)
     async with Running(scene):
         await scene.reconciler.reconcile_once()
         assert scene.values == [0, 0]  # at start, and after a pass with only Pending pairs
@@ -363,7 +369,7 @@ async def test_signal_loop_follows_the_view_without_a_reconcile_pass() -> None:
 
 
 async def test_signal_loop_waits_for_the_view_to_sync() -> None:
-    scene = await _start(proactive=1)
+    scene = start(proactive=1)
     signal = asyncio.create_task(scene.reconciler.signal_loop())
     try:
         scene.monitor.view.poke()
