@@ -26,13 +26,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import httpx
-from pydantic import SecretStr
 
 from capacity.hud import HudClient
 from capacity.model import HudOutcome, HudResult
-from capacity.settings import HUD_TOKEN_ENV, CapacitySettings, DemandSettings, HudSettings
-
-__all__ = ["DemandReader", "HudDemand", "Reading", "build_reader"]
+from capacity.settings import CapacitySettings, DemandSettings, HudSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,7 +126,6 @@ GitHubReaderFactory = Callable[[CapacitySettings, Sequence[str]], DemandReader]
 def build_reader(
     settings: CapacitySettings,
     labels: Sequence[str],
-    env: Mapping[str, str],
     *,
     github: GitHubReaderFactory | None = None,
 ) -> DemandReader | None:
@@ -137,11 +133,8 @@ def build_reader(
     GitHub source is selected but no GitHub access was given."""
     source = settings.demand_source
     if source == "hud":
-        hud = settings.hud
-        token = hud.token
-        if token is None and env.get(HUD_TOKEN_ENV):
-            token = SecretStr(env[HUD_TOKEN_ENV])
-        return HudDemand(hud.model_copy(update={"token": token}), labels, settings.demand)
+        # The token is in the settings already (load_capacity_settings, HUD_API_TOKEN).
+        return HudDemand(settings.hud, labels, settings.demand)
     if source == "github":
         if github is None:
             raise ValueError("demand.source: 'github' needs the listener's GitHub credentials")

@@ -62,8 +62,6 @@ from capacity.settings import (
     GitHubDemandSettings,
 )
 
-__all__ = ["GitHubDemand", "GitHubScope", "label_match", "reader_factory", "repositories_for"]
-
 TokenSource = Callable[[], Awaitable[str]]
 T = TypeVar("T")
 

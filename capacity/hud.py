@@ -1,4 +1,4 @@
-"""HUD queued-jobs client (design §5.5).
+"""HUD queued-jobs client (docs/capacity-model.md §4).
 
 `GET <url>?parameters=<url-encoded JSON>` with the header `x-hud-internal-bot: <token>`. The
 answer is a JSON array of rows grouped by (runner_label, org, repo), so one label may appear

@@ -33,21 +33,6 @@ from typing import Any, Generic, TypeVar
 import aiohttp
 from kubernetes_asyncio import client, config
 
-__all__ = [
-    "ARC_GROUP",
-    "ARC_VERSION",
-    "Failed",
-    "Kube",
-    "KubeError",
-    "KubeErrorKind",
-    "Removed",
-    "Reset",
-    "Resource",
-    "Upserted",
-    "WatchEvent",
-    "connect",
-]
-
 log = logging.getLogger("capacity.kube")
 
 # kubernetes-asyncio logs whole request and response bodies at DEBUG.
@@ -90,18 +75,6 @@ class KubeError(Exception):
         self.reason = reason
         self.kind = _kind(status, quota)
         super().__init__(f"kubernetes {action} failed: {status} {reason}".strip())
-
-    @property
-    def transient(self) -> bool:
-        """Worth retrying unchanged later (as opposed to a setting or RBAC to fix)."""
-        return self.kind in {
-            KubeErrorKind.TRANSPORT,
-            KubeErrorKind.THROTTLED,
-            KubeErrorKind.SERVER,
-            KubeErrorKind.CONFLICT,
-            KubeErrorKind.GONE,
-            KubeErrorKind.QUOTA,
-        }
 
 
 def _kind(status: int, quota: bool) -> KubeErrorKind:
@@ -392,20 +365,6 @@ class Kube:
         )
         return 200 <= status < 300
 
-    async def get_runner_set(self, namespace: str, name: str) -> RunnerSet | None:
-        """The EphemeralRunnerSet ``name``, or None if it does not exist."""
-        res = Resource.arc("ephemeralrunnersets", namespace)
-        status, data = await self._call(
-            "GET",
-            f"{res.path}/{name}",
-            action="get ephemeralrunnersets",
-            rbac=res.rbac("get"),
-            ok_statuses=frozenset({404}),
-        )
-        if status == 404:
-            return None
-        return runner_set_from(json.loads(data))
-
     async def get_node(self, name: str) -> NodeState | None:
         """A node's schedulability, or None if it does not exist."""
         status, data = await self._call(
@@ -611,6 +570,6 @@ async def connect(env: Mapping[str, str] | None = None) -> AsyncIterator[Kube]:
     if kubeconfig:
         await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     else:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        config.load_incluster_config(client_configuration=configuration)
     async with client.ApiClient(configuration) as api:
         yield Kube(api)

@@ -23,8 +23,6 @@ from capacity.model import Demand, DemandSource, HudResult, Observed, Plan, PodP
 if TYPE_CHECKING:
     from capacity.demand import Reading
 
-__all__ = ["CREATE_OK", "DEMAND_PARTS", "GITHUB_CALL_RESULTS", "CapacityMetrics"]
-
 NAME: Final = "name"
 NAMESPACE: Final = "namespace"
 CREATE_OK: Final = "ok"
@@ -54,6 +52,11 @@ class _NoCreated:
                 created = family.name + "_created"
                 family.samples = [s for s in family.samples if s.name != created]
                 yield family
+
+
+Registry = CollectorRegistry
+"""The registry type the other capacity modules pass around (they do not import
+prometheus_client)."""
 
 
 class CapacityMetrics:

@@ -262,7 +262,7 @@ class Deletion:
 
 @dataclass(frozen=True, kw_only=True)
 class Sides:
-    """The capacity count of one snapshot (design §5.2)."""
+    """The capacity count of one snapshot (docs/capacity-model.md §3)."""
 
     runner_side: int
     workflow_side: int
@@ -284,11 +284,10 @@ class Plan:
     advertised: int = 0
     runner_side: int = 0
     workflow_side: int = 0
-    desired_pairs: int = 0  # the §5.2 formula, undamped
+    desired_pairs: int = 0  # docs/capacity-model.md §4, undamped
     target_pairs: int = 0  # desired after the downscale damping and the headroom clamp
     running_pairs: int = 0  # pairs with both halves Running (and usable)
     pending_pairs: int = 0  # pairs with a half still Pending
-    renewing_pairs: int = 0  # pairs within renew_before of expiry
     broken: int = 0  # lone halves (the other half is gone)
 
 

@@ -1,4 +1,4 @@
-"""The capacity monitor: the one object the listener creates (design §5).
+"""The capacity monitor: the one object the listener creates (docs/capacity-model.md).
 
 It wires the watch-driven view, the reconciler, the demand poller (HUD or GitHub's REST API,
 `capacity.demand`) and the metrics together and runs them until the listener's stop event is
@@ -37,18 +37,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 from capacity import policy, specs
+from capacity.cluster import Cluster
 from capacity.demand import DemandReader, GitHubReaderFactory, build_reader
-from capacity.kube import ARC_GROUP, ARC_VERSION, Kube, KubeError, RunnerSet
-from capacity.metrics import CapacityMetrics
+from capacity.kube import ARC_GROUP, ARC_VERSION, KubeError, RunnerSet
+from capacity.metrics import CapacityMetrics, Registry
 from capacity.model import Demand, HudState, Params, Role
 from capacity.reconciler import Manifest, Reconciler
 from capacity.settings import CapacitySettings, to_params
 from capacity.view import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, View, fingerprint
-
-__all__ = ["SHUTDOWN_BUDGET", "CapacityMonitor"]
 
 log = logging.getLogger("capacity.monitor")
 
@@ -62,16 +59,15 @@ class CapacityMonitor:
         self,
         *,
         settings: CapacitySettings,
-        kube: Kube,
+        kube: Cluster,
         runner_namespace: str,
         runner_set_name: str,
         scale_set_name: str,
         runner_labels: tuple[str, ...],
         max_runners: Callable[[], int],
         set_max_capacity: Callable[[int], None],
-        registry: CollectorRegistry,
+        registry: Registry,
         on_reconcile: Callable[[], None],
-        env: Mapping[str, str],
         github_demand: GitHubReaderFactory | None = None,
     ) -> None:
         self.settings = settings
@@ -87,9 +83,8 @@ class CapacityMonitor:
         self.hud_state = HudState()
         # HUD, GitHub's REST API or nothing (settings.demand_source).
         self._demand: DemandReader | None = build_reader(
-            settings, runner_labels, env, github=github_demand
+            settings, runner_labels, github=github_demand
         )
-        self.metrics: CapacityMetrics | None = None
         self._template_for: tuple[RunnerSet, specs.PlaceholderTemplate] | None = None
         self.view = View(
             kube,
@@ -174,8 +169,7 @@ class CapacityMonitor:
     # --- loops ----------------------------------------------------------------------------
 
     def _watch_error(self, stream: str, error: KubeError) -> None:
-        if self.metrics is not None:
-            self.metrics.record_kube_error(f"watch {stream}", error.kind.value)
+        self.metrics.record_kube_error(f"watch {stream}", error.kind.value)
 
     async def _hud_loop(self) -> None:
         """Read the demand source every recalculate_interval (±10%), after a random start
@@ -189,8 +183,7 @@ class CapacityMonitor:
             outcome = reading.outcome
             before = policy.resolve_demand(self.hud_state, time.time(), self.params())
             self.hud_state = policy.record_hud(self.hud_state, outcome, time.time())
-            if self.metrics is not None:
-                self.metrics.record_reading(reading)
+            self.metrics.record_reading(reading)
             if outcome.queued is None:
                 log.warning(
                     "demand read failed",
@@ -234,6 +227,5 @@ class CapacityMonitor:
             if self._demand is not None:
                 with contextlib.suppress(Exception):
                     await self._demand.aclose()
-            if self.metrics is not None:
-                self.metrics.unregister()
+            self.metrics.unregister()
             log.info("capacity monitor stopped")

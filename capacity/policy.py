@@ -3,7 +3,7 @@
 PURE: no I/O, no clock, no asyncio, no logging. `now` (epoch seconds) is passed in, and the
 little state the policy needs between passes travels in `Memory`, which it returns.
 
-Counting (design §5.2)::
+Counting (docs/capacity-model.md §3, §4)::
 
     desired_pairs = clamp(proactive_capacity + queued, 0, max_runners − active_runners)
     runner_side   = bound real runner pods   + ready placeholder-runners
@@ -119,7 +119,7 @@ def headroom(params: Params, active_runners: int) -> int:
 
 
 def desired_pairs(params: Params, demand: Demand, active_runners: int) -> int:
-    """The §5.2 formula: proactive capacity plus queued jobs, within the headroom."""
+    """Proactive capacity plus queued jobs, within the headroom (docs/capacity-model.md §4)."""
     wanted = params.proactive_capacity + demand.queued
     return max(0, min(wanted, headroom(params, active_runners)))
 
@@ -415,7 +415,6 @@ def plan(
         target_pairs=target,
         running_pairs=running_pairs,
         pending_pairs=len(pairs) - running_pairs,
-        renewing_pairs=len(renewing),
         broken=len(lone_runners) + len(lone_workflows),
     )
     memory = Memory(desired_window=window, next_slot=first + count, lone_since=tuple(lone_since))

@@ -3,7 +3,7 @@
 Two loops share one view and one set of expectations:
 
 - the *signal* loop recomputes the advertised value on every (coalesced) view change and
-  whenever ``max_runners`` changes, and passes it to ``set_max_capacity`` at once. This is the
+  passes it to ``set_max_capacity`` at once. This is the
   capacity-signal path; it plans (pure, cheap) but never touches the cluster.
 - the *reconcile* loop runs a full pass on a coalesced view change or every
   ``recalculate_interval``: plan, publish the advertised value, delete, create, record metrics.
@@ -28,7 +28,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from capacity import policy
-from capacity.kube import Kube, KubeError, RunnerSet
+from capacity.cluster import Cluster
+from capacity.kube import KubeError, RunnerSet
 from capacity.metrics import CREATE_EXISTS, CREATE_OK, CapacityMetrics
 from capacity.model import (
     Deletion,
@@ -42,8 +43,6 @@ from capacity.model import (
     Role,
 )
 from capacity.view import View
-
-__all__ = ["Expectations", "PairBuilder", "Reconciler"]
 
 log = logging.getLogger("capacity.reconciler")
 
@@ -144,7 +143,7 @@ class Reconciler:
         self,
         *,
         view: View,
-        kube: Kube,
+        kube: Cluster,
         namespace: str,
         params: Callable[[], Params],
         demand: Callable[[float], Demand],
@@ -199,16 +198,10 @@ class Reconciler:
 
     # --- the signal path ------------------------------------------------------------------
 
-    async def signal_loop(self, *, tick: float = 1.0) -> None:
-        """Republish on every coalesced view change, and within ``tick`` seconds of a
-        ``max_runners`` change (an operator cap applies at once, ci-infra #921)."""
-        last_cap: int | None = None
+    async def signal_loop(self) -> None:
+        """Republish on every coalesced view change."""
         while True:
-            poked = await self.view.signal.wait(within=tick)
-            cap = self.params().max_runners
-            if not poked and cap == last_cap:
-                continue
-            last_cap = cap
+            await self.view.signal.wait()
             if not self.view.synced:
                 continue  # nothing is verified yet; the monitor advertised 0 at start
             try:

@@ -257,7 +257,7 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 class CapacitySettings(BaseSettings):
-    """The capacity monitor's settings for one scale set (design §6)."""
+    """The capacity monitor's settings for one scale set (deploy/config/REFERENCE.md)."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,

@@ -1,4 +1,5 @@
-"""Placeholder pod manifests (design §5.4), as plain dicts ready for the Kubernetes API.
+"""Placeholder pod manifests (docs/capacity-model.md §7), as plain dicts ready for the
+Kubernetes API.
 
 PURE: no I/O, no clock. `now` is passed in.
 
@@ -132,17 +133,6 @@ def check_slot(slot: str) -> str:
 def format_expiry(epoch: float) -> str:
     """The expiry annotation's value: RFC 3339 in UTC, whole seconds."""
     return datetime.fromtimestamp(math.ceil(epoch), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_expiry(text: str | None) -> float | None:
-    """Epoch seconds from the expiry annotation, or None if absent or malformed."""
-    if not text:
-        return None
-    try:
-        parsed = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None
-    return parsed.timestamp()
 
 
 # --- from settings and the runner pod template --------------------------------------------

@@ -31,9 +31,9 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from capacity import model
+from capacity.cluster import Cluster
 from capacity.kube import (
     Failed,
-    Kube,
     KubeError,
     NodeState,
     Removed,
@@ -45,23 +45,6 @@ from capacity.kube import (
     runner_set_from,
 )
 from capacity.model import Observed, Placeholder, PodPhase, RealPod, Role
-
-__all__ = [
-    "ANNOTATION_OWNER_UID",
-    "ANNOTATION_SPEC_HASH",
-    "RUNNER_POD_LABEL",
-    "SCALE_SET_LABEL",
-    "UNUSABLE_TAINTS",
-    "PlaceholderPod",
-    "Trigger",
-    "View",
-    "WorkflowPod",
-    "fingerprint",
-    "placeholder_from",
-    "real_pod_from",
-    "runner_active",
-    "workflow_pod_from",
-]
 
 log = logging.getLogger("capacity.view")
 
@@ -263,7 +246,7 @@ class View:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: Cluster,
         *,
         placeholder_namespace: str,
         runner_namespace: str,

@@ -1,4 +1,5 @@
-"""Actions-service client: message session, long poll, ack, acquirejobs, scale set (§3).
+"""Actions-service client: message session, long poll, ack, acquirejobs, scale set
+(docs/wire-protocol.md §3).
 
 Two kinds of calls:
 
@@ -57,14 +58,6 @@ from listener.wire import (
     parse_scale_set,
     parse_session,
 )
-
-__all__ = [
-    "API_VERSION",
-    "NIL_SESSION_ID",
-    "ActionsClient",
-    "AdminConnectionSource",
-    "admin_url",
-]
 
 log = logging.getLogger(__name__)
 

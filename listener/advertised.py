@@ -6,16 +6,14 @@ whenever the scheduler-confirmed capacity changes; the loop reads :attr:`value` 
 starts a poll and waits on :meth:`wait_changed` so it can abandon a poll that carries a stale
 header.
 
-Invariant: the value is always ``0 <= value <= max_runners`` for the *current* operator cap,
-so an operator lowering ``max_runners`` takes effect at once (ci-infra #921 kept advertising
-53 while the cap was 0).
+Invariant: the value is always ``0 <= value <= max_runners``. ``max_runners`` is fixed for the
+life of the process: ARC restarts the listener with a new config when the scale set's
+``maxRunners`` changes, and the new process starts from the new cap.
 """
 
 from __future__ import annotations
 
 import asyncio
-
-__all__ = ["MAX_INT32", "AdvertisedCapacity"]
 
 MAX_INT32 = 2_147_483_647
 
@@ -52,11 +50,7 @@ class AdvertisedCapacity:
 
     def set_max_capacity(self, capacity: int) -> None:
         """Record the capacity the scheduler has confirmed (called by the capacity monitor)."""
-        self._update(confirmed=max(0, int(capacity)), max_runners=self._max_runners)
-
-    def set_max_runners(self, max_runners: int) -> None:
-        """Apply a new operator cap; the advertised value drops at once if it was above it."""
-        self._update(confirmed=self._confirmed, max_runners=_check(max_runners, "max_runners"))
+        self._update(confirmed=max(0, int(capacity)))
 
     async def wait_changed(self, since_version: int) -> int:
         """Wait until :attr:`version` differs from ``since_version``; return the new version."""
@@ -64,10 +58,9 @@ class AdvertisedCapacity:
             await self._changed.wait()
         return self._version
 
-    def _update(self, *, confirmed: int | None, max_runners: int) -> None:
+    def _update(self, *, confirmed: int) -> None:
         before = self.value
         self._confirmed = confirmed
-        self._max_runners = max_runners
         if self.value != before:
             self._version += 1
             # Wake every current waiter, then start a fresh event for the next change: the

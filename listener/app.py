@@ -22,25 +22,31 @@ import time
 import uuid
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
-
-from prometheus_client import CollectorRegistry
 
 from capacity import kube as kube_mod
 from capacity.demand import GitHubReaderFactory
 from capacity.github_demand import GitHubScope, reader_factory, repositories_for
 from capacity.settings import CapacitySettings, load_capacity_settings
-from listener import github_auth, http
+from listener import github_auth, http, vault
 from listener.actions import ActionsClient
 from listener.advertised import AdvertisedCapacity
-from listener.config import AppCredentials, Config, TokenCredentials, load_config
+from listener.config import (
+    AppCredentials,
+    Config,
+    TokenCredentials,
+    VaultReader,
+    config_path,
+    forces_ghes,
+    parse_config,
+    unreadable,
+)
 from listener.logs import configure_logging, register_secret
 from listener.loop import Listener
-from listener.metrics import ListenerMetrics
+from listener.metrics import ListenerMetrics, Registry, new_registry
 from listener.scaler import KubePatcher, Scaler
 from listener.server import Health, build_app, parse_addr, serve
-
-__all__ = ["Options", "main", "run"]
 
 log = logging.getLogger("listener")
 
@@ -86,6 +92,22 @@ class Options:
         )
 
 
+def load_config(
+    env: Mapping[str, str], *, read_vault_secret: VaultReader = vault.read_secret
+) -> Config:
+    """Read the file named by ``LISTENER_CONFIG_PATH`` and parse it (config.py stays pure).
+
+    Blocking (the file, and for a config kept in Azure Key Vault the vault read): the caller
+    runs it in a worker thread.
+    """
+    path = config_path(env)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise unreadable(path, exc.strerror or str(exc)) from None
+    return parse_config(raw, force_ghes=forces_ghes(env), read_vault_secret=read_vault_secret)
+
+
 def _owner_name() -> str:
     # ARC uses the hostname, which in Kubernetes is the pod name.
     try:
@@ -121,7 +143,7 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
     _register_secrets(cfg)
     capacity_settings = _capacity_settings(env)
 
-    registry = CollectorRegistry(auto_describe=True)
+    registry = new_registry()
     metrics = (
         ListenerMetrics(
             registry,
@@ -199,7 +221,7 @@ class _Parts:
     kube: kube_mod.Kube
     actions: ActionsClient
     advertised: AdvertisedCapacity
-    registry: CollectorRegistry
+    registry: Registry
     metrics: ListenerMetrics | None
     health: Health
     github_demand: GitHubReaderFactory | None = None
@@ -274,7 +296,6 @@ async def _listen(
                     set_max_capacity=p.advertised.set_max_capacity,
                     registry=p.registry,
                     on_reconcile=lambda: p.health.mark("reconcile", time.monotonic()),
-                    env=p.env,
                     github_demand=p.github_demand,
                 )
                 tg.create_task(_guard("capacity", monitor.run(stop), stop))

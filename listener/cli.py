@@ -20,8 +20,6 @@ from listener.config import ConfigError
 from listener.errors import ActionsError
 from listener.logs import redact
 
-__all__ = ["main"]
-
 # Errors whose message says it all; anything else is a bug, reported with its type name.
 _EXPECTED = (ConfigError, CapacitySettingsError, app.StartupError, ActionsError, KubeError)
 

@@ -1,10 +1,11 @@
 """The listener config file the ARC controller writes (config.json) → :class:`Config`.
 
-Pure: no I/O except :func:`load_config`, which reads the one file named by
-``LISTENER_CONFIG_PATH``, and, for a config whose credentials are in Azure Key Vault, the
-vault read (``listener.vault``; injectable for tests). The decoding follows Go's
-``encoding/json`` as ARC uses it (keys matched case-insensitively, unknown keys ignored,
-``null`` leaves a field at its zero value)
+PURE: no I/O. :func:`config_path` says which file to read (``LISTENER_CONFIG_PATH``); the
+composition root (``listener.app.load_config``) reads it and hands the bytes to
+:func:`parse_config`, with the Azure Key Vault reader (``listener.vault.read_secret``) for a
+config whose credentials are in a vault. The decoding follows Go's ``encoding/json`` as ARC
+uses it (keys matched case-insensitively, unknown keys ignored, ``null`` leaves a field at
+its zero value)
 and the validation reproduces ARC's rules and messages, in ARC's order, so a config that ARC
 refuses is refused here with the same words.
 
@@ -33,33 +34,42 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
 from cryptography import x509
 
-from listener import vault
 
-__all__ = [
-    "MAX_INT32",
-    "AppCredentials",
-    "Config",
-    "ConfigError",
-    "Credentials",
-    "GitHubTarget",
-    "MetricSpec",
-    "MetricsConfig",
-    "Scope",
-    "TokenCredentials",
-    "load_config",
-    "parse_config",
-    "parse_github_target",
-]
+class VaultError(Exception):
+    """The vault config is unusable or the secret could not be read (one line, ARC's words).
 
-VaultReader = Callable[[vault.AzureKeyVaultConfig, str], str]
-"""Reads one secret from Azure Key Vault (``listener.vault.read_secret``)."""
+    ``invalid_config``: the vault settings themselves are wrong (ARC reports those as "failed
+    to validate config"), as opposed to a vault that could not be reached or read.
+    """
+
+    def __init__(self, message: str, *, invalid_config: bool = False) -> None:
+        super().__init__(message)
+        self.invalid_config = invalid_config
+
+
+@dataclass(frozen=True)
+class AzureKeyVaultConfig:
+    """config.json ``azure_key_vault``: ARC's ``azurekeyvault.Config``.
+
+    ``proxy`` is Go's ``httpproxy.Config`` (``HTTPProxy``, ``HTTPSProxy``, ``NoProxy``), or
+    None when absent; the controller itself never writes one.
+    """
+
+    tenant_id: str
+    client_id: str
+    url: str
+    certificate_path: str
+    proxy: tuple[str, str, str] | None = None
+
+
+VaultReader = Callable[[AzureKeyVaultConfig, str], str]
+"""Checks the vault settings and reads one secret (``listener.vault.read_secret``)."""
 
 MAX_INT32: Final = 2_147_483_647
 _INT64_MIN: Final = -(2**63)
@@ -448,11 +458,11 @@ def _credentials(obj: _Object, prefix: str = "AppConfig validation failed: ") ->
     return AppCredentials(app_id=app_id, installation_id=installation_id, private_key=private_key)
 
 
-def _azure_key_vault(obj: _Object) -> vault.AzureKeyVaultConfig:
+def _azure_key_vault(obj: _Object) -> AzureKeyVaultConfig:
     raw = obj.get("azure_key_vault")
     if raw is None:
         # ARC dereferences the missing object and panics; say what is missing instead.
-        raise vault.VaultError("azure_key_vault is not set")
+        raise VaultError("azure_key_vault is not set", invalid_config=True)
     if not isinstance(raw, dict):
         raise _decode_error("azure_key_vault", "an object", raw)
     akv = _Object(raw, "azure_key_vault.")
@@ -464,7 +474,7 @@ def _azure_key_vault(obj: _Object) -> vault.AzureKeyVaultConfig:
         # Go's httpproxy.Config has no JSON tags: its field names are the keys.
         p = _Object(raw_proxy, "azure_key_vault.proxy.")
         proxy = (p.string("HTTPProxy"), p.string("HTTPSProxy"), p.string("NoProxy"))
-    return vault.AzureKeyVaultConfig(
+    return AzureKeyVaultConfig(
         tenant_id=akv.string("tenant_id"),
         client_id=akv.string("client_id"),
         url=akv.string("url"),
@@ -476,22 +486,14 @@ def _azure_key_vault(obj: _Object) -> vault.AzureKeyVaultConfig:
 def _vault_credentials(obj: _Object, lookup_key: str, read_secret: VaultReader) -> Credentials:
     """ARC's vault path: check the vault config, read the secret, parse it as the app config."""
     try:
-        config = _azure_key_vault(obj)
-        vault.check(config)
-    except vault.VaultError as exc:
-        raise ConfigError(
-            f"failed to create Azure Key Vault client: failed to validate config: {exc}",
-            field="azure_key_vault",
-            stage="read",
-        ) from None
-    try:
-        raw = read_secret(config, lookup_key)
-    except vault.VaultError as exc:
-        where = (
-            "failed to create Azure Key Vault client"
-            if str(exc).startswith("failed to create azsecrets client")
-            else "failed to get app config from vault"
-        )
+        raw = read_secret(_azure_key_vault(obj), lookup_key)
+    except VaultError as exc:
+        if exc.invalid_config:
+            where = "failed to create Azure Key Vault client: failed to validate config"
+        elif str(exc).startswith("failed to create azsecrets client"):
+            where = "failed to create Azure Key Vault client"
+        else:
+            where = "failed to get app config from vault"
         raise ConfigError(f"{where}: {exc}", field="azure_key_vault", stage="read") from None
     prefix = "failed to read app config from string: "
     try:
@@ -545,7 +547,8 @@ def parse_config(
     """Decode and validate config.json. Raises :class:`ConfigError` on the first problem.
 
     With ``vault_type`` ``azure_key_vault`` the credentials are read with
-    ``read_vault_secret`` (default :func:`listener.vault.read_secret`, a network call).
+    ``read_vault_secret`` (the composition root passes :func:`listener.vault.read_secret`, a
+    network call; this module stays free of I/O). Without one, such a config is refused.
     """
     try:
         text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
@@ -566,10 +569,14 @@ def parse_config(
     obj = _Object(data)
     try:
         return _validate(
-            obj, force_ghes=force_ghes, read_vault_secret=read_vault_secret or vault.read_secret
+            obj, force_ghes=force_ghes, read_vault_secret=read_vault_secret or _no_vault
         )
     except ConfigError as exc:
         raise _scrubbed(exc, obj) from None
+
+
+def _no_vault(_config: AzureKeyVaultConfig, _name: str) -> str:
+    raise VaultError("this program was given no Azure Key Vault reader")
 
 
 def _scrubbed(exc: ConfigError, obj: _Object) -> ConfigError:
@@ -702,23 +709,23 @@ def _validate(obj: _Object, *, force_ghes: bool, read_vault_secret: VaultReader)
     )
 
 
-def load_config(env: Mapping[str, str], *, read_vault_secret: VaultReader | None = None) -> Config:
-    """Read the file named by ``LISTENER_CONFIG_PATH`` and parse it.
-
-    ``GITHUB_ACTIONS_FORCE_GHES`` being present at all (any value) forces GHES URL rules.
-    """
+def config_path(env: Mapping[str, str]) -> str:
+    """The config file named by ``LISTENER_CONFIG_PATH``; ConfigError when unset or empty."""
     path = env.get("LISTENER_CONFIG_PATH")
     if path is None:
         raise ConfigError("LISTENER_CONFIG_PATH environment variable is not set", stage="env")
     if path == "":
         # Path("") is the working directory; reading it would only say "Is a directory".
         raise ConfigError("LISTENER_CONFIG_PATH environment variable is empty", stage="env")
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        # Go's os.Open error: "open <path>: <lower-case errno text>".
-        reason = str(exc.strerror or exc)
-        raise ConfigError(f"open {path}: {reason[:1].lower()}{reason[1:]}", stage="read") from None
-    return parse_config(
-        raw, force_ghes="GITHUB_ACTIONS_FORCE_GHES" in env, read_vault_secret=read_vault_secret
-    )
+    return path
+
+
+def unreadable(path: str, reason: str) -> ConfigError:
+    """The error for a config file that cannot be read: Go's os.Open error text,
+    ``open <path>: <lower-case errno text>``, as ARC prints it."""
+    return ConfigError(f"open {path}: {reason[:1].lower()}{reason[1:]}", stage="read")
+
+
+def forces_ghes(env: Mapping[str, str]) -> bool:
+    """``GITHUB_ACTIONS_FORCE_GHES`` being present at all (any value) forces GHES URL rules."""
+    return "GITHUB_ACTIONS_FORCE_GHES" in env

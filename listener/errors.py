@@ -11,26 +11,11 @@
     ├── ProtocolError                 a success status whose body does not have the wire shape
     └── CredentialsError              local credentials unusable (e.g. a bad App private key)
 
-:func:`is_transient` tells whether the *condition* behind an error can clear by itself
-(server overload, network blip, an old session expiring) as opposed to needing a human
-(bad credentials, a protocol mismatch). Retrying is the job of ``listener.http``; this
-predicate is for callers that decide how to report or whether to restart.
+Retrying is the job of ``listener.http``, which reads ``RequestFailedError.transient`` and
+the status of ``ActionsHTTPError`` (:func:`is_retryable_status`).
 """
 
 from __future__ import annotations
-
-__all__ = [
-    "ActionsError",
-    "ActionsHTTPError",
-    "CredentialsError",
-    "ProtocolError",
-    "RequestFailedError",
-    "RetriesExhaustedError",
-    "SessionConflictError",
-    "UnauthorizedError",
-    "is_retryable_status",
-    "is_transient",
-]
 
 # Longest server-provided text kept in an error; bodies can be large HTML pages.
 _MAX_TEXT = 300
@@ -48,7 +33,7 @@ class ActionsError(Exception):
 class ActionsHTTPError(ActionsError):
     """The server answered with a status the call does not accept.
 
-    ``type_name`` and ``message`` come from the error body (protocol reference §3.8):
+    ``type_name`` and ``message`` come from the error body (docs/wire-protocol.md §2):
     ``text/plain`` bodies are the message; JSON bodies give ``typeName`` and ``message``.
     ``activity_id`` and ``github_request_id`` are the ``ActivityId`` and
     ``X-GitHub-Request-Id`` response headers, which GitHub support asks for.
@@ -174,22 +159,6 @@ class CredentialsError(ActionsError):
 
 
 def is_retryable_status(status: int) -> bool:
-    """Statuses ARC's HTTP client retries: 429 and every 5xx except 501 (reference §2.5)."""
+    """Statuses ARC's HTTP client retries: 429 and every 5xx except 501
+    (docs/wire-protocol.md §2)."""
     return status == 429 or (500 <= status <= 599 and status != 501)
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True when the condition behind ``exc`` may clear without anyone changing anything."""
-    if isinstance(exc, RetriesExhaustedError):
-        return is_transient(exc.last_error)
-    if isinstance(exc, SessionConflictError):
-        return True  # the other session ends or expires on the server side
-    if isinstance(exc, UnauthorizedError):
-        return False
-    if isinstance(exc, ActionsHTTPError):
-        return is_retryable_status(exc.status)
-    if isinstance(exc, RequestFailedError):
-        return exc.transient
-    if isinstance(exc, ActionsError):
-        return False
-    return isinstance(exc, TimeoutError | ConnectionError)

@@ -1,4 +1,4 @@
-"""GitHub credentials → Actions-service admin connection (protocol reference §2.1–§2.4).
+"""GitHub credentials → Actions-service admin connection (docs/wire-protocol.md §2).
 
 The chain, re-run in full whenever a new admin token is needed:
 
@@ -32,14 +32,6 @@ from listener.config import AppCredentials, Credentials, GitHubTarget
 from listener.errors import CredentialsError, ProtocolError
 from listener.http import Clock, Sleep, error_from_response, redact_url, send
 from listener.wire import WireError, decode_json
-
-__all__ = [
-    "ADMIN_TOKEN_REFRESH_MARGIN",
-    "AdminConnection",
-    "GitHubAuth",
-    "app_jwt",
-    "github_api_url",
-]
 
 log = logging.getLogger(__name__)
 

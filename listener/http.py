@@ -1,4 +1,5 @@
-"""The one HTTP layer: client factory and the single retry policy (ARC's, reference §2.5).
+"""The one HTTP layer: client factory and the single retry policy (ARC's, see
+docs/wire-protocol.md §2).
 
 Everything that talks to GitHub or the Actions service goes through :func:`make_client` and
 :func:`send`; no other module retries.
@@ -19,8 +20,9 @@ Client (:func:`make_client`):
 - Deadlines: a per-operation :class:`httpx.Timeout` on the client (``LONG_POLL_TIMEOUT`` is
   passed for the long poll), and :func:`send` bounds each whole attempt as well, so a server
   that trickles bytes cannot hold a call forever.
-- User-Agent: ARC's JSON document, naming this listener (:func:`user_agent`). httpx's
-  default ``Accept: */*`` is removed because GitHub API calls carry no Accept header.
+- User-Agent: ARC's JSON document, naming this listener (:func:`user_agent`, and
+  docs/wire-protocol.md §2). httpx's default ``Accept: */*`` is removed because GitHub API
+  calls carry no Accept header.
 
 Retry policy (:func:`send`): 5 attempts; waits 1, 2, 4, 8 s (capped at 30 s) or the server's
 ``Retry-After`` on 429/503; retries transport failures except certificate and request errors,
@@ -64,28 +66,6 @@ from listener.errors import (
     is_retryable_status,
 )
 from listener.wire import WireError, decode_json
-
-__all__ = [
-    "ATTEMPTS",
-    "DEFAULT_DEADLINE",
-    "DEFAULT_TIMEOUT",
-    "LONG_POLL_DEADLINE",
-    "LONG_POLL_TIMEOUT",
-    "RETRY_AFTER_MAX",
-    "RETRY_WAIT_MAX",
-    "RETRY_WAIT_MIN",
-    "Clock",
-    "ProxySettings",
-    "Sleep",
-    "error_from_response",
-    "make_client",
-    "redact_url",
-    "retry_after",
-    "retry_on_conflict",
-    "send",
-    "ssl_context",
-    "user_agent",
-]
 
 log = logging.getLogger(__name__)
 
@@ -364,7 +344,7 @@ def redact_url(url: httpx.URL) -> str:
 
 
 def error_from_response(response: httpx.Response) -> ActionsHTTPError:
-    """Build the error for an unexpected status (reference §3.8)."""
+    """Build the error for an unexpected status (docs/wire-protocol.md §2)."""
     type_name, message = _error_body(response)
     cls = UnauthorizedError if response.status_code == 401 else ActionsHTTPError
     return cls(

@@ -24,14 +24,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
-__all__ = [
-    "REDACTED",
-    "RedactingFilter",
-    "configure_logging",
-    "redact",
-    "register_secret",
-]
-
 REDACTED: Final = "***"
 
 LEVELS: Final[Mapping[str, int]] = {

@@ -1,6 +1,6 @@
 """The long-poll loop: ARC's ``listener.Run`` with a live ``X-ScaleSetMaxCapacity``.
 
-Order of work per message is ARC's (protocol reference §4.2): statistics → ack (DELETE) →
+Order of work per message is ARC's (docs/wire-protocol.md §4): statistics → ack (DELETE) →
 acquire ``JobAvailable`` → ``JobStarted`` → ``JobCompleted`` → desired runner count. A 202
 re-uses the last statistics.
 
@@ -26,8 +26,6 @@ from typing import Protocol
 
 from listener.advertised import AdvertisedCapacity
 from listener.wire import JobMessage, Message, Session, Statistics
-
-__all__ = ["ActionsSession", "Listener", "Recorder", "RunnerScaler"]
 
 log = logging.getLogger(__name__)
 

@@ -35,16 +35,6 @@ from prometheus_client.metrics_core import Metric
 from listener.config import ConfigError, GitHubTarget, MetricsConfig, MetricSpec
 from listener.wire import JobMessage, Statistics
 
-__all__ = [
-    "DEFAULT_METRICS",
-    "DEFAULT_RUNTIME_BUCKETS",
-    "GoStyleCollector",
-    "ListenerMetrics",
-    "base_labels",
-    "go_float",
-    "parse_workflow_ref",
-]
-
 log = logging.getLogger("listener.metrics")
 
 # Label keys (ARC's names).
@@ -331,6 +321,16 @@ def _known(
         else:
             log.error("unknown metric name, skipped", extra={"metric": name, "kind": kind})
     return known
+
+
+Registry = CollectorRegistry
+"""The registry type the other modules pass around (they do not import prometheus_client)."""
+
+
+def new_registry() -> Registry:
+    """The process's private registry: only what the listener and the monitor register, no
+    process or platform collectors (ARC's page has none either)."""
+    return CollectorRegistry(auto_describe=True)
 
 
 class ListenerMetrics:

@@ -3,8 +3,8 @@
 The sequencing is pure (:class:`PatchSequencer`) so the controller-facing rules can be tested
 as a table; :class:`Scaler` adds the Kubernetes calls through a small :class:`Patcher` seam.
 
-How the EphemeralRunnerSet controller reads the patch (protocol reference §4.4): it only acts
-when ``patchID == 0`` or ``patchID`` differs from the newest runner's ``patch-id``
+How the EphemeralRunnerSet controller reads the patch (docs/wire-protocol.md §5): it only
+acts when ``patchID == 0`` or ``patchID`` differs from the newest runner's ``patch-id``
 annotation, and it scales *down* only on ``patchID == 0``. So the listener sends patchID 0 at
 start-up and afterwards only when nothing happened since the last patch, the target did not
 change and the target equals ``min_runners``.
@@ -18,15 +18,6 @@ from typing import Any, Protocol
 
 from capacity.kube import Kube, KubeError
 from listener.wire import JobMessage
-
-__all__ = [
-    "KubePatcher",
-    "PatchSequencer",
-    "Patcher",
-    "Scaler",
-    "runner_set_patch",
-    "runner_status_patch",
-]
 
 _MAX_INT32 = 2_147_483_647
 

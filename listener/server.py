@@ -30,16 +30,6 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 
 from listener.metrics import GoStyleCollector
 
-__all__ = [
-    "DEFAULT_METRICS_ENDPOINT",
-    "SHUTDOWN_TIMEOUT",
-    "Health",
-    "build_app",
-    "handler_errors",
-    "parse_addr",
-    "serve",
-]
-
 log = logging.getLogger("listener.server")
 
 DEFAULT_METRICS_ENDPOINT: Final = "/metrics"

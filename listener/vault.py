@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["AzureKeyVaultConfig", "VaultError", "check", "read_secret"]
+from listener.config import AzureKeyVaultConfig, VaultError
 
 # The vault is read before logging is set up. Without a handler on its logger, the Azure
 # clients' warnings would reach Python's last-resort stderr handler and break the promise of
@@ -34,44 +33,31 @@ _RETRIES = 4
 _MAX_DETAIL = 300
 
 
-class VaultError(Exception):
-    """The vault config is unusable or the secret could not be read (one line, ARC's words)."""
-
-
-@dataclass(frozen=True)
-class AzureKeyVaultConfig:
-    """config.json ``azure_key_vault``: ARC's ``azurekeyvault.Config``.
-
-    ``proxy`` is Go's ``httpproxy.Config`` (``HTTPProxy``, ``HTTPSProxy``, ``NoProxy``), or
-    None when absent; the controller itself never writes one.
-    """
-
-    tenant_id: str
-    client_id: str
-    url: str
-    certificate_path: str
-    proxy: tuple[str, str, str] | None = None
-
-
 def check(config: AzureKeyVaultConfig) -> None:
     """ARC's ``Config.Validate``, in its order and words."""
     if not config.tenant_id:
-        raise VaultError("tenant_id is not set")
+        raise VaultError("tenant_id is not set", invalid_config=True)
     if not config.client_id:
-        raise VaultError("client_id is not set")
+        raise VaultError("client_id is not set", invalid_config=True)
     parsed = urlsplit(config.url)
     # Go's url.ParseRequestURI wants an absolute URI (or an absolute path).
     if not (parsed.scheme and (parsed.netloc or parsed.path.startswith("/"))):
-        raise VaultError(f'failed to parse url: parse "{config.url}": invalid URI for request')
+        raise VaultError(
+            f'failed to parse url: parse "{config.url}": invalid URI for request',
+            invalid_config=True,
+        )
     if not config.certificate_path:
-        raise VaultError("cert path must be provided")
+        raise VaultError("cert path must be provided", invalid_config=True)
     if not os.path.exists(config.certificate_path):
         raise VaultError(
             f'cert path "{config.certificate_path}" does not exist: stat '
-            f"{config.certificate_path}: no such file or directory"
+            f"{config.certificate_path}: no such file or directory",
+            invalid_config=True,
         )
     if config.proxy is not None and not any(config.proxy):
-        raise VaultError("proxy configuration is empty, at least one proxy must be set")
+        raise VaultError(
+            "proxy configuration is empty, at least one proxy must be set", invalid_config=True
+        )
 
 
 def _one_line(text: str) -> str:

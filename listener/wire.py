@@ -2,7 +2,7 @@
 
 Responses are parsed here, at the boundary, into frozen dataclasses; nothing else in the
 listener touches raw JSON. The parsers follow Go's ``encoding/json`` as the service's own
-client uses it (protocol reference §3.3, §3.6, §8):
+client uses it (docs/wire-protocol.md §3, §4):
 
 - object keys match field names case-insensitively and unknown keys are ignored;
 - ``null`` or a missing key gives the field's zero value;
@@ -27,22 +27,6 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-
-__all__ = [
-    "JOB_MESSAGE_TYPES",
-    "MESSAGE_TYPE_JOB_MESSAGES",
-    "JobMessage",
-    "Message",
-    "ScaleSetInfo",
-    "Session",
-    "Statistics",
-    "WireError",
-    "decode_json",
-    "parse_acquired_jobs",
-    "parse_message",
-    "parse_scale_set",
-    "parse_session",
-]
 
 MESSAGE_TYPE_JOB_MESSAGES = "RunnerScaleSetJobMessages"
 """The only envelope ``messageType`` the listener accepts."""
@@ -143,7 +127,7 @@ class Session:
 def decode_json(body: bytes) -> Any:
     """Decode a response body as JSON, after dropping a leading UTF-8 byte-order mark.
 
-    The Actions service is known to prefix bodies with a BOM (protocol reference §2.5).
+    The Actions service is known to prefix bodies with a BOM (docs/wire-protocol.md §2).
     """
     return _decode(body, fold_keys=False)
 
@@ -362,7 +346,7 @@ def _jobs(body: str) -> tuple[JobMessage, ...]:
 
 
 def parse_message(body: bytes) -> Message:
-    """Parse a 200 long-poll answer (protocol reference §3.6)."""
+    """Parse a 200 long-poll answer (docs/wire-protocol.md §4)."""
     fields = _Fields(_decode(body, fold_keys=True), "")
     message_type = fields.string("messageType")
     if message_type != MESSAGE_TYPE_JOB_MESSAGES:

@@ -21,8 +21,8 @@ from tests.support.conformance.differences import (
     problems_for,
     unused_wildcards,
 )
-from tests.support.conformance.harness import Run, our_command, run_listener
-from tests.support.conformance.scenarios import SCENARIOS, Scenario
+from tests.support.conformance.harness import Run, Scenario, our_command, run_listener
+from tests.support.conformance.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.conformance
 

@@ -38,6 +38,10 @@ def pytest_runtest_makereport(
         report.sections.append((f"site {site.spec.name}", repr(site.view())))
         for listener in site.listeners:
             report.sections.append((f"{listener.name} log", listener.log_tail(120)))
+        if site.watch_errors:
+            report.sections.append(
+                (f"placeholder watch {site.spec.name}", "\n".join(site.watch_errors))
+            )
         if site.standin is not None and site.standin.errors:
             report.sections.append((f"stand-in {site.spec.name}", "\n".join(site.standin.errors)))
     return report

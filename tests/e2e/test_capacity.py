@@ -3,7 +3,7 @@ on the real scheduler, the runner stand-in, the fake Actions service's shared jo
 
 The outcome that matters is the stranded-job count: a job GitHub assigned whose workflow pod
 never starts. Each site has a runner node pool and a workflow node pool, so losing the
-workflow pool strands jobs while runner pods still start (design §1).
+workflow pool strands jobs while runner pods still start (docs/capacity-model.md §1).
 """
 
 from __future__ import annotations

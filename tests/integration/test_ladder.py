@@ -1,4 +1,4 @@
-"""The priority ladder on the real kube-scheduler (design §5.6).
+"""The priority ladder on the real kube-scheduler (docs/capacity-model.md §2).
 
     20  arc-workflow          workflow pods
     10  placeholder-workflow  preemptionPolicy Never

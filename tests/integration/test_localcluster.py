@@ -80,7 +80,9 @@ async def test_pod_runs_on_fake_node_and_oversized_pod_stays_pending(
     pending = await wait_unschedulable(core, namespace, "huge")
     assert pending.status.phase == "Pending"
     assert pending.spec.node_name is None
-    assert "Insufficient cpu" in (scheduled_condition(pending).message or "")
+    condition = scheduled_condition(pending)
+    assert condition is not None
+    assert "Insufficient cpu" in (condition.message or "")
 
 
 # --- priority and preemption ----------------------------------------------------------------
@@ -302,12 +304,15 @@ async def test_label_selected_watch_and_relist_after_410(
 
     relisted = await core.list_namespaced_pod_template(namespace, label_selector=selector)
     assert [t.metadata.name for t in relisted.items] == ["old"]
-    task = asyncio.create_task(watch_templates(relisted.metadata.resource_version, "DELETED"))
+    watching = asyncio.create_task(watch_templates(relisted.metadata.resource_version, "DELETED"))
     await core.create_namespaced_pod_template(
         namespace, {"metadata": {"name": "new", "labels": {key: value}}, **template}
     )
     await core.delete_namespaced_pod_template("new", namespace)
-    assert await asyncio.wait_for(task, timeout=30) == [("ADDED", "new"), ("DELETED", "new")]
+    assert await asyncio.wait_for(watching, timeout=30) == [
+        ("ADDED", "new"),
+        ("DELETED", "new"),
+    ]
 
 
 # --- ARC CRDs -------------------------------------------------------------------------------

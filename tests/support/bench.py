@@ -2,7 +2,7 @@
 on stdout, progress on stderr. Never used for assertions; numbers depend on the machine.
 
 Each benchmark runs the real listener process with the fake Actions service, the fake HUD and
-the runner stand-in on the local control plane (design §9):
+the runner stand-in on the local control plane (README, "Measured"):
 
 * ``capacity_signal_latency``: a placeholder pair becomes Running, or a placeholder is
   preempted → the new ``X-ScaleSetMaxCapacity`` value arrives at the Actions service. From
@@ -504,7 +504,7 @@ class Bench:
                 site.start_listener(capacity=settings, max_runners=jobs, log_level="info")
             for site in sites:
                 await site.wait_session(60)
-                await _until(lambda s=site: not s.placeholders, "no pairs", 60, site)
+                await _until(lambda s=site: not s.placeholders, "no pairs", 60, site)  # type: ignore[misc]
             _say(f"sharding: cluster_count {count}, {jobs} jobs")
             since = time.time()
             queued = stage.fake.add_jobs(jobs, labels=["linux"])

@@ -250,7 +250,6 @@ def _monitor(
         set_max_capacity=recorder,
         registry=registry,
         on_reconcile=lambda: None,
-        env={},
     )
 
 

@@ -212,13 +212,16 @@ def _die_with_parent() -> None:
 
 
 def _stop_apiserver(cluster: LocalCluster, downtime: float) -> None:
+    """SIGTERM kube-apiserver and wait for it to exit (it closes its watches within the
+    harness's --shutdown-watch-termination-grace-period and exits in a second or two), then
+    stay down for ``downtime`` seconds counted from its exit."""
     comp = next(c for c in cluster.components if c.name == "kube-apiserver")
     old = comp.proc
     assert old is not None
     os.killpg(old.pid, signal.SIGTERM)
     try:
         old.wait(timeout=30)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired:  # a graceful stop that hangs: not what a test wants
         os.killpg(old.pid, signal.SIGKILL)
         old.wait(timeout=5)
     time.sleep(downtime)
@@ -253,16 +256,20 @@ def _wait_apiserver_ready(cluster: LocalCluster) -> None:
     raise AssertionError("kube-apiserver did not come back within 90s")
 
 
-async def restart_apiserver(cluster: LocalCluster, downtime: float = 2.0) -> None:
+async def restart_apiserver(cluster: LocalCluster, downtime: float = 2.0) -> int | None:
     """Stop kube-apiserver, keep it down for ``downtime`` seconds, start it again with the
-    same flags (same etcd: resourceVersions carry over) and wait until it is ready."""
+    same flags (same etcd: resourceVersions carry over) and wait until it is ready. Returns
+    the old process's exit status (0: it stopped by itself on SIGTERM; -9: it had to be
+    killed)."""
     import pytest
 
     if not cluster.components:
         pytest.skip("restarting the apiserver needs a harness-started cluster")
+    old = next(c for c in cluster.components if c.name == "kube-apiserver").proc
     await asyncio.to_thread(_stop_apiserver, cluster, downtime)
     _start_apiserver(cluster)
     await asyncio.to_thread(_wait_apiserver_ready, cluster)
+    return None if old is None else old.returncode
 
 
 # --- etcd compaction ----------------------------------------------------------------------

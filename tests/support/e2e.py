@@ -41,6 +41,7 @@ import httpx
 import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.fake_actions import FakeActions, JobState
 from tests.support.fake_github_rest import FakeGitHubRest
@@ -365,20 +366,13 @@ def _proc_status_kib(pid: int, key: str) -> int | None:
 
 
 def metric_value(text: str, name: str, labels: Mapping[str, str] | None = None) -> float | None:
-    """The value of one sample in Prometheus text format (first match), or None."""
+    """The value of the first sample called ``name`` whose labels include ``labels``, in a
+    Prometheus text page (parsed by prometheus_client's own parser), or None."""
     want = labels or {}
-    for line in text.splitlines():
-        if not line.startswith(name) or line.startswith("#"):
-            continue
-        head, _, value = line.rpartition(" ")
-        metric, _, label_text = head.partition("{")
-        if metric != name:
-            continue
-        found = dict(
-            part.split("=", 1) for part in label_text.rstrip("}").split(",") if "=" in part
-        )
-        if all(found.get(k, "").strip('"') == v for k, v in want.items()):
-            return float(value)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in want.items()):
+                return float(sample.value)
     return None
 
 
@@ -398,7 +392,8 @@ class Pool:
 @dataclass(frozen=True)
 class SiteSpec:
     """One cluster of one scale set. Runner and workflow pods get separate pools, so a full
-    workflow pool strands jobs while runner pods still start (the failure in design §1)."""
+    workflow pool strands jobs while runner pods still start (the failure in
+    docs/capacity-model.md §1)."""
 
     name: str
     scale_set_id: int
@@ -460,6 +455,7 @@ class Site:
         self.listeners: list[ListenerProcess] = []
         self.placeholders: dict[str, dict[str, Any]] = {}
         self.placeholder_events: list[PodEvent] = []
+        self.watch_errors: list[str] = []  # failures the placeholder watch restarted after
         self._watch_task: asyncio.Task[None] | None = None
         self._node_seq = 0
 
@@ -801,6 +797,8 @@ class Site:
                 self.placeholders[name] = pod
             record(kind, pod)
 
+        # Any failure (an apiserver restart drops the connection; a relist may time out)
+        # restarts the list+watch: scenarios read `placeholders` for as long as they run.
         while True:
             try:
                 await watch_objects(
@@ -811,7 +809,8 @@ class Site:
                     on_event,
                     on_list,
                 )
-            except ApiException:
+            except Exception as exc:
+                self.watch_errors.append(f"{type(exc).__name__}: {exc}")
                 await asyncio.sleep(1.0)
 
     def placeholder_counts(self) -> dict[str, dict[str, int]]:

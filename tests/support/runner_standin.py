@@ -4,7 +4,7 @@ Nothing here ships. On the local control plane there is no ARC controller and no
 binary, so this module plays both, just enough for end-to-end tests and the demo:
 
 * the EphemeralRunnerSet controller: it watches one EphemeralRunnerSet and, following the
-  replicas/patchID rules of the protocol reference §4.4 (loosely), creates EphemeralRunner
+  replicas/patchID rules of docs/wire-protocol.md §5 (loosely), creates EphemeralRunner
   objects or deletes idle ones;
 * the EphemeralRunner controller: one runner pod per EphemeralRunner (same name, ARC's labels,
   priority class ``arc-runner``, runner-sized requests), re-created if it disappears while idle;
@@ -20,6 +20,11 @@ failure the listener exists to prevent. FakeActions counts it (``stranded()``); 
 
 Everything runs on the caller's event loop, which must be the loop that serves the
 ``FakeActions`` instance (its Python API is not thread-safe).
+
+The stand-in survives what the tests simulate, as ARC's controllers do: every API call is
+retried while the apiserver is unreachable or answers 429/5xx (it restarts, it is overloaded),
+and a runner that fails for any other reason fails its job (``complete_job(..., "failed")``)
+and is cleaned up, so no job is left "running" with nobody running it.
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ import string
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+import aiohttp
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -68,6 +74,38 @@ _WATCH_SECONDS = 120
 _API_TIMEOUT = 15.0
 _POLL = 0.1  # fallback re-check interval; FakeActions state changes are not pushed to us
 _LOST = frozenset({"Gone", "Terminating", "Failed", "Succeeded"})
+_RETRY_FIRST, _RETRY_MAX = 0.2, 2.0  # backoff between attempts of a failed API call
+
+T = TypeVar("T")
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether an API call failed for a reason that passes by itself: no connection (the
+    apiserver restarts), a client deadline, throttling or a server error."""
+    if isinstance(exc, ApiException):
+        return exc.status in (0, 429) or (exc.status or 0) >= 500
+    return isinstance(exc, aiohttp.ClientError | OSError | TimeoutError)
+
+
+async def retrying(
+    call: Callable[[], Awaitable[T]],
+    *,
+    on_retry: Callable[[BaseException], None] = lambda _exc: None,
+    first: float = _RETRY_FIRST,
+    cap: float = _RETRY_MAX,
+) -> T:
+    """``await call()`` until it succeeds or fails for a non-transient reason (raised).
+    No attempt limit, like a controller's work queue: cancel the caller to stop."""
+    delay = first
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            on_retry(exc)
+        await asyncio.sleep(delay)
+        delay = min(cap, delay * 2)
 
 
 @dataclass(frozen=True)
@@ -410,8 +448,9 @@ class RunnerStandIn:
             await self._reconcile()
 
     async def _reconcile(self) -> None:
-        """ARC's EphemeralRunnerSet rules (§4.4): act only on patchID 0 or a patchID newer
-        than the newest runner's; scale up when short; scale down idle runners only on 0."""
+        """ARC's EphemeralRunnerSet rules (docs/wire-protocol.md §5): act only on patchID 0 or
+        a patchID newer than the newest runner's; scale up when short; scale down idle runners
+        only on 0."""
         if self.ers is None:
             return
         spec = self.ers.get("spec", {})
@@ -493,6 +532,11 @@ class RunnerStandIn:
             message = f"runner {runner.name}: {type(exc).__name__}: {exc}"
             log.warning("%s", message)
             self.errors.append(message)
+            # A runner that dies fails its job, as GitHub sees it when the runner goes away.
+            job = runner.job
+            if job is not None and job.state is not JobState.COMPLETED:
+                self.fake.complete_job(job.job_id, "failed")
+                self.jobs_lost += 1
         finally:
             if not self._stopping:
                 await self._clean_up(runner)
@@ -566,22 +610,31 @@ class RunnerStandIn:
             self.jobs_completed += 1
 
     async def _clean_up(self, runner: Runner) -> None:
+        """Remove the runner's pods and EphemeralRunner. Whatever fails here is logged: the
+        runner is forgotten either way (the garbage collector follows the owner references)."""
         runner.removing = True
         self.fake.unregister_runner(self.spec.scale_set_id, runner.name)
-        for pod in (runner.workflow_pod, runner.name):
-            await self._delete_pod(pod)
-        with contextlib.suppress(ApiException):
-            await self.custom.delete_namespaced_custom_object(
-                ARC_GROUP,
-                ARC_VERSION,
-                self.spec.namespace,
-                ER_PLURAL,
-                runner.name,
-                _request_timeout=_API_TIMEOUT,
+        try:
+            for pod in (runner.workflow_pod, runner.name):
+                await self._delete_pod(pod)
+            await self._delete(
+                lambda: self.custom.delete_namespaced_custom_object(
+                    ARC_GROUP,
+                    ARC_VERSION,
+                    self.spec.namespace,
+                    ER_PLURAL,
+                    runner.name,
+                    _request_timeout=_API_TIMEOUT,
+                )
             )
-        self.runners.pop(runner.name, None)
-        self._reconcile_wanted.set()
-        self._notify()
+        except Exception as exc:
+            message = f"clean-up of {runner.name}: {type(exc).__name__}: {exc}"
+            log.warning("%s", message)
+            self.errors.append(message)
+        finally:
+            self.runners.pop(runner.name, None)
+            self._reconcile_wanted.set()
+            self._notify()
 
     # ------------------------------------------------------------------ dispatcher
 
@@ -699,39 +752,62 @@ class RunnerStandIn:
             "job",
         )
 
-    async def _create_pod(self, manifest: dict[str, Any]) -> str:
-        """Create a pod and return its uid (the existing pod's on a name conflict)."""
+    async def _api(self, call: Callable[[], Awaitable[T]]) -> T:
+        """One API call, retried while the apiserver is unreachable or overloaded."""
+
+        def note(exc: BaseException) -> None:
+            log.info("stand-in API call failed, retrying: %s: %s", type(exc).__name__, exc)
+
+        return await retrying(call, on_retry=note)
+
+    async def _delete(self, call: Callable[[], Awaitable[object]]) -> None:
+        """A delete that is done when the object is gone, whoever removed it."""
         try:
-            created = await self.core.create_namespaced_pod(
-                self.spec.namespace, manifest, _request_timeout=_API_TIMEOUT
+            await self._api(call)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def _create_pod(self, manifest: dict[str, Any]) -> str:
+        """Create a pod and return its uid (the existing pod's on a name conflict, which is
+        also what a create retried after a lost answer meets)."""
+        name = manifest["metadata"]["name"]
+        try:
+            created = await self._api(
+                lambda: self.core.create_namespaced_pod(
+                    self.spec.namespace, manifest, _request_timeout=_API_TIMEOUT
+                )
             )
         except ApiException as exc:
             if exc.status != 409:
                 raise
-            created = await self.core.read_namespaced_pod(
-                manifest["metadata"]["name"], self.spec.namespace, _request_timeout=_API_TIMEOUT
+            created = await self._api(
+                lambda: self.core.read_namespaced_pod(
+                    name, self.spec.namespace, _request_timeout=_API_TIMEOUT
+                )
             )
         uid: str = created.metadata.uid
         return uid
 
     async def _delete_pod(self, name: str) -> None:
-        try:
-            await self.core.delete_namespaced_pod(
+        await self._delete(
+            lambda: self.core.delete_namespaced_pod(
                 name, self.spec.namespace, grace_period_seconds=0, _request_timeout=_API_TIMEOUT
             )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        )
 
     async def _patch_runner_status(self, name: str, status: Mapping[str, Any]) -> None:
-        with contextlib.suppress(ApiException):
-            await self.custom.patch_namespaced_custom_object_status(
-                ARC_GROUP,
-                ARC_VERSION,
-                self.spec.namespace,
-                ER_PLURAL,
-                name,
-                {"status": dict(status)},
-                _content_type=MERGE_PATCH,
-                _request_timeout=_API_TIMEOUT,
-            )
+        with contextlib.suppress(ApiException):  # the runner may be gone: nothing to record
+            await self._api(lambda: self._send_runner_status(name, status))
+
+    async def _send_runner_status(self, name: str, status: Mapping[str, Any]) -> None:
+        await self.custom.patch_namespaced_custom_object_status(
+            ARC_GROUP,
+            ARC_VERSION,
+            self.spec.namespace,
+            ER_PLURAL,
+            name,
+            {"status": dict(status)},
+            _content_type=MERGE_PATCH,
+            _request_timeout=_API_TIMEOUT,
+        )

@@ -17,6 +17,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
+from listener.http import user_agent
+
+UA = user_agent(7)
+"""The User-Agent of scale set 7, the id the HTTP tests use."""
+
 
 @dataclass
 class FakeTime:

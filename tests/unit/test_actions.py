@@ -1,10 +1,10 @@
-"""listener.actions: sessions, long poll, ack, acquirejobs, scale set (protocol §3)."""
+"""listener.actions: sessions, long poll, ack, acquirejobs, scale set
+(docs/wire-protocol.md §3)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -21,10 +21,11 @@ from listener.errors import (
     UnauthorizedError,
 )
 from listener.github_auth import AdminConnection, GitHubAuth
-from listener.http import LONG_POLL_TIMEOUT, make_client, user_agent
+from listener.http import LONG_POLL_TIMEOUT, make_client
 from tests.unit.listener_fixtures import (
     SESSION_ID,
     STATISTICS,
+    UA,
     FakeTime,
     admin_jwt,
     ok_response,
@@ -33,7 +34,6 @@ from tests.unit.listener_fixtures import (
     session_json,
 )
 
-UA = user_agent(7)
 ACTIONS = "https://pipelines.example/tenant/"
 SCALE_SETS = "https://pipelines.example/tenant/_apis/runtime/runnerscalesets"
 SESSIONS = f"{SCALE_SETS}/7/sessions"
@@ -63,26 +63,13 @@ class StubAuth:
 
 
 @pytest.fixture
-async def http_client() -> AsyncIterator[httpx.AsyncClient]:
-    async with make_client(user_agent=UA, env={}) as c:
-        yield c
-
-
-@pytest.fixture
-def fake() -> FakeTime:
-    return FakeTime()
-
-
-@pytest.fixture
 def auth() -> StubAuth:
     return StubAuth()
 
 
 @pytest.fixture
-def actions(http_client: httpx.AsyncClient, auth: StubAuth, fake: FakeTime) -> ActionsClient:
-    return ActionsClient(
-        http_client, auth, 7, sleep=fake.sleep, clock=fake.clock, wall_clock=fake.clock
-    )
+def actions(client: httpx.AsyncClient, auth: StubAuth, fake: FakeTime) -> ActionsClient:
+    return ActionsClient(client, auth, 7, sleep=fake.sleep, clock=fake.clock, wall_clock=fake.clock)
 
 
 def message_json(message_id: int = 42, jobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -717,7 +704,7 @@ async def test_get_scale_set_404(actions: ActionsClient) -> None:
 
 @respx.mock
 async def test_admin_token_refresh_happens_before_admin_calls_only(
-    http_client: httpx.AsyncClient, fake: FakeTime
+    client: httpx.AsyncClient, fake: FakeTime
 ) -> None:
     reg = respx.post("https://api.github.com/orgs/acme/actions/runners/registration-token").respond(
         201, json={"token": "reg"}
@@ -733,13 +720,13 @@ async def test_admin_token_refresh_happens_before_admin_calls_only(
         200, json={"count": 1, "value": [5]}
     )
     auth = GitHubAuth(
-        http_client,
+        client,
         parse_github_target("https://github.com/acme"),
         TokenCredentials("ghp_pat"),
         clock=fake.clock,
         sleep=fake.sleep,
     )
-    actions = ActionsClient(http_client, auth, 7, sleep=fake.sleep, clock=fake.clock)
+    actions = ActionsClient(client, auth, 7, sleep=fake.sleep, clock=fake.clock)
 
     await actions.create_session("pod", conflict_timeout=0)
     assert (reg.call_count, admin.call_count) == (1, 1)
@@ -758,10 +745,10 @@ async def test_admin_token_refresh_happens_before_admin_calls_only(
 
 @respx.mock
 async def test_every_queue_token_is_reported_for_log_masking(
-    http_client: httpx.AsyncClient, fake: FakeTime
+    client: httpx.AsyncClient, fake: FakeTime
 ) -> None:
     secrets: list[str] = []
-    actions = ActionsClient(http_client, StubAuth(), 7, sleep=fake.sleep, on_secret=secrets.append)
+    actions = ActionsClient(client, StubAuth(), 7, sleep=fake.sleep, on_secret=secrets.append)
     respx.post(SESSIONS, params=API).respond(200, json=session_json())
     respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).respond(
         200, json=session_json(token="queue-token-2")

@@ -13,13 +13,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from listener.app import load_config
 from listener.config import (
     AppCredentials,
     ConfigError,
     MetricSpec,
     Scope,
     TokenCredentials,
-    load_config,
     parse_config,
     parse_github_target,
 )

@@ -305,7 +305,7 @@ def test_rbac_grants_exactly_the_listed_operations() -> None:
     assert rules("role.yaml") == {
         *(("", "pods", v) for v in ("list", "watch", "create", "delete")),
         *((arc, "ephemeralrunners", v) for v in ("list", "watch")),
-        *((arc, "ephemeralrunnersets", v) for v in ("get", "list", "watch")),
+        *((arc, "ephemeralrunnersets", v) for v in ("list", "watch")),
     }
     assert rules("clusterrole-node-checks.yaml") == {("", "nodes", "get")}
 
@@ -381,11 +381,11 @@ def test_metric_list_matches_capacity_metrics_module() -> None:
     listed = {n for n in families if n.startswith("gha_capacity_")}
     assert listed == set(exported)
     for name, (kind, labels, values) in exported.items():
-        family = families[name]
-        assert family.type == kind, name
+        listed_family = families[name]
+        assert listed_family.type == kind, name
         # A family the monitor does not prime has no samples yet: its labels are unknown here.
-        assert not labels or family.labels == labels, (name, labels)
-        for label, allowed in family.values.items():
+        assert not labels or listed_family.labels == labels, (name, labels)
+        for label, allowed in listed_family.values.items():
             if label in values:
                 assert allowed == values[label], (name, label)
     assert families["gha_capacity_pair_deletes_total"].values["reason"] == {
@@ -430,7 +430,7 @@ def test_dashboard_layout_is_valid() -> None:
     panels = list(dashboard_panels(dashboard))
     ids = [p["id"] for p in panels]
     assert len(ids) == len(set(ids))
-    boxes = []
+    boxes: list[dict[str, int]] = []
     for panel in panels:
         pos = panel["gridPos"]
         assert pos["x"] >= 0, panel["title"]
@@ -712,6 +712,8 @@ def test_reference_environment_variables_set_their_setting() -> None:
     checked = 0
     for path, variable, kind in rows:
         base = kind.split(" (")[0]
+        raw: str
+        expected: object
         if base == "string":
             raw, expected = STRING_SAMPLES[path], STRING_SAMPLES[path]
         elif path == "renew_before":  # must stay below placeholder_ttl (15m)
@@ -938,6 +940,7 @@ def test_dockerignore_keeps_the_context_small() -> None:
     assert dockerignored("deploy/grafana/capacity-listener.json", patterns)
 
 
+@pytest.mark.network  # pip installs the lock from PyPI
 def test_image_install_steps_give_a_working_ghalistener(tmp_path: Path) -> None:
     """The builder stage, step by step, in a fresh directory; then the runtime symlink."""
     _, (builder, _runtime) = parse_dockerfile()
@@ -981,6 +984,7 @@ def test_image_install_steps_give_a_working_ghalistener(tmp_path: Path) -> None:
     assert proc.stderr == "Error: LISTENER_CONFIG_PATH environment variable is not set\n"
 
 
+@pytest.mark.network  # pip downloads every locked wheel from PyPI
 @pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
 def test_lock_installs_from_wheels_on_the_image_python(tmp_path: Path, arch: str) -> None:
     """The image's interpreter (python:3.13) is not on this machine, so resolve the lock for

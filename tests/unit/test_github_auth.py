@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import httpx
 import jwt
@@ -21,15 +20,13 @@ from listener.errors import (
     UnauthorizedError,
 )
 from listener.github_auth import GitHubAuth, app_jwt, github_api_url
-from listener.http import make_client, user_agent
-from tests.unit.listener_fixtures import FakeTime, admin_jwt, pem_pkcs1, pem_pkcs8, public_pem
+from tests.unit.listener_fixtures import UA, FakeTime, admin_jwt, pem_pkcs1, pem_pkcs8, public_pem
 from tests.unit.listener_fixtures import rsa_key as make_rsa_key
 
 PAT = "ghp_0123456789abcdefPATPATPAT"
 INSTALLATION_TOKEN = "ghs_installationTOKEN123"
 REGISTRATION_TOKEN = "AREGISTRATIONTOKEN456"
 ACTIONS_URL = "https://pipelines.example/tenant/"
-UA = user_agent(7)
 ORG_URL = "https://github.com/acme"
 REG_TOKEN_URL = "https://api.github.com/orgs/acme/actions/runners/registration-token"
 RUNNER_REGISTRATION_URL = "https://api.github.com/actions/runner-registration"
@@ -38,17 +35,6 @@ RUNNER_REGISTRATION_URL = "https://api.github.com/actions/runner-registration"
 @pytest.fixture(scope="module")
 def rsa_key() -> rsa.RSAPrivateKey:
     return make_rsa_key()
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with make_client(user_agent=UA, env={}) as c:
-        yield c
-
-
-@pytest.fixture
-def fake() -> FakeTime:
-    return FakeTime()
 
 
 def pat_auth(

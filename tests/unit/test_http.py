@@ -19,16 +19,14 @@ import respx
 from listener import http
 from listener.errors import (
     ActionsHTTPError,
-    CredentialsError,
-    ProtocolError,
     RequestFailedError,
     RetriesExhaustedError,
     SessionConflictError,
     UnauthorizedError,
-    is_transient,
 )
 from listener.http import ProxySettings, error_from_response, make_client, send, user_agent
 from tests.unit.listener_fixtures import (
+    UA,
     CertificateAuthority,
     FakeTime,
     ok_response,
@@ -37,18 +35,6 @@ from tests.unit.listener_fixtures import (
 )
 
 URL = "https://api.example.test/thing?token-in-query=s3cr3t-query"
-UA = user_agent(7)
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with make_client(user_agent=UA, env={}) as c:
-        yield c
-
-
-@pytest.fixture
-def fake() -> FakeTime:
-    return FakeTime()
 
 
 def get(client: httpx.AsyncClient, url: str = URL) -> httpx.Request:
@@ -143,7 +129,6 @@ async def test_retryable_status_exhausted_raises_not_returns(
     assert info.value.status == status
     assert isinstance(info.value.last_error, ActionsHTTPError)
     assert info.value.last_error.message == "busy"
-    assert is_transient(info.value)
 
 
 def test_backoff_is_capped() -> None:
@@ -179,7 +164,6 @@ async def test_auth_errors_exhausted(client: httpx.AsyncClient, fake: FakeTime) 
     with pytest.raises(RetriesExhaustedError) as info:
         await send(client, lambda: get(client), retry_auth_errors=True, sleep=fake.sleep)
     assert isinstance(info.value.last_error, UnauthorizedError)
-    assert not is_transient(info.value)
 
 
 @pytest.mark.parametrize("status", [429, 503])
@@ -275,7 +259,6 @@ async def test_transport_errors_exhausted(client: httpx.AsyncClient, fake: FakeT
     assert info.value.status is None
     assert isinstance(info.value.last_error, RequestFailedError)
     assert "connection refused" in str(info.value)
-    assert is_transient(info.value)
 
 
 @pytest.mark.parametrize(
@@ -291,7 +274,6 @@ async def test_request_errors_are_not_retried(
         await send(client, lambda: get(client), sleep=fake.sleep)
     assert route.call_count == 1
     assert not info.value.transient
-    assert not is_transient(info.value)
 
 
 @respx.mock
@@ -690,30 +672,6 @@ async def test_retry_on_conflict_zero_budget_tries_once(
 
 
 # --- the error tree ----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("error", "transient"),
-    [
-        (ActionsHTTPError(503), True),
-        (ActionsHTTPError(429), True),
-        (ActionsHTTPError(501), False),
-        (ActionsHTTPError(404), False),
-        (UnauthorizedError(401), False),
-        (SessionConflictError(waited=300), True),
-        (RequestFailedError("GET", "u", "reset", transient=True), True),
-        (RequestFailedError("GET", "u", "bad cert", transient=False), False),
-        (RetriesExhaustedError("GET", "u", 5, ActionsHTTPError(500)), True),
-        (ProtocolError("bad body"), False),
-        (CredentialsError("bad key"), False),
-        (TimeoutError(), True),
-        (ConnectionResetError(), True),
-        (ValueError("x"), False),
-        (asyncio.CancelledError(), False),
-    ],
-)
-def test_is_transient(error: BaseException, transient: bool) -> None:
-    assert is_transient(error) is transient
 
 
 def test_session_conflict_error_explains_itself_on_one_line() -> None:

@@ -13,8 +13,15 @@ from typing import Any
 
 import pytest
 
-from listener.config import AppCredentials, ConfigError, TokenCredentials, load_config
-from listener.vault import AzureKeyVaultConfig, VaultError, check, read_secret
+from listener.app import load_config
+from listener.config import (
+    AppCredentials,
+    AzureKeyVaultConfig,
+    ConfigError,
+    TokenCredentials,
+    VaultError,
+)
+from listener.vault import check, read_secret
 from tests.support.fake_azure import FakeAzure
 
 TOKEN = "ghp_fromTheVaultNotTheConfig123456"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -49,7 +49,9 @@ def hud() -> Iterator[respx.MockRouter]:
         yield router
 
 
-def answer_by_threshold(by_threshold: dict[int, httpx.Response]) -> object:
+def answer_by_threshold(
+    by_threshold: dict[int, httpx.Response],
+) -> Callable[[httpx.Request], httpx.Response]:
     def respond(request: httpx.Request) -> httpx.Response:
         return by_threshold[threshold(request)]
 
@@ -57,7 +59,7 @@ def answer_by_threshold(by_threshold: dict[int, httpx.Response]) -> object:
 
 
 async def read(cfg: CapacitySettings) -> Reading:
-    reader = build_reader(cfg, LABELS, {})
+    reader = build_reader(cfg, LABELS)
     assert isinstance(reader, HudDemand)
     try:
         return await reader.read()
@@ -111,5 +113,5 @@ async def test_either_request_failing_fails_the_read(hud: respx.MockRouter, fail
 def test_github_source_needs_the_listeners_access() -> None:
     cfg = load_capacity_settings({"CAPACITY_DEMAND__SOURCE": "github"})
     with pytest.raises(ValueError, match="needs the listener's GitHub credentials"):
-        build_reader(cfg, LABELS, {})
-    assert build_reader(load_capacity_settings({}), LABELS, {}) is None
+        build_reader(cfg, LABELS)
+    assert build_reader(load_capacity_settings({}), LABELS) is None

@@ -216,11 +216,12 @@ async def test_call_budget_is_never_exceeded_and_every_repository_is_reached(
     for name in names[::5]:
         fake.queue_job("acme", name, ["linux"])  # 10 repositories with one queued job
     reader = source(fake, http, max_calls_per_interval=25)
-    totals = []
+    totals: list[int] = []
     for _ in range(6):
         before = len(fake.calls)
         got = await reader.read()
         assert len(fake.calls) - before <= 25
+        assert got.outcome.queued is not None
         totals.append(got.outcome.queued)
     # 1 listing call + 50 × 2 run lists + 10 job lists = 111 calls: round-robin reaches every
     # repository within 5 reads, and the count is whole from then on.

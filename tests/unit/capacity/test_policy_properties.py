@@ -1,4 +1,4 @@
-"""Hypothesis invariants of the capacity policy (design §8.1)."""
+"""Hypothesis invariants of the capacity policy (docs/capacity-model.md §5)."""
 
 from __future__ import annotations
 

@@ -25,11 +25,11 @@ from capacity.specs import (
     PlaceholderTemplate,
     build_template,
     format_expiry,
-    parse_expiry,
     placeholder_pod,
     pod_name,
     template_requests,
 )
+from capacity.view import placeholder_from
 
 NOW = 1_700_000_000.0
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -92,7 +92,7 @@ def test_runner_half_manifest() -> None:
         LABEL_MANAGED_BY: "capacity-listener",
     }
     assert meta["annotations"][ANNOTATION_SCALE_SET] == "linux-x64"
-    assert parse_expiry(meta["annotations"][ANNOTATION_EXPIRES_AT]) == NOW + 900
+    assert read_expiry(meta["annotations"][ANNOTATION_EXPIRES_AT]) == NOW + 900
     assert meta["ownerReferences"] == [
         {
             "apiVersion": "actions.github.com/v1alpha1",
@@ -203,11 +203,24 @@ def test_bad_slot_ids_are_refused(slot: str) -> None:
         pod_name("linux", slot, Role.RUNNER)
 
 
+def read_expiry(text: str) -> float:
+    """The expiry as the watch-driven view reads it back from a placeholder."""
+    obj = {
+        "metadata": {
+            "labels": {LABEL_ROLE: Role.RUNNER.value},
+            "annotations": {ANNOTATION_EXPIRES_AT: text},
+        }
+    }
+    parsed = placeholder_from(obj)
+    assert parsed is not None
+    return parsed.placeholder.expires_at
+
+
 def test_expiry_round_trip_and_garbage() -> None:
     assert format_expiry(0.0) == "1970-01-01T00:00:00Z"
-    assert parse_expiry(format_expiry(NOW + 0.4)) == NOW + 1
-    assert parse_expiry("soon") is None
-    assert parse_expiry(None) is None
+    assert read_expiry(format_expiry(NOW + 0.4)) == NOW + 1
+    # Unreadable: epoch 0, so the policy deletes the pod as expired rather than keep it.
+    assert read_expiry("soon") == 0.0
 
 
 # --- build_template -------------------------------------------------------------------------

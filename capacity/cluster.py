@@ -1,0 +1,48 @@
+"""The seam between the capacity monitor and Kubernetes: the few operations the view, the
+reconciler and the monitor use, as a Protocol.
+
+``capacity.kube.Kube`` implements it against a real apiserver. Tests implement it in memory
+(``tests/support/memory_cluster.py``) to check the monitor's own logic — create gate and
+backoff, expectations, the shutdown budget, adopt/sweep, the signal loop — in milliseconds;
+what Kubernetes itself does (scheduling, preemption, garbage collection, watch semantics)
+stays tested on the real control plane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol, TypeVar
+
+from capacity.kube import NodeState, Projection, Resource, WatchEvent
+
+T = TypeVar("T")
+
+
+class Cluster(Protocol):
+    """What the capacity monitor needs from the cluster (see ``capacity.kube.Kube`` for the
+    semantics each call must keep)."""
+
+    async def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> bool:
+        """Create a pod: True if created, False if one of that name exists; KubeError else."""
+        ...
+
+    async def delete_pod(self, namespace: str, name: str, *, uid: str | None = None) -> bool:
+        """Delete a pod at once: True if deleted, False if gone (or, with ``uid``, another
+        pod by now); KubeError else."""
+        ...
+
+    async def get_node(self, name: str) -> NodeState | None:
+        """A node's schedulability, None if it does not exist."""
+        ...
+
+    def informer(
+        self,
+        resource: Resource,
+        project: Projection[T],
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> AsyncIterator[WatchEvent[T]]:
+        """List, then watch, forever: Reset after every (re)list, then Upserted/Removed;
+        failures as Failed (retried by the implementation)."""
+        ...

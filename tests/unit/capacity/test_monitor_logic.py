@@ -1,0 +1,380 @@
+"""The capacity monitor's own logic on an in-memory cluster (tests/support/memory_cluster.py):
+create gate and backoff, expectations, the shutdown budget, adopt/sweep, the signal loop.
+
+Milliseconds per test. What Kubernetes does (scheduling, preemption, garbage collection,
+watches) is tested on the real control plane in tests/integration/test_capacity_monitor.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from capacity.kube import KubeError, Resource
+from capacity.model import LABEL_ROLE, Role
+from capacity.monitor import CapacityMonitor
+from capacity.reconciler import Reconciler
+from capacity.settings import CapacitySettings, Resources
+from capacity.view import ANNOTATION_SPEC_HASH
+from tests.support.memory_cluster import MemoryCluster
+
+NS = "arc-runners"
+SCALE_SET = "linux"
+RUNNER_SET = "linux-x7k2p"
+OWNER_UID = "ers-uid-1"
+NOW = 1_800_000_000.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def runner_set(uid: str = OWNER_UID) -> dict[str, Any]:
+    return {
+        "metadata": {"name": RUNNER_SET, "uid": uid},
+        "spec": {
+            "ephemeralRunnerSpec": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "runner",
+                            "image": "runner",
+                            "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+class Scene:
+    """A monitor on an in-memory cluster, with a clock the test moves and every value the
+    monitor advertised."""
+
+    def __init__(
+        self,
+        cluster: MemoryCluster,
+        monitor: CapacityMonitor,
+        clock: Clock,
+        registry: CollectorRegistry,
+        values: list[int],
+    ) -> None:
+        self.cluster = cluster
+        self.monitor = monitor
+        self.clock = clock
+        self.registry = registry
+        self.values = values
+
+    @property
+    def reconciler(self) -> Reconciler:
+        return self.monitor.reconciler
+
+    def placeholders(self, role: Role | None = None) -> list[str]:
+        return sorted(
+            name
+            for name, pod in self.cluster.pods(NS).items()
+            if role is None or pod["metadata"]["labels"].get(LABEL_ROLE) == role.value
+        )
+
+    async def settle(self) -> None:
+        """Let the view's informer tasks take every queued event: the in-memory watches do
+        no I/O, so a few turns of the event loop deliver everything published so far."""
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    async def run_all(self, phase: str = "Running") -> None:
+        for name in self.placeholders():
+            self.cluster.set_phase(NS, name, phase)
+        await self.settle()
+
+    def creates(self, result: str) -> float:
+        sample = self.registry.get_sample_value(
+            "gha_capacity_pair_creates_total",
+            {"name": RUNNER_SET, "namespace": NS, "result": result},
+        )
+        return sample or 0.0
+
+
+def start(cluster: MemoryCluster | None = None, *, proactive: int = 1, **overrides: Any) -> Scene:
+    cluster = cluster or MemoryCluster()
+    if not cluster.objects.get(Resource.arc("ephemeralrunnersets", NS).path):
+        cluster.add(Resource.arc("ephemeralrunnersets", NS), runner_set())
+    settings = CapacitySettings(
+        enabled=True,
+        proactive_capacity=proactive,
+        workflow_resources=Resources(requests={"cpu": "1", "memory": "1Gi"}),
+        downscale_delay=0.0,
+        **overrides,
+    )
+    clock = Clock()
+    cluster.clock = clock
+    registry = CollectorRegistry()
+    scene_values: list[int] = []
+    monitor = CapacityMonitor(
+        settings=settings,
+        kube=cluster,
+        runner_namespace=NS,
+        runner_set_name=RUNNER_SET,
+        scale_set_name=SCALE_SET,
+        runner_labels=("linux",),
+        max_runners=lambda: 10,
+        set_max_capacity=scene_values.append,
+        registry=registry,
+        on_reconcile=lambda: None,
+    )
+    monitor.reconciler.clock = clock
+    return Scene(cluster, monitor, clock, registry, scene_values)
+
+
+class Running:
+    """The view's informers in a task for the duration of a test."""
+
+    def __init__(self, scene: Scene) -> None:
+        self.scene = scene
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Scene:
+        self.task = asyncio.create_task(self.scene.monitor.view.run())
+        await asyncio.wait_for(self.scene.monitor.view.synced_event.wait(), timeout=5)
+        return self.scene
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+def quota() -> KubeError:
+    return KubeError("create pods", 403, "Forbidden: exceeded quota", quota=True)
+
+
+# --- create gate and backoff --------------------------------------------------------------
+
+
+async def test_failed_creates_back_off_exponentially_and_recover() -> None:
+    scene = start(proactive=2)
+    scene.cluster.fail_creates = [quota(), quota()]
+    async with Running(scene):
+        await scene.reconciler.reconcile_once()
+        assert len(scene.cluster.creates) == 1  # the first failure halts the pass's creates
+
+        scene.clock.now = NOW + 0.9  # within the 1 s backoff: nothing is tried
+        await scene.reconciler.reconcile_once()
+        assert len(scene.cluster.creates) == 1
+
+        scene.clock.now = NOW + 1.0  # backoff over: one try, which fails again
+        await scene.reconciler.reconcile_once()
+        assert len(scene.cluster.creates) == 2
+
+        scene.clock.now = NOW + 2.9  # now 2 s from the second failure
+        await scene.reconciler.reconcile_once()
+        assert len(scene.cluster.creates) == 2
+
+        scene.clock.now = NOW + 3.0  # the quota is gone: both pairs are created
+        await scene.reconciler.reconcile_once()
+        assert len(scene.cluster.creates) == 2 + 4
+        assert len(scene.placeholders()) == 4
+        assert scene.creates("quota") == 2
+        assert scene.creates("ok") == 2
+
+        # A success resets the backoff: the next failure waits 1 s again, not 4.
+        await scene.settle()
+        scene.reconciler.evaluate(scene.clock())  # the watch showed the pods: settled
+        scene.cluster.fail_creates = [quota()]
+        gone = scene.placeholders(Role.RUNNER)[0]  # one whole pair disappears
+        scene.cluster.remove(NS, gone)
+        scene.cluster.remove(NS, gone.removesuffix("-r") + "-w")
+        await scene.settle()
+        scene.clock.now = NOW + 10.0
+        await scene.reconciler.reconcile_once()
+        scene.clock.now = NOW + 11.0
+        await scene.reconciler.reconcile_once()
+        assert scene.creates("quota") == 3
+        assert len(scene.placeholders()) == 4
+
+
+async def test_a_template_the_specs_cannot_use_is_counted_not_fatal() -> None:
+    scene = start()
+
+    def broken(*_: object) -> Any:
+        raise ValueError("bad template")
+
+    scene.reconciler.build_pair = broken
+    async with Running(scene):
+        await scene.reconciler.reconcile_once()
+    assert scene.cluster.creates == []
+    assert scene.creates("invalid") == 1
+
+
+# --- expectations -------------------------------------------------------------------------
+
+
+async def test_expectations_stop_a_lagging_watch_from_causing_duplicate_creates() -> None:
+    scene = start(proactive=1)
+    async with Running(scene):
+        scene.cluster.hold_events = asyncio.Event()  # the watch falls behind
+        await scene.reconciler.reconcile_once()
+        assert len(scene.cluster.creates) == 2
+        for _ in range(3):
+            await scene.reconciler.reconcile_once()
+        assert len(scene.cluster.creates) == 2  # the pair being created counts as Pending
+
+        # Once the expectation TTL passes, the watch is trusted again (a create the watch
+        # never shows did not happen as far as the plan is concerned).
+        scene.clock.now = NOW + 61
+        await scene.reconciler.reconcile_once()
+        assert len(scene.cluster.creates) == 4
+
+        scene.cluster.hold_events.set()
+        await scene.settle()
+        scene.reconciler.evaluate(scene.clock())  # settles what the watch now shows
+        assert scene.reconciler.expectations.names() == set()
+
+
+async def test_expected_deletes_are_not_counted_as_capacity() -> None:
+    scene = start(proactive=1)
+    async with Running(scene):
+        await scene.reconciler.reconcile_once()
+        await scene.run_all()
+        await scene.reconciler.reconcile_once()
+        assert scene.values[-1] == 1
+        scene.cluster.hold_events = asyncio.Event()
+        # Demand drops to 0 (as if the operator set proactive_capacity: 0).
+        scene.monitor._base_params = replace(scene.monitor._base_params, proactive_capacity=0)
+        scene.clock.now = NOW + 1  # past the (zero) downscale delay
+        await scene.reconciler.reconcile_once()  # deletes the pair; the watch lags
+        assert len(scene.cluster.deletes) == 2
+        plan, *_ = scene.reconciler.evaluate(scene.clock())
+        assert plan.advertised == 0
+        assert plan.deletes == ()  # not sent twice
+
+
+# --- shutdown -----------------------------------------------------------------------------
+
+
+async def test_shutdown_deletes_every_placeholder_within_its_budget() -> None:
+    scene = start(proactive=2)
+    async with Running(scene):
+        await scene.reconciler.reconcile_once()
+        await scene.settle()
+        scene.cluster.hold_deletes = asyncio.Event()  # an apiserver that does not answer
+        sent = await asyncio.wait_for(scene.reconciler.shutdown(0.05), timeout=5)
+        assert sent == 4
+        assert len(scene.placeholders()) == 4  # left for the next listener to adopt or sweep
+
+        scene.cluster.hold_deletes = None
+        sent = await asyncio.wait_for(scene.reconciler.shutdown(5.0), timeout=5)
+        assert sent == 4
+        assert scene.placeholders() == []
+
+
+async def test_shutdown_also_deletes_pods_being_created() -> None:
+    scene = start(proactive=1)
+    async with Running(scene):
+        scene.cluster.hold_events = asyncio.Event()  # the view never saw them
+        await scene.reconciler.reconcile_once()
+        assert await scene.reconciler.shutdown(5.0) == 2
+    assert scene.placeholders() == []
+
+
+# --- adopt and sweep ----------------------------------------------------------------------
+
+
+async def test_start_adopts_verified_placeholders_and_sweeps_the_rest() -> None:
+    cluster = MemoryCluster()
+    cluster.add(Resource.arc("ephemeralrunnersets", NS), runner_set())
+    scene = start(cluster, proactive=1)
+    async with Running(scene):
+        owner = scene.monitor.view.runner_set
+        assert owner is not None
+        ours = scene.monitor.build_pair("7", owner, NOW)
+        stranger = scene.monitor.build_pair(
+            "8", owner.__class__(owner.name, "old-uid", owner.pod_spec), NOW
+        )
+        stale = scene.monitor.build_pair("9", owner, NOW)
+        for pod in stale:
+            pod["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = "another-template"
+        for pod in (*ours, *stranger, *stale):
+            await cluster.create_pod(NS, pod)
+        cluster.creates.clear()
+        await scene.run_all()
+
+        await scene.reconciler.reconcile_once()
+        assert sorted(cluster.deletes) == sorted(p["metadata"]["name"] for p in (*stranger, *stale))
+        assert cluster.creates == []  # the adopted pair covers proactive_capacity
+        assert scene.values[-1] == 1
+        assert (
+            scene.registry.get_sample_value(
+                "gha_capacity_pair_deletes_total",
+                {"name": RUNNER_SET, "namespace": NS, "reason": "orphan"},
+            )
+            == 2
+        )
+
+
+async def test_nothing_is_created_without_the_runner_set() -> None:
+    cluster = MemoryCluster()
+    cluster.add(
+        Resource.arc("ephemeralrunnersets", NS),
+        {**runner_set(), "metadata": {"name": "someone-else", "uid": "x"}},
+    )
+    scene = start(cluster, proactive=1)
+    async with Running(scene):
+        await scene.reconciler.reconcile_once()
+    assert cluster.creates == []
+    assert scene.values[-1] == 0
+
+
+# --- the signal loop ----------------------------------------------------------------------
+
+
+async def until(predicate: Callable[[], bool], what: str) -> None:
+    """Re-check ``predicate`` every 10 ms (the values arrive through the signal loop's own
+    coalescing timer), for at most 5 s."""
+    for _ in range(500):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_signal_loop_follows_the_view_without_a_reconcile_pass() -> None:
+    scene = start(proactive=2)
+    async with Running(scene):
+        await scene.reconciler.reconcile_once()
+        assert scene.values == [0, 0]  # at start, and after a pass with only Pending pairs
+        signal = asyncio.create_task(scene.reconciler.signal_loop())
+        try:
+            await scene.run_all()
+            await until(lambda: scene.values[-1] == 2, "both Running pairs advertised")
+            passes = scene.reconciler.passes
+
+            # A real runner pod preempts one runner placeholder: one pair fewer at once.
+            scene.cluster.remove(NS, scene.placeholders(Role.RUNNER)[0])
+            await until(lambda: scene.values[-1] == 1, "the lost pair withdrawn")
+            assert scene.reconciler.passes == passes  # the signal path, not a pass
+            assert all(v <= 2 for v in scene.values)
+        finally:
+            signal.cancel()
+            await asyncio.gather(signal, return_exceptions=True)
+
+
+async def test_signal_loop_waits_for_the_view_to_sync() -> None:
+    scene = start(proactive=1)
+    signal = asyncio.create_task(scene.reconciler.signal_loop())
+    try:
+        scene.monitor.view.poke()
+        await asyncio.sleep(0.3)  # longer than the signal trigger's coalescing delay
+        assert scene.values == [0]  # only the start-up 0: nothing verified yet
+    finally:
+        signal.cancel()
+        await asyncio.gather(signal, return_exceptions=True)
