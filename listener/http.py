@@ -8,15 +8,9 @@ Client (:func:`make_client`):
 
 - TLS: the system trust store, with ``server_root_ca`` *appended* (ARC adds it to the system
   pool rather than replacing it).
-- Proxies: ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` in either case, with Go's rules
-  (``golang.org/x/net/http/httpproxy``), which httpx's own environment support does not fully
-  match: httpx treats a ``NO_PROXY`` CIDR such as ``10.0.0.0/8`` as a single address, proxies
-  loopback addresses, reads ``ALL_PROXY`` and prefers the lower-case variable when both are
-  set. So the client is built with ``trust_env=False`` and a small router picks the direct or
-  the proxied transport per request. Remaining gaps: a ``socks5://`` proxy (which Go would
-  use) is refused at start-up with a one-line error, because httpx needs an extra package
-  for it; Go's CGI rule (ignore ``HTTP_PROXY`` when ``REQUEST_METHOD`` is set) is not
-  reproduced.
+- Proxies: ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` with Go's rules
+  (:mod:`listener.proxy`); the client is built with ``trust_env=False`` and a small router
+  picks the direct or the proxied transport per request.
 - Deadlines: a per-operation :class:`httpx.Timeout` on the client (``LONG_POLL_TIMEOUT`` is
   passed for the long poll), and :func:`send` bounds each whole attempt as well, so a server
   that trickles bytes cannot hold a call forever.
@@ -37,15 +31,12 @@ import asyncio
 import email.utils
 import functools
 import importlib.metadata
-import ipaddress
 import json
 import logging
-import os
 import random
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 
 import httpx
 from tenacity import (
@@ -65,6 +56,7 @@ from listener.errors import (
     UnauthorizedError,
     is_retryable_status,
 )
+from listener.proxy import ProxySettings
 from listener.wire import WireError, decode_json
 
 log = logging.getLogger(__name__)
@@ -131,144 +123,6 @@ def user_agent(scale_set_id: int, *, arc_version: str = "") -> str:
     )
 
 
-# --- proxies -----------------------------------------------------------------------------------
-
-
-def _env_any(env: Mapping[str, str], *names: str) -> str:
-    # Go's getEnvAny: the first variable that is set to a non-empty value wins, so the
-    # upper-case spelling takes precedence over the lower-case one.
-    for name in names:
-        value = env.get(name, "")
-        if value:
-            return value
-    return ""
-
-
-def _proxy_url(value: str, name: str) -> str:
-    if not value:
-        return ""
-    url = value if "://" in value else f"http://{value}"
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL:
-        raise ValueError(f"{name}: not a valid proxy URL") from None
-    if parsed.scheme not in ("http", "https"):
-        raise ValueError(f"{name}: unsupported proxy scheme {parsed.scheme!r} (use http or https)")
-    if not parsed.host:
-        raise ValueError(f"{name}: proxy URL has no host")
-    return url
-
-
-@dataclass(frozen=True)
-class _NoProxyRule:
-    network: ipaddress.IPv4Network | ipaddress.IPv6Network | None = None
-    domain: str = ""  # always starts with "."
-    match_bare: bool = False  # "example.com" also matches the host "example.com" itself
-    port: str = ""
-
-    def matches(
-        self, host: str, port: str, ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None
-    ) -> bool:
-        if self.port and self.port != port:
-            return False
-        if self.network is not None:
-            return ip is not None and ip in self.network
-        return host.endswith(self.domain) or (self.match_bare and host == self.domain[1:])
-
-
-def _parse_no_proxy(value: str) -> tuple[bool, tuple[_NoProxyRule, ...]]:
-    """Go's NO_PROXY grammar: ``*``, CIDR, IP[:port], [IPv6][:port], [*.|.]domain[:port]."""
-    rules: list[_NoProxyRule] = []
-    for raw in value.split(","):
-        entry = raw.strip().lower()
-        if not entry:
-            continue
-        if entry == "*":
-            return True, ()
-        try:
-            rules.append(_NoProxyRule(network=ipaddress.ip_network(entry, strict=False)))
-            continue
-        except ValueError:
-            pass
-        host, port = _split_host_port(entry)
-        if not host:
-            continue
-        try:
-            ip = ipaddress.ip_address(host)
-        except ValueError:
-            pass
-        else:
-            rules.append(_NoProxyRule(network=ipaddress.ip_network(ip), port=port))
-            continue
-        if host.startswith("*."):
-            host = host[1:]
-        match_bare = not host.startswith(".")
-        rules.append(
-            _NoProxyRule(
-                domain=host if not match_bare else f".{host}", match_bare=match_bare, port=port
-            )
-        )
-    return False, tuple(rules)
-
-
-def _split_host_port(entry: str) -> tuple[str, str]:
-    if entry.startswith("["):
-        end = entry.find("]")
-        if end < 0:
-            return entry, ""
-        rest = entry[end + 1 :]
-        return entry[1:end], rest[1:] if rest.startswith(":") else ""
-    if entry.count(":") == 1:
-        host, _, port = entry.partition(":")
-        return host, port
-    return entry, ""  # a bare IPv6 address, or a plain name
-
-
-@dataclass(frozen=True)
-class ProxySettings:
-    """Proxy configuration from the environment, applied with Go's rules."""
-
-    http_proxy: str = ""
-    https_proxy: str = ""
-    no_proxy: str = ""
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ProxySettings:
-        """Read ``HTTP_PROXY``/``http_proxy``, ``HTTPS_PROXY``/``https_proxy``, ``NO_PROXY``."""
-        env = os.environ if env is None else env
-        return cls(
-            http_proxy=_proxy_url(_env_any(env, "HTTP_PROXY", "http_proxy"), "http_proxy"),
-            https_proxy=_proxy_url(_env_any(env, "HTTPS_PROXY", "https_proxy"), "https_proxy"),
-            no_proxy=_env_any(env, "NO_PROXY", "no_proxy"),
-        )
-
-    @functools.cached_property
-    def _no_proxy_rules(self) -> tuple[bool, tuple[_NoProxyRule, ...]]:
-        return _parse_no_proxy(self.no_proxy)
-
-    def proxy_for(self, url: httpx.URL) -> str | None:
-        """The proxy URL to use for ``url``, or None to connect directly."""
-        proxy = {"https": self.https_proxy, "http": self.http_proxy}.get(url.scheme, "")
-        if not proxy:
-            return None
-        host = url.host.lower()
-        if host == "localhost":
-            return None
-        try:
-            ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
-        except ValueError:
-            ip = None
-        if ip is not None and ip.is_loopback:
-            return None
-        bypass_all, rules = self._no_proxy_rules
-        if bypass_all:
-            return None
-        port = str(url.port or (443 if url.scheme == "https" else 80))
-        if any(rule.matches(host, port, ip) for rule in rules):
-            return None
-        return proxy
-
-
 class _ProxyRouter(httpx.AsyncBaseTransport):
     """Sends each request directly or through the proxy :class:`ProxySettings` picks."""
 
@@ -282,7 +136,7 @@ class _ProxyRouter(httpx.AsyncBaseTransport):
         }
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        proxy = self._settings.proxy_for(request.url)
+        proxy = self._settings.proxy_for(str(request.url))
         transport = self._direct if proxy is None else self._proxied[proxy]
         return await transport.handle_async_request(request)
 

@@ -24,7 +24,8 @@ from listener.errors import (
     SessionConflictError,
     UnauthorizedError,
 )
-from listener.http import ProxySettings, error_from_response, make_client, send, user_agent
+from listener.http import error_from_response, make_client, send, user_agent
+from listener.proxy import ProxySettings
 from tests.unit.listener_fixtures import (
     UA,
     CertificateAuthority,
@@ -520,12 +521,12 @@ PROXY_ENV = {
     ],
 )
 def test_proxy_selection_follows_go_rules(url: str, expected: str | None) -> None:
-    assert ProxySettings.from_env(PROXY_ENV).proxy_for(httpx.URL(url)) == expected
+    assert ProxySettings.from_env(PROXY_ENV).proxy_for(url) == expected
 
 
 def test_no_proxy_star_disables_proxies() -> None:
     settings = ProxySettings.from_env({**PROXY_ENV, "no_proxy": "foo, *"})
-    assert settings.proxy_for(httpx.URL("https://api.github.com/")) is None
+    assert settings.proxy_for("https://api.github.com/") is None
 
 
 def test_upper_case_variables_win_like_go() -> None:
@@ -538,12 +539,12 @@ def test_upper_case_variables_win_like_go() -> None:
 
 
 def test_no_proxy_without_proxy_means_direct() -> None:
-    assert ProxySettings.from_env({}).proxy_for(httpx.URL("https://api.github.com/")) is None
+    assert ProxySettings.from_env({}).proxy_for("https://api.github.com/") is None
 
 
 def test_all_proxy_is_ignored_like_go() -> None:
     settings = ProxySettings.from_env({"ALL_PROXY": "http://p:1", "all_proxy": "http://p:1"})
-    assert settings.proxy_for(httpx.URL("https://api.github.com/")) is None
+    assert settings.proxy_for("https://api.github.com/") is None
 
 
 @pytest.mark.parametrize(
