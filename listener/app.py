@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import socket
 import time
 import uuid
@@ -28,7 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from capacity import kube as kube_mod
 from capacity.settings import CapacitySettings, load_capacity_settings
-from listener import github_auth, http
+from listener import github_auth, http, signals
 from listener.actions import ActionsClient
 from listener.advertised import AdvertisedCapacity
 from listener.config import AppCredentials, Config, TokenCredentials, load_config
@@ -117,6 +116,11 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
     configure_logging(cfg.log_level, cfg.log_format)
     _register_secrets(cfg)
     capacity_settings = _capacity_settings(env)
+    if stop.is_set():
+        # SIGTERM during start-up (the pod was deleted right after it was created): the
+        # configuration has been checked, nothing exists yet that would need cleaning up.
+        log.info("stop requested during start-up; exiting")
+        return
 
     registry = CollectorRegistry(auto_describe=True)
     metrics = (
@@ -283,9 +287,7 @@ def _capacity_settings(env: Mapping[str, str]) -> CapacitySettings | None:
 
 
 async def main(env: Mapping[str, str]) -> None:
-    """Install signal handlers and run."""
+    """Route the stop signals to the event loop (one received earlier stops at once), run."""
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):  # SIGTERM is what the kubelet sends
-        loop.add_signal_handler(sig, stop.set)
+    signals.attach(asyncio.get_running_loop(), stop.set)
     await run(env, stop)

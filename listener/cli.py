@@ -6,22 +6,28 @@ the pod whenever the container exits, so exiting is the recovery path for fatal 
 
 from __future__ import annotations
 
+# Only the standard library and listener.signals before the stop handler is installed: the
+# imports below main() take about a second, and a SIGTERM in that time must not kill the
+# process uncleanly.
 import asyncio
 import logging
 import os
 import sys
 
-from capacity.kube import KubeError
-from capacity.settings import CapacitySettingsError
-from listener import app
-from listener.config import ConfigError
-from listener.errors import ActionsError
-from listener.logs import redact
+from listener import signals
 
 __all__ = ["main"]
 
-# Errors whose message says it all; anything else is a bug, reported with its type name.
-_EXPECTED = (ConfigError, CapacitySettingsError, app.StartupError, ActionsError, KubeError)
+
+def _expected() -> tuple[type[BaseException], ...]:
+    """Errors whose message says it all; anything else is a bug, reported with its type."""
+    from capacity.kube import KubeError
+    from capacity.settings import CapacitySettingsError
+    from listener import app
+    from listener.config import ConfigError
+    from listener.errors import ActionsError
+
+    return (ConfigError, CapacitySettingsError, app.StartupError, ActionsError, KubeError)
 
 
 def _leaf_errors(exc: BaseException) -> list[BaseException]:
@@ -36,16 +42,22 @@ def _leaf_errors(exc: BaseException) -> list[BaseException]:
 
 def error_lines(exc: BaseException) -> list[str]:
     """One ``Error: ...`` line per cause, secrets masked."""
+    from listener.logs import redact
+
+    expected = _expected()
     lines = []
     for error in _leaf_errors(exc):
         message = " ".join(str(error).splitlines())
-        if not isinstance(error, _EXPECTED):
+        if not isinstance(error, expected):
             message = f"{type(error).__name__}: {message}".rstrip(": ")
         lines.append(f"Error: {redact(message)}")
     return lines
 
 
 def main() -> None:
+    signals.install_early()
+    from listener import app
+
     try:
         asyncio.run(app.main(os.environ))
     except KeyboardInterrupt:

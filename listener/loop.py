@@ -4,13 +4,19 @@ Order of work per message is ARC's (protocol reference §4.2): statistics → ac
 acquire ``JobAvailable`` → ``JobStarted`` → ``JobCompleted`` → desired runner count. A 202
 re-uses the last statistics.
 
-What we do differently: the header value is read when a poll starts and the Actions service
-holds a poll for about 50 s, so a capacity change would reach GitHub only with the next poll.
-Instead, when the advertised value changes, the in-flight poll is abandoned and re-issued with
-the new value (at most once per ``reissue_interval``). Abandoning is safe: a message the
-service answered but we never processed is not acked and ``lastMessageId`` has not moved, so
-the service delivers it again on the next poll. A poll that completed before the cancel landed
-is processed normally, so nothing is handled twice either.
+What we do differently: the Actions service holds a poll for about 50 s and reads the header
+once, so a capacity change would reach GitHub only with the next poll. Instead, when the
+advertised value changes, the in-flight poll is abandoned and re-issued with the new value.
+Abandoning is safe: a message the service answered but we never processed is not acked and
+``lastMessageId`` has not moved, so the service delivers it again on the next poll. A poll
+that completed before the cancel landed is processed normally, so nothing is handled twice.
+
+The rate limit (``reissue_interval``) applies to *rises* only. A lower value is the safe
+direction: capacity the scheduler no longer confirms must stop attracting jobs at once, or a
+wave landing in that window is assigned to nodes that are gone. A flapping value therefore
+costs at most one extra poll per drop. The header is computed when the request is actually
+built (also on a transport retry or after a token refresh), not when the poll was started, so
+a value that changed while the request was waiting goes out as it is now.
 
 Shutdown: ``stop`` ends the loop between messages; a message being handled is finished first
 (every call in it has its own deadline), like ARC's ``context.WithoutCancel``.
@@ -35,7 +41,9 @@ log = logging.getLogger(__name__)
 class ActionsSession(Protocol):
     """The message-queue calls the loop makes (``listener.actions.ActionsClient``)."""
 
-    async def get_message(self, last_message_id: int, max_capacity: int) -> Message | None: ...
+    async def get_message(
+        self, last_message_id: int, max_capacity: Callable[[], int]
+    ) -> Message | None: ...
 
     async def delete_message(self, message_id: int) -> None: ...
 
@@ -106,6 +114,7 @@ class Listener:
         self._clock = clock
         self._last_message_id = 0
         self._latest: Statistics | None = None
+        self._sent = capacity.value  # the header value of the poll in flight
         self.reissued_polls = 0
         """How many in-flight polls were abandoned because the capacity changed."""
 
@@ -174,24 +183,40 @@ class Listener:
         self._metrics.record_desired_runners(desired)
         log.info("desired runners", extra={"desired": desired})
 
+    def _header(self) -> int:
+        """The ``X-ScaleSetMaxCapacity`` value, read as the poll request is built."""
+        self._sent = self._capacity.value
+        return self._sent
+
     async def _poll(self, stop: asyncio.Event) -> Message | _Abandoned | None:
         """One long poll, re-issued whenever the advertised value changes under it."""
         while True:
-            sent = self._capacity.value
-            version = self._capacity.version
+            self._sent = self._capacity.value
             issued_at = self._clock()
             poll = asyncio.create_task(
-                self._session.get_message(self._last_message_id, sent), name="get-message"
+                self._session.get_message(self._last_message_id, self._header), name="get-message"
             )
             stopping = asyncio.create_task(stop.wait(), name="stop-wait")
             try:
                 while True:
+                    current = self._capacity.value
+                    wait: float | None = None
+                    if current != self._sent:
+                        if current < self._sent:
+                            break  # a drop goes out at once
+                        # A rise waits out the rate limit, so a flapping value cannot turn
+                        # into a request storm.
+                        wait = issued_at + self._reissue_interval - self._clock()
+                        if wait <= 0:
+                            break
                     changed = asyncio.create_task(
-                        self._capacity.wait_changed(version), name="capacity-wait"
+                        self._capacity.wait_changed(self._capacity.version), name="capacity-wait"
                     )
                     try:
                         await asyncio.wait(
-                            {poll, stopping, changed}, return_when=asyncio.FIRST_COMPLETED
+                            {poll, stopping, changed},
+                            timeout=wait,
+                            return_when=asyncio.FIRST_COMPLETED,
                         )
                     finally:
                         changed.cancel()
@@ -199,28 +224,16 @@ class Listener:
                         return poll.result()
                     if stopping.done():
                         return await _abandon(poll)
-                    version = self._capacity.version
-                    if self._capacity.value == sent:
-                        continue  # changed and changed back: the poll in flight is still right
-                    # Rate-limit re-issues so a flapping value cannot turn into a request storm.
-                    delay = issued_at + self._reissue_interval - self._clock()
-                    if delay > 0:
-                        await asyncio.wait({poll, stopping}, timeout=delay)
-                        if poll.done():
-                            return poll.result()
-                        if stopping.done():
-                            return await _abandon(poll)
-                        if self._capacity.value == sent:
-                            continue
-                    outcome = await _abandon(poll)
-                    if outcome is not _ABANDONED:
-                        return outcome
-                    self.reissued_polls += 1
-                    log.debug(
-                        "capacity changed, re-issuing poll",
-                        extra={"old": sent, "new": self._capacity.value},
-                    )
-                    break
+                    # Otherwise the value changed (or a rise's wait is over): look again. A
+                    # value that changed back to what is in flight keeps the poll.
+                outcome = await _abandon(poll)
+                if outcome is not _ABANDONED:
+                    return outcome
+                self.reissued_polls += 1
+                log.debug(
+                    "capacity changed, re-issuing poll",
+                    extra={"old": self._sent, "new": self._capacity.value},
+                )
             finally:
                 stopping.cancel()
 

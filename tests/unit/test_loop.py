@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,7 @@ class FakeQueue:
     events: list[str] = field(default_factory=list)
     abandoned: int = 0
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    fail_with: list[int] = field(default_factory=list)  # statuses to answer polls with first
 
     def add(self, message_id: int, assigned: int, jobs: list[dict[str, Any]]) -> None:
         self.messages[message_id] = {
@@ -71,6 +73,8 @@ class FakeQueue:
         last = int(request.url.params.get("lastMessageId", "0"))
         self.last_ids.append(last)
         self.events.append(f"poll:{self.headers[-1]}")
+        if self.fail_with:
+            return httpx.Response(self.fail_with.pop(0), headers={"Retry-After": "1"})
         try:
             async with asyncio.timeout(self.hold):
                 while True:
@@ -160,7 +164,9 @@ class Harness:
 
 
 @pytest.fixture
-async def harness() -> AsyncIterator[Harness]:
+async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    """The loop over the fake queue; ``indirect`` parametrization sets reissue_interval."""
+    reissue_interval = float(getattr(request, "param", 0.05))
     queue = FakeQueue()
     with respx.mock(assert_all_called=False) as router:
         router.post(SESSIONS).respond(200, json=session_json(queue_url=QUEUE))
@@ -176,7 +182,7 @@ async def harness() -> AsyncIterator[Harness]:
                 scaler=Scaler(min_runners=0, max_runners=10, patcher=patcher),
                 capacity=capacity,
                 metrics=RecordingMetrics(queue.events),
-                reissue_interval=0.05,
+                reissue_interval=reissue_interval,
             )
             h = Harness(queue, capacity, listener, patcher, asyncio.Event())
             await h.start(client)
@@ -200,6 +206,37 @@ async def test_capacity_change_reissues_the_held_poll_at_once(harness: Harness) 
     harness.capacity.set_max_capacity(3)
     await asyncio.sleep(0.1)
     assert q.headers == [10, 3]
+
+
+@pytest.mark.parametrize("harness", [30.0], indirect=True)
+async def test_a_drop_is_sent_at_once_and_only_rises_wait_for_the_rate_limit(
+    harness: Harness,
+) -> None:
+    q = harness.queue
+    await harness.until(lambda: q.headers == [10], "first poll")
+    harness.capacity.set_max_capacity(3)  # capacity lost: no waiting out the 30 s limit
+    await harness.until(lambda: q.headers == [10, 3], "the drop on the wire at once")
+    harness.capacity.set_max_capacity(8)  # a rise within the interval waits
+    await asyncio.sleep(0.2)
+    assert q.headers == [10, 3]
+    harness.capacity.set_max_capacity(2)  # a drop below what is in flight, while a rise waits
+    await harness.until(lambda: q.headers == [10, 3, 2], "the second drop at once")
+    assert harness.listener.reissued_polls == 2
+
+
+@pytest.mark.parametrize("harness", [30.0], indirect=True)
+async def test_the_header_is_read_when_the_request_is_sent(harness: Harness) -> None:
+    """A poll retried after a 503 carries the value of the moment it is sent again."""
+    q = harness.queue
+    await harness.until(lambda: q.headers == [10], "first poll")
+    q.fail_with = [503]
+    harness.capacity.set_max_capacity(3)
+    await harness.until(lambda: q.headers == [10, 3], "the re-issued poll, answered 503")
+    harness.capacity.set_max_capacity(9)  # a rise while the HTTP layer waits to retry
+    await harness.until(lambda: len(q.headers) == 3, "the retried poll", within=5)
+    assert q.headers == [10, 3, 9]
+    await asyncio.sleep(0.1)
+    assert len(q.headers) == 3  # the retry already carries 9: no re-issue for it
 
 
 async def test_value_is_clamped_to_max_runners(harness: Harness) -> None:
@@ -230,13 +267,18 @@ async def test_abandoned_poll_loses_no_message_and_handles_none_twice(harness: H
 async def test_flapping_value_is_rate_limited(harness: Harness) -> None:
     q = harness.queue
     await harness.until(lambda: len(q.headers) == 1, "first poll")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     for i in range(40):
         harness.capacity.set_max_capacity(i % 2)
         await asyncio.sleep(0.005)
     harness.capacity.set_max_capacity(7)
     await harness.until(lambda: q.headers[-1] == 7, "final value on the wire")
-    # ~0.25 s of flapping with a 0.05 s interval: a handful of polls, not 40.
-    assert len(q.headers) <= 10, q.headers
+    # Rises are limited to one per 0.05 s interval and each drop follows a rise: at most two
+    # polls per interval (plus the first and the last), not one per change.
+    intervals = math.ceil((loop.time() - started) / 0.05)
+    assert len(q.headers) <= 2 * intervals + 2, q.headers
+    assert len(q.headers) < 40
 
 
 async def test_changed_and_changed_back_keeps_the_poll(harness: Harness) -> None:
