@@ -282,6 +282,30 @@ async def test_preemption_hand_off_keeps_the_value_right(scene: Scene) -> None:
     await run.close()
 
 
+async def test_a_step_pod_is_not_counted_as_the_workflow_half(scene: Scene) -> None:
+    """A container action's step pod (same runner-pod label as the job pod, priority 20)
+    takes the workflow placeholder's room: the job has no room left for its workflow pod,
+    and the value must say so instead of counting the step pod as the workflow half."""
+    await scene.runner_pdb()
+    scene.node(cpu=2)  # room for exactly one job
+    run = scene.start(settings(proactive_capacity=1), max_runners=5)
+    await run.advertises(1)
+
+    await scene.job("r1")
+    await scene.running("r1")
+    step = workflow_pod("r1", owner=scene.ns, **HALF)
+    step["metadata"]["name"] = "r1-step-a1b2c3"
+    await scene.create(step)
+    step_pod = await scene.running("r1-step-a1b2c3")
+    victims = await scene.victims_of(step_pod.metadata.uid)
+    assert [role for _, role in victims] == ["placeholder-workflow"]
+
+    await run.advertises(0)
+    assert run.metric("gha_capacity_workflow_side") == 0
+    assert run.metric("gha_capacity_runner_side") == 1
+    await run.close()
+
+
 async def test_workflow_pod_evicting_another_slots_placeholder(scene: Scene) -> None:
     await scene.runner_pdb()
     scene.node(cpu=2)
