@@ -90,7 +90,13 @@ LISTENER_ENV: dict[str, tuple[str, str]] = {
     ),
     "reissue_interval": (
         "LISTENER_REISSUE_INTERVAL",
-        "Minimum seconds between two re-issued long polls when the advertised capacity changes.",
+        "Minimum seconds between two re-issued long polls when the advertised capacity rises "
+        "(a drop is sent at once).",
+    ),
+    "kube_outage_timeout": (
+        "LISTENER_KUBE_OUTAGE_TIMEOUT",
+        "Seconds to keep retrying a runner-set patch while the apiserver throttles or is "
+        "unreachable (messages are held unacked meanwhile) before exiting.",
     ),
 }
 

@@ -26,6 +26,7 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry
 
 from capacity import kube as kube_mod
+from capacity.kube import KubeError
 from capacity.settings import CapacitySettings, load_capacity_settings
 from listener import github_auth, http, signals
 from listener.actions import ActionsClient
@@ -33,8 +34,8 @@ from listener.advertised import AdvertisedCapacity
 from listener.config import AppCredentials, Config, TokenCredentials, load_config
 from listener.logs import configure_logging, register_secret
 from listener.loop import Listener
-from listener.metrics import ListenerMetrics
-from listener.scaler import KubePatcher, Scaler
+from listener.metrics import ListenerMetrics, PatchMetrics
+from listener.scaler import KubePatcher, PatchRetry, Scaler
 from listener.server import Health, build_app, parse_addr, serve
 
 __all__ = ["Options", "main", "run"]
@@ -59,6 +60,7 @@ class Options:
     probe_addr: str = ":8081"
     session_conflict_timeout: float = 600.0
     reissue_interval: float = 1.0
+    kube_outage_timeout: float = 300.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Options:
@@ -80,6 +82,7 @@ class Options:
                 "LISTENER_SESSION_CONFLICT_TIMEOUT", cls.session_conflict_timeout
             ),
             reissue_interval=seconds("LISTENER_REISSUE_INTERVAL", cls.reissue_interval),
+            kube_outage_timeout=seconds("LISTENER_KUBE_OUTAGE_TIMEOUT", cls.kube_outage_timeout),
         )
 
 
@@ -183,6 +186,27 @@ def _same_port(probe_addr: str, metrics_addr: str) -> bool:
         raise StartupError(f"LISTENER_PROBE_ADDR or metrics_addr: {exc}") from None
 
 
+class _PatchReport:
+    """The scaler's patch trouble, shown in readiness and (with metrics on) on the page."""
+
+    CONDITION = "kubernetes"
+
+    def __init__(self, health: Health, metrics: PatchMetrics | None) -> None:
+        self._health = health
+        self._metrics = metrics
+
+    def patch_failed(self, error: KubeError) -> None:
+        self._health.set_failing(self.CONDITION, str(error))
+        if self._metrics is not None:
+            self._metrics.patch_failed()
+
+    def patch_pending(self, pending: bool) -> None:
+        if not pending:
+            self._health.set_failing(self.CONDITION, None)
+        if self._metrics is not None:
+            self._metrics.patch_pending(pending)
+
+
 @dataclass(frozen=True)
 class _Parts:
     cfg: Config
@@ -228,6 +252,15 @@ async def _listen(
     try:
         if p.metrics is not None:
             p.metrics.record_static(cfg.min_runners, cfg.max_runners)
+        patch_metrics = (
+            PatchMetrics(
+                p.registry,
+                name=cfg.ephemeral_runner_set_name,
+                namespace=cfg.ephemeral_runner_set_namespace,
+            )
+            if p.metrics is not None
+            else None
+        )
         scaler = Scaler(
             min_runners=cfg.min_runners,
             max_runners=cfg.max_runners,
@@ -236,6 +269,8 @@ async def _listen(
                 namespace=cfg.ephemeral_runner_set_namespace,
                 runner_set_name=cfg.ephemeral_runner_set_name,
             ),
+            retry=PatchRetry(outage_budget=p.options.kube_outage_timeout),
+            state=_PatchReport(p.health, patch_metrics),
         )
         loop = Listener(
             session=p.actions,
@@ -247,6 +282,10 @@ async def _listen(
         )
         async with asyncio.TaskGroup() as tg:
             tg.create_task(_guard("loop", loop.run(session, stop), stop))
+            # Re-applies a runner-set patch that failed transiently; ends the process only
+            # when the apiserver stays unusable past LISTENER_KUBE_OUTAGE_TIMEOUT.
+            patches = tg.create_task(scaler.run(), name="patch-retry")
+            tg.create_task(_cancel_when(stop, patches))
             if capacity_settings is not None:
                 from capacity.monitor import CapacityMonitor
 
@@ -278,6 +317,11 @@ async def _listen(
             log.warning("could not delete the session", extra={"error": str(exc)})
         else:
             log.info("session deleted")
+
+
+async def _cancel_when(stop: asyncio.Event, task: asyncio.Task[None]) -> None:
+    await stop.wait()
+    task.cancel()
 
 
 def _capacity_settings(env: Mapping[str, str]) -> CapacitySettings | None:

@@ -18,6 +18,12 @@ costs at most one extra poll per drop. The header is computed when the request i
 built (also on a transport retry or after a token refresh), not when the poll was started, so
 a value that changed while the request was waiting goes out as it is now.
 
+Kubernetes trouble: when the runner-set patch fails transiently (apiserver throttling or
+restarting), the scaler keeps the desired state and retries it in the background; the loop
+keeps polling (the session stays alive, the header stays current, 202s only update the kept
+state) but holds a message *before acking it* until the patch goes through: a job acked and
+acquired while no runner can be created would wait for nothing.
+
 Shutdown: ``stop`` ends the loop between messages; a message being handled is finished first
 (every call in it has its own deadline), like ARC's ``context.WithoutCancel``.
 """
@@ -56,6 +62,11 @@ class RunnerScaler(Protocol):
     async def handle_desired_runner_count(self, assigned_jobs: int) -> int: ...
 
     async def handle_job_started(self, job: JobMessage) -> None: ...
+
+    @property
+    def in_sync(self) -> bool: ...
+
+    async def wait_in_sync(self) -> None: ...
 
     def handle_job_completed(self, job: JobMessage) -> None: ...
 
@@ -136,8 +147,23 @@ class Listener:
                 await self._scaler.handle_desired_runner_count(self._latest.total_assigned_jobs)
                 continue
             assert isinstance(outcome, Message)
+            if not self._scaler.in_sync and not await self._wait_in_sync(stop):
+                return  # stopping: the message is not acked, the service delivers it again
             self._last_message_id = outcome.message_id
             await self._handle(outcome)
+
+    async def _wait_in_sync(self, stop: asyncio.Event) -> bool:
+        """Hold a message, unacked, until the runner set can be patched again (the scaler
+        gives up after its outage budget, which ends the process). False if stopping."""
+        log.warning("holding a message until the runner set can be patched")
+        done = asyncio.create_task(self._scaler.wait_in_sync(), name="wait-in-sync")
+        stopping = asyncio.create_task(stop.wait(), name="stop-wait")
+        try:
+            await asyncio.wait({done, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            done.cancel()
+            stopping.cancel()
+        return not stop.is_set()
 
     async def _handle(self, message: Message) -> None:
         stats = message.statistics

@@ -333,7 +333,9 @@ def test_metric_list_matches_listener_metrics_module() -> None:
     from listener import metrics
 
     families = read_metric_list()
-    listed = {n for n in families if not n.startswith("gha_capacity_")}
+    listed = {
+        n for n in families if not n.startswith(("gha_capacity_", "gha_listener_kube_patch_"))
+    }
     code = {
         *metrics.GAUGE_HELP,
         *metrics.COUNTER_HELP,
@@ -355,6 +357,27 @@ def test_metric_list_matches_listener_metrics_module() -> None:
     ):
         for name, spec in specs.items():
             assert families[name].labels == frozenset(spec.labels), (kind, name)
+
+
+def test_metric_list_matches_patch_metrics() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from listener.metrics import PatchMetrics
+
+    registry = CollectorRegistry()
+    PatchMetrics(registry, name="arc-cpu", namespace="arc-runners")
+    families = read_metric_list()
+    exported = {
+        (f.name + "_total" if f.type == "counter" else f.name): (
+            f.type,
+            {k for s in f.samples for k in s.labels},
+        )
+        for f in registry.collect()
+    }
+    listed = {n for n in families if n.startswith("gha_listener_kube_patch_")}
+    assert listed == set(exported)
+    for name, (kind, labels) in exported.items():
+        assert (families[name].type, families[name].labels) == (kind, labels), name
 
 
 def test_metric_list_matches_capacity_metrics_module() -> None:

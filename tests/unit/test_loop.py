@@ -19,12 +19,13 @@ import httpx
 import pytest
 import respx
 
+from capacity.kube import KubeError
 from listener.actions import ActionsClient
 from listener.advertised import AdvertisedCapacity
 from listener.github_auth import AdminConnection
 from listener.http import make_client, user_agent
 from listener.loop import Listener
-from listener.scaler import Scaler
+from listener.scaler import PatchRetry, Scaler
 from listener.wire import JobMessage, Statistics
 from tests.unit.listener_fixtures import STATISTICS, session_json
 
@@ -106,8 +107,12 @@ class RecordingPatcher:
     def __init__(self, events: list[str]) -> None:
         self.events = events
         self.replicas: list[Any] = []
+        self.failing: KubeError | None = None  # every runner-set patch fails with it
 
     async def patch_runner_set(self, body: dict[str, Any]) -> None:
+        if self.failing is not None:
+            self.events.append("patch-failed")
+            raise self.failing
         self.replicas.append(body["spec"]["replicas"])
         self.events.append(f"desired:{body['spec']['replicas']}")
 
@@ -177,9 +182,16 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
             client = ActionsClient(http, StubAuth(), 7)
             capacity = AdvertisedCapacity(10)
             patcher = RecordingPatcher(queue.events)
+            scaler = Scaler(
+                min_runners=0,
+                max_runners=10,
+                patcher=patcher,
+                retry=PatchRetry(outage_budget=60, base=0.01, cap=0.05),
+            )
+            retries = asyncio.create_task(scaler.run())
             listener = Listener(
                 session=client,
-                scaler=Scaler(min_runners=0, max_runners=10, patcher=patcher),
+                scaler=scaler,
                 capacity=capacity,
                 metrics=RecordingMetrics(queue.events),
                 reissue_interval=reissue_interval,
@@ -189,6 +201,7 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
             yield h
             if h.task is not None and not h.task.done():
                 await h.finish()
+            retries.cancel()
 
 
 def job(kind: str, **extra: Any) -> dict[str, Any]:
@@ -358,3 +371,31 @@ async def test_stop_lets_the_message_in_progress_finish(harness: Harness) -> Non
     await harness.finish()
     assert "started:r-1" in q.events
     assert q.events[-1] == "desired:1"
+
+
+REFUSED = KubeError("patch ephemeralrunnersets", 0, "ClientConnectorError: connection refused")
+
+
+async def test_apiserver_outage_keeps_polling_and_holds_messages_unacked(harness: Harness) -> None:
+    """The runner set cannot be patched: 202s keep the session polling, a message is held
+    (not acked, not acquired) until the patch goes through, then handled once."""
+    q = harness.queue
+    q.hold = 0.02
+    await harness.until(lambda: len(q.headers) >= 1, "first poll")
+    harness.capacity.set_max_capacity(9)  # re-issue the first poll with the short hold
+    await harness.until(lambda: len(q.headers) >= 3, "short polls")
+    harness.patcher.failing = REFUSED
+    polls = len(q.headers)
+    await harness.until(lambda: len(q.headers) >= polls + 5, "polling goes on (202s)")
+    assert "patch-failed" in q.events
+    q.add(1, assigned=2, jobs=[job("JobAvailable", runnerRequestId=11)])
+    await harness.until(lambda: any(last == 0 for last in q.last_ids[polls:]), "delivered")
+    await asyncio.sleep(0.2)
+    assert q.acked == []
+    assert q.acquired == []
+    assert harness.task is not None
+    assert not harness.task.done()
+    harness.patcher.failing = None  # the apiserver is back
+    await harness.until(lambda: q.acked == [1], "the held message handled")
+    await harness.until(lambda: harness.patcher.replicas[-1:] == [2], "desired count applied")
+    assert q.acquired == [[11]]
