@@ -256,11 +256,22 @@ def _wait_apiserver_ready(cluster: LocalCluster) -> None:
 async def restart_apiserver(cluster: LocalCluster, downtime: float = 2.0) -> None:
     """Stop kube-apiserver, keep it down for ``downtime`` seconds, start it again with the
     same flags (same etcd: resourceVersions carry over) and wait until it is ready."""
+    await stop_apiserver(cluster, downtime)
+    await start_apiserver(cluster)
+
+
+async def stop_apiserver(cluster: LocalCluster, downtime: float = 0.0) -> None:
+    """Stop kube-apiserver (connections are refused from then on); return after
+    ``downtime`` more seconds. Bring it back with :func:`start_apiserver`."""
     import pytest
 
     if not cluster.components:
         pytest.skip("restarting the apiserver needs a harness-started cluster")
     await asyncio.to_thread(_stop_apiserver, cluster, downtime)
+
+
+async def start_apiserver(cluster: LocalCluster) -> None:
+    """Start kube-apiserver again with the same flags and wait until it is ready."""
     _start_apiserver(cluster)
     await asyncio.to_thread(_wait_apiserver_ready, cluster)
 
