@@ -18,6 +18,13 @@ costs at most one extra poll per drop. The header is computed when the request i
 built (also on a transport retry or after a token refresh), not when the poll was started, so
 a value that changed while the request was waiting goes out as it is now.
 
+The 202 path (re-apply the last statistics; the patchID-0 patch that lets the controller scale
+idle runners down comes from it) and the "last poll" readiness mark must not depend on a poll
+completing: when the capacity changes faster than the service's ~50 s hold, every poll is
+re-issued before it ends. So an abandoned poll marks readiness, and after ``quiet_interval``
+seconds without a message the loop takes the 202 path anyway, as ARC would have at the end of
+an undisturbed poll.
+
 Kubernetes trouble: when the runner-set patch fails transiently (apiserver throttling or
 restarting), the scaler keeps the desired state and retries it in the background; the loop
 keeps polling (the session stays alive, the header stays current, 202s only update the kept
@@ -99,7 +106,12 @@ class _Abandoned:
     """Marker: the poll was cancelled before it produced anything."""
 
 
+class _Quiet:
+    """Marker: polls were re-issued for a whole hold period without a message (a 202)."""
+
+
 _ABANDONED = _Abandoned()
+_QUIET = _Quiet()
 
 
 class Listener:
@@ -114,6 +126,7 @@ class Listener:
         metrics: Recorder | None = None,
         on_poll: Callable[[], None] = lambda: None,
         reissue_interval: float = 1.0,
+        quiet_interval: float = 50.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._session = session
@@ -122,7 +135,9 @@ class Listener:
         self._metrics: Recorder = metrics or NoMetrics()
         self._on_poll = on_poll
         self._reissue_interval = reissue_interval
+        self._quiet_interval = quiet_interval
         self._clock = clock
+        self._last_sync = clock()  # when the desired runner count was last applied
         self._last_message_id = 0
         self._latest: Statistics | None = None
         self._sent = capacity.value  # the header value of the poll in flight
@@ -137,20 +152,25 @@ class Listener:
             initial.statistics.total_assigned_jobs
         )
         self._metrics.record_desired_runners(desired)
+        self._last_sync = self._clock()
         while not stop.is_set():
             outcome = await self._poll(stop)
             if outcome is _ABANDONED:
                 return  # stopping
             self._on_poll()
-            if outcome is None:
-                # 202: nothing new; re-apply the last statistics (not recorded, as ARC).
+            if outcome is None or outcome is _QUIET:
+                # 202 (or as long without a message, polls re-issued): re-apply the last
+                # statistics (not recorded, as ARC). With nothing else happening this is the
+                # patchID-0 patch that lets the controller scale idle runners down.
                 await self._scaler.handle_desired_runner_count(self._latest.total_assigned_jobs)
+                self._last_sync = self._clock()
                 continue
             assert isinstance(outcome, Message)
             if not self._scaler.in_sync and not await self._wait_in_sync(stop):
                 return  # stopping: the message is not acked, the service delivers it again
             self._last_message_id = outcome.message_id
             await self._handle(outcome)
+            self._last_sync = self._clock()
 
     async def _wait_in_sync(self, stop: asyncio.Event) -> bool:
         """Hold a message, unacked, until the runner set can be patched again (the scaler
@@ -214,7 +234,7 @@ class Listener:
         self._sent = self._capacity.value
         return self._sent
 
-    async def _poll(self, stop: asyncio.Event) -> Message | _Abandoned | None:
+    async def _poll(self, stop: asyncio.Event) -> Message | _Abandoned | _Quiet | None:
         """One long poll, re-issued whenever the advertised value changes under it."""
         while True:
             self._sent = self._capacity.value
@@ -260,6 +280,12 @@ class Listener:
                     "capacity changed, re-issuing poll",
                     extra={"old": self._sent, "new": self._capacity.value},
                 )
+                # The abandoned poll was held by the service without an error: the session
+                # works, which is what readiness reports. And a capacity that changes faster
+                # than a poll completes must not starve the 202 path (the scale-down patch).
+                self._on_poll()
+                if self._clock() - self._last_sync >= self._quiet_interval:
+                    return _QUIET
             finally:
                 stopping.cancel()
 

@@ -58,6 +58,7 @@ class FakeQueue:
     abandoned: int = 0
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     fail_with: list[int] = field(default_factory=list)  # statuses to answer polls with first
+    ready_marks: list[int] = field(default_factory=list)  # the loop's on_poll calls
 
     def add(self, message_id: int, assigned: int, jobs: list[dict[str, Any]]) -> None:
         self.messages[message_id] = {
@@ -107,6 +108,7 @@ class RecordingPatcher:
     def __init__(self, events: list[str]) -> None:
         self.events = events
         self.replicas: list[Any] = []
+        self.patch_ids: list[int] = []
         self.failing: KubeError | None = None  # every runner-set patch fails with it
 
     async def patch_runner_set(self, body: dict[str, Any]) -> None:
@@ -114,6 +116,7 @@ class RecordingPatcher:
             self.events.append("patch-failed")
             raise self.failing
         self.replicas.append(body["spec"]["replicas"])
+        self.patch_ids.append(body["spec"]["patchID"])
         self.events.append(f"desired:{body['spec']['replicas']}")
 
     async def patch_runner_status(self, runner_name: str, body: dict[str, Any]) -> None:
@@ -170,8 +173,9 @@ class Harness:
 
 @pytest.fixture
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
-    """The loop over the fake queue; ``indirect`` parametrization sets reissue_interval."""
-    reissue_interval = float(getattr(request, "param", 0.05))
+    """The loop over the fake queue; ``indirect`` parametrization overrides Listener
+    keyword arguments (reissue_interval, quiet_interval)."""
+    options: dict[str, float] = {"reissue_interval": 0.05, **getattr(request, "param", {})}
     queue = FakeQueue()
     with respx.mock(assert_all_called=False) as router:
         router.post(SESSIONS).respond(200, json=session_json(queue_url=QUEUE))
@@ -194,7 +198,8 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
                 scaler=scaler,
                 capacity=capacity,
                 metrics=RecordingMetrics(queue.events),
-                reissue_interval=reissue_interval,
+                on_poll=lambda: queue.ready_marks.append(1),
+                **options,
             )
             h = Harness(queue, capacity, listener, patcher, asyncio.Event())
             await h.start(client)
@@ -221,7 +226,7 @@ async def test_capacity_change_reissues_the_held_poll_at_once(harness: Harness) 
     assert q.headers == [10, 3]
 
 
-@pytest.mark.parametrize("harness", [30.0], indirect=True)
+@pytest.mark.parametrize("harness", [{"reissue_interval": 30.0}], indirect=True)
 async def test_a_drop_is_sent_at_once_and_only_rises_wait_for_the_rate_limit(
     harness: Harness,
 ) -> None:
@@ -237,7 +242,7 @@ async def test_a_drop_is_sent_at_once_and_only_rises_wait_for_the_rate_limit(
     assert harness.listener.reissued_polls == 2
 
 
-@pytest.mark.parametrize("harness", [30.0], indirect=True)
+@pytest.mark.parametrize("harness", [{"reissue_interval": 30.0}], indirect=True)
 async def test_the_header_is_read_when_the_request_is_sent(harness: Harness) -> None:
     """A poll retried after a 503 carries the value of the moment it is sent again."""
     q = harness.queue
@@ -399,3 +404,34 @@ async def test_apiserver_outage_keeps_polling_and_holds_messages_unacked(harness
     await harness.until(lambda: q.acked == [1], "the held message handled")
     await harness.until(lambda: harness.patcher.replicas[-1:] == [2], "desired count applied")
     assert q.acquired == [[11]]
+
+
+@pytest.mark.parametrize(
+    "harness", [{"reissue_interval": 0.01, "quiet_interval": 0.3}], indirect=True
+)
+async def test_capacity_changing_faster_than_a_poll_completes_still_scales_down(
+    harness: Harness,
+) -> None:
+    """Time compressed: the service holds a poll for 5 s (50 s in production) and the value
+    changes every 20 ms (every few seconds), for about 7 hold periods. No poll ever completes,
+    yet the scale-down patch (patchID 0 at min_runners) and the readiness mark keep coming."""
+    q = harness.queue
+    await harness.until(lambda: len(q.headers) == 1, "first poll")
+    # A job finished: the patch after it may not scale down (ARC's dirty rule).
+    q.add(1, assigned=0, jobs=[job("JobCompleted", runnerRequestId=1, runnerName="r-1")])
+    await harness.until(lambda: q.acked == [1], "message handled")
+    await harness.until(lambda: len(harness.patcher.patch_ids) == 2, "its patch")
+    assert harness.patcher.patch_ids[1] > 0
+    marks = len(q.ready_marks)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 2.0
+    value = 0
+    while loop.time() < end:
+        value = 1 - value
+        harness.capacity.set_max_capacity(value)
+        await asyncio.sleep(0.02)
+    assert q.abandoned > 20  # the polls really were re-issued all along
+    after = harness.patcher.patch_ids[2:]
+    assert 0 in after, harness.patcher.patch_ids
+    assert harness.patcher.replicas[2 + after.index(0)] is None  # replicas 0: scale down
+    assert len(q.ready_marks) > marks + 5
