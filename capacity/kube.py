@@ -429,6 +429,19 @@ class Kube:
             return None
         return runner_set_from(json.loads(data))
 
+    async def get_role_uid(self, namespace: str, name: str) -> str | None:
+        """The uid of Role ``name`` (ARC's listener Role), or None if it does not exist."""
+        status, data = await self._call(
+            "GET",
+            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles/{name}",
+            action="get roles",
+            rbac=f"'get' on roles in namespace {namespace}",
+            ok_statuses=frozenset({404}),
+        )
+        if status == 404:
+            return None
+        return str((json.loads(data).get("metadata") or {}).get("uid") or "") or None
+
     async def get_node(self, name: str) -> NodeState | None:
         """A node's schedulability, or None if it does not exist."""
         status, data = await self._call(

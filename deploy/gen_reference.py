@@ -50,6 +50,11 @@ DESCRIPTIONS: dict[str, str] = {
     "placeholders'.",
     "placeholder_namespace": "Namespace of the placeholder pods. Unset: the runner namespace. "
     "Must be the EphemeralRunnerSet's namespace for the garbage collector to keep them.",
+    "listener_role": "ARC's Role for this listener in the runner namespace, made the "
+    "placeholders' owner: when ARC removes the listener (uninstall, rollback, a scale-set "
+    "change) it deletes that Role and the garbage collector deletes the placeholders. Unset: "
+    "the listener pod's name (ARC names pod and Role alike); empty: own them by the "
+    "EphemeralRunnerSet instead. Reading it needs `get` on roles (deploy/rbac).",
     "placeholder_image": "Image of the placeholder pods (runs `sleep` for the TTL).",
     "placeholder_ttl": "Lifetime of a placeholder pod (its `sleep`); a safety net if the "
     "listener disappears.",

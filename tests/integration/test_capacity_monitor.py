@@ -393,6 +393,104 @@ async def test_restart_adopts_verified_placeholders_and_sweeps_the_rest(scene: S
     await eventually(none_left, "placeholders garbage-collected with their runner set")
 
 
+LISTENER = "linux-cpu-7b5c8d9f-listener"  # ARC's name for the listener, its SA and its Role
+
+
+async def arc_listener_objects(scene: Scene) -> None:
+    """What ARC's controller creates for a listener: ServiceAccount, config Secret and pod in
+    the controller namespace (here the same one), Role and RoleBinding in the runner
+    namespace, all named after the listener (resourcebuilder.go)."""
+    rbac = client.RbacAuthorizationV1Api(scene.api)
+    labels = {
+        "actions.github.com/scale-set-name": SCALE_SET,
+        "actions.github.com/scale-set-namespace": scene.ns,
+        "auto-scaling-listener-name": LISTENER,
+        "auto-scaling-listener-namespace": scene.ns,
+    }
+    await scene.core.create_namespaced_service_account(scene.ns, {"metadata": {"name": LISTENER}})
+    await scene.core.create_namespaced_secret(
+        scene.ns, {"metadata": {"name": f"{LISTENER}-config"}, "data": {}}
+    )
+    await rbac.create_namespaced_role(
+        scene.ns,
+        {
+            "metadata": {"name": LISTENER, "labels": labels},
+            "rules": [
+                {
+                    "apiGroups": ["actions.github.com"],
+                    "resources": ["ephemeralrunnersets"],
+                    "resourceNames": [RUNNER_SET],
+                    "verbs": ["patch"],
+                }
+            ],
+        },
+    )
+    await rbac.create_namespaced_role_binding(
+        scene.ns,
+        {
+            "metadata": {"name": LISTENER, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": LISTENER},
+            "subjects": [{"kind": "ServiceAccount", "name": LISTENER, "namespace": scene.ns}],
+        },
+    )
+    pod = runner_pod(LISTENER, owner=scene.ns, scale_set="listener", cpu="10m", memory="16Mi")
+    pod["metadata"]["labels"] = {"app.kubernetes.io/component": "runner-scale-set-listener"}
+    await scene.create(pod)
+
+
+async def arc_removes_the_listener(scene: Scene) -> None:
+    """ARC's cleanup of a listener: everything deleted in the same second, without waiting
+    for the pod to stop (uninstall, rollback, or a scale-set change that recreates it)."""
+    rbac = client.RbacAuthorizationV1Api(scene.api)
+    await asyncio.gather(
+        scene.core.delete_namespaced_pod(LISTENER, scene.ns),
+        scene.core.delete_namespaced_secret(f"{LISTENER}-config", scene.ns),
+        rbac.delete_namespaced_role_binding(LISTENER, scene.ns),
+        rbac.delete_namespaced_role(LISTENER, scene.ns),
+        scene.core.delete_namespaced_service_account(LISTENER, scene.ns),
+    )
+
+
+async def test_placeholders_go_when_arc_removes_the_listener(scene: Scene) -> None:
+    scene.node(cpu=4)
+    scene.node(cpu=1)  # room for the stand-in listener pod
+    await arc_listener_objects(scene)
+    cfg = settings(proactive_capacity=2, listener_role=LISTENER)
+    first = scene.start(cfg)
+    await first.advertises(2)
+    pods = await scene.placeholders()
+    assert len(pods) == 4
+    role = await client.RbacAuthorizationV1Api(scene.api).read_namespaced_role(LISTENER, scene.ns)
+    for pod in pods:
+        assert [(o.kind, o.name, o.uid) for o in pod.metadata.owner_references] == [
+            ("Role", LISTENER, role.metadata.uid)
+        ]
+
+    # A plain listener pod restart (crash, OOM kill): the Role stays, the next listener
+    # adopts the placeholders: same pods, none created.
+    names = {p.metadata.name: p.metadata.uid for p in pods}
+    await first.crash()
+    second = scene.start(cfg)
+    await second.advertises(2)
+    assert {p.metadata.name: p.metadata.uid for p in await scene.placeholders()} == names
+    assert second.metric("gha_capacity_pair_creates_total", result="ok") == 0
+
+    # ARC removes the listener. Its token is dead at once, so the listener can delete
+    # nothing on its way out (modelled by a crash: no shutdown work at all); the runner set
+    # stays, as on a rollback. The garbage collector removes the placeholders.
+    await second.crash()
+    await arc_removes_the_listener(scene)
+
+    async def none_left() -> bool:
+        return not await scene.placeholders()
+
+    await eventually(none_left, "placeholders garbage-collected with the listener's Role", 60)
+    crd = client.CustomObjectsApi(scene.api)
+    assert await crd.get_namespaced_custom_object(
+        "actions.github.com", "v1alpha1", scene.ns, "ephemeralrunnersets", RUNNER_SET
+    )
+
+
 async def test_hud_outage_falls_back_to_the_floor_and_recovers(scene: Scene) -> None:
     scene.node(cpu=16)
     async with FakeHUD() as hud:

@@ -472,6 +472,12 @@ async def _get_runner_set(listener: Listener) -> None:
     assert found.uid == listener.runner_set["metadata"]["uid"]
 
 
+async def _get_role(listener: Listener) -> None:
+    await as_listener(
+        listener.kube.get_role_uid(listener.namespace, listener.service_account), "get role"
+    )
+
+
 async def _get_node(listener: Listener) -> None:
     await as_listener(listener.kube.get_node("no-such-node"), "get node")
 
@@ -540,6 +546,7 @@ OUR_OPERATIONS: dict[tuple[str, str], Operation] = {
         fieldSelector=f"metadata.name={_runner_set_name(li)}",
     ),
     ("nodes", "get"): _get_node,
+    ("roles", "get"): _get_role,
 }
 ARC_OPERATIONS: dict[str, Operation] = {
     "patch ephemeralrunnersets": _patch_runner_set,

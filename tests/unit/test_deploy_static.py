@@ -306,6 +306,7 @@ def test_rbac_grants_exactly_the_listed_operations() -> None:
         *(("", "pods", v) for v in ("list", "watch", "create", "delete")),
         *((arc, "ephemeralrunners", v) for v in ("list", "watch")),
         *((arc, "ephemeralrunnersets", v) for v in ("get", "list", "watch")),
+        ("rbac.authorization.k8s.io", "roles", "get"),
     }
     assert rules("clusterrole-node-checks.yaml") == {("", "nodes", "get")}
 
@@ -706,6 +707,7 @@ REFERENCE_SAMPLES: dict[str, tuple[str, Any]] = {
 }
 STRING_SAMPLES = {
     "placeholder_namespace": "ci-placeholders",
+    "listener_role": "arc-cpu-7b5c8d9f-listener",
     "placeholder_image": "registry.example.com/pause:3",
     "hud.url": "https://hud.example.com/api/queued",
     "hud.parameters.repo": "my-org/my-repo",
