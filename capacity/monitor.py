@@ -13,9 +13,10 @@ Adopting keeps capacity across a crash or an OOM kill; the checks keep a stale o
 from ever being advertised.
 
 Shutdown. When ``stop`` is set, the signal and reconcile loops end first (nothing new is
-advertised, not even 0), then this listener's placeholders are deleted within
-``SHUTDOWN_BUDGET`` seconds: a graceful stop usually means the scale set is being changed,
-removed or has capacity-awareness turned off, and placeholders must not outlive it. If the
+advertised, not even 0), then this listener's placeholders are deleted within a budget
+(``SHUTDOWN_BUDGET``, or the share of the pod's grace the listener gives it): a graceful stop
+usually means the scale set is being changed, removed or has capacity-awareness turned off,
+and placeholders must not outlive it. If the
 budget runs out (or the process is killed), the next listener adopts or sweeps what is left,
 and the pods end by themselves at their TTL.
 
@@ -250,9 +251,12 @@ class CapacityMonitor:
         log.info("placeholders are owned by the listener's Role", extra={"role": name})
         return self._role_owner
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(
+        self, stop: asyncio.Event, *, cleanup_budget: Callable[[], float] | None = None
+    ) -> None:
         """Run until ``stop`` is set; then stop advertising, delete this listener's
-        placeholders (bounded) and return."""
+        placeholders within ``cleanup_budget()`` seconds (default ``SHUTDOWN_BUDGET``: the
+        pod's grace is shared with the session DELETE) and return."""
         await self.resolve_owner()
         log.info(
             "capacity monitor starting",
@@ -274,7 +278,8 @@ class CapacityMonitor:
                 for task in loops:
                     task.cancel()
                 await asyncio.gather(*loops, return_exceptions=True)
-                await self.reconciler.shutdown(SHUTDOWN_BUDGET)
+                budget = cleanup_budget() if cleanup_budget is not None else SHUTDOWN_BUDGET
+                await self.reconciler.shutdown(budget)
                 view.cancel()
         finally:
             if self._hud is not None:

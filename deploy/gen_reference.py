@@ -98,6 +98,11 @@ LISTENER_ENV: dict[str, tuple[str, str]] = {
         "Minimum seconds between two re-issued long polls when the advertised capacity rises "
         "(a drop is sent at once).",
     ),
+    "shutdown_grace": (
+        "LISTENER_SHUTDOWN_GRACE",
+        "The pod's terminationGracePeriodSeconds: after SIGTERM the placeholder clean-up (at "
+        "most half, at most 10 s) and then the session DELETE share it, less 2 s to exit.",
+    ),
     "kube_outage_timeout": (
         "LISTENER_KUBE_OUTAGE_TIMEOUT",
         "Seconds to keep retrying a runner-set patch while the apiserver throttles or is "

@@ -37,14 +37,11 @@ from listener.loop import Listener
 from listener.metrics import ListenerMetrics, PatchMetrics
 from listener.scaler import KubePatcher, PatchRetry, Scaler
 from listener.server import Health, build_app, parse_addr, serve
+from listener.shutdown import DEFAULT_GRACE, ShutdownBudget
 
 __all__ = ["Options", "main", "run"]
 
 log = logging.getLogger("listener")
-
-# Longer than the retry schedule (1+2+4+8 s) plus a token refresh, shorter than the pod's
-# 60 s termination grace; ARC sets no limit at all.
-_SESSION_DELETE_TIMEOUT = 30.0
 
 T = TypeVar("T")
 
@@ -61,6 +58,7 @@ class Options:
     session_conflict_timeout: float = 600.0
     reissue_interval: float = 1.0
     kube_outage_timeout: float = 300.0
+    shutdown_grace: float = DEFAULT_GRACE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Options:
@@ -83,6 +81,7 @@ class Options:
             ),
             reissue_interval=seconds("LISTENER_REISSUE_INTERVAL", cls.reissue_interval),
             kube_outage_timeout=seconds("LISTENER_KUBE_OUTAGE_TIMEOUT", cls.kube_outage_timeout),
+            shutdown_grace=seconds("LISTENER_SHUTDOWN_GRACE", cls.shutdown_grace),
         )
 
 
@@ -161,8 +160,12 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
         actions = ActionsClient(
             client, auth, scale_set_id=cfg.runner_scale_set_id, on_secret=register_secret
         )
-        parts = _Parts(cfg, options, env, kube, actions, advertised, registry, metrics, health)
+        budget = ShutdownBudget(grace=options.shutdown_grace)
+        parts = _Parts(
+            cfg, options, env, kube, actions, advertised, registry, metrics, health, budget
+        )
         async with asyncio.TaskGroup() as tg:
+            tg.create_task(_note_stop(stop, budget))
             # Probes and metrics come up first, so the kubelet sees a live process while the
             # session is being created (which may wait out a 409 for minutes).
             if cfg.metrics_addr:
@@ -218,6 +221,7 @@ class _Parts:
     registry: CollectorRegistry
     metrics: ListenerMetrics | None
     health: Health
+    budget: ShutdownBudget
 
 
 async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
@@ -306,17 +310,32 @@ async def _listen(
                     on_reconcile=lambda: p.health.mark("reconcile", time.monotonic()),
                     env=p.env,
                 )
-                tg.create_task(_guard("capacity", monitor.run(stop), stop))
+                tg.create_task(
+                    _guard(
+                        "capacity",
+                        monitor.run(
+                            stop, cleanup_budget=lambda: p.budget.placeholders(time.monotonic())
+                        ),
+                        stop,
+                    )
+                )
     finally:
         # Runs on success, on error and on cancellation: a session left behind makes the
         # next pod wait for its expiry (409).
+        p.budget.begin(time.monotonic())  # also when the loop ended by itself (an error)
         try:
-            async with asyncio.timeout(_SESSION_DELETE_TIMEOUT):
+            async with asyncio.timeout(p.budget.session_delete(time.monotonic())):
                 await p.actions.delete_session()
         except Exception as exc:  # logged, as ARC does: the process is ending anyway
             log.warning("could not delete the session", extra={"error": str(exc)})
         else:
             log.info("session deleted")
+
+
+async def _note_stop(stop: asyncio.Event, budget: ShutdownBudget) -> None:
+    """Start the shutdown clock the moment ``stop`` is set, whatever set it."""
+    await stop.wait()
+    budget.begin(time.monotonic())
 
 
 async def _cancel_when(stop: asyncio.Event, task: asyncio.Task[None]) -> None:

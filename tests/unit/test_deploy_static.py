@@ -288,6 +288,18 @@ def test_rbac_rules_are_each_explained() -> None:
                 assert above.startswith("#"), f"{path.name}:{index + 1}: rule without a comment"
 
 
+@pytest.mark.parametrize("flavour", ["cpu", "gpu"])
+def test_overlay_grace_period_matches_the_listener_shutdown_grace(flavour: str) -> None:
+    """ARC leaves the listener pod at 30 s unless the template sets it; the listener sizes
+    its shutdown to LISTENER_SHUTDOWN_GRACE, so the two must agree."""
+    (values,) = yaml_docs(DEPLOY / "helm" / f"values-capacity-{flavour}.yaml")
+    spec = values["listenerTemplate"]["spec"]
+    (container,) = spec["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert spec["terminationGracePeriodSeconds"] == 60
+    assert float(env["LISTENER_SHUTDOWN_GRACE"]) == spec["terminationGracePeriodSeconds"]
+
+
 def test_rbac_grants_exactly_the_listed_operations() -> None:
     def rules(name: str) -> set[tuple[str, str, str]]:
         (doc, *_) = yaml_docs(DEPLOY / "rbac" / name)
