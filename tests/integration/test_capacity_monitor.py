@@ -20,7 +20,7 @@ import yaml
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
-from capacity.kube import Kube
+from capacity.kube import Kube, KubeError
 from capacity.model import placeholder_selector
 from capacity.monitor import CapacityMonitor
 from capacity.settings import CapacitySettings, HudSettings, Resources
@@ -155,8 +155,10 @@ class Scene:
         node = self.fake_nodes(cpu=str(cpu), memory=f"{2 * cpu}Gi", pods=50)
         return str(node["metadata"]["name"])
 
-    def start(self, cfg: CapacitySettings, max_runners: int = 10) -> Run:
-        run = Run(self.api, self.ns, cfg, max_runners)
+    def start(
+        self, cfg: CapacitySettings, max_runners: int = 10, api: client.ApiClient | None = None
+    ) -> Run:
+        run = Run(api or self.api, self.ns, cfg, max_runners)
         self.runs.append(run)
         return run
 
@@ -451,12 +453,50 @@ async def arc_removes_the_listener(scene: Scene) -> None:
     )
 
 
-async def test_placeholders_go_when_arc_removes_the_listener(scene: Scene) -> None:
+@contextlib.asynccontextmanager
+async def as_listener_account(
+    scene: Scene, local_cluster: LocalCluster
+) -> AsyncIterator[client.ApiClient]:
+    """An ApiClient that authenticates as the listener pod does: a bound token of ARC's
+    listener ServiceAccount (dead once the account is deleted), with deploy/rbac's Role
+    bound to that account."""
+    role = yaml.safe_load((ROOT / "deploy" / "rbac" / "role.yaml").read_text())
+    await client.RbacAuthorizationV1Api(scene.api).create_namespaced_role(scene.ns, role)
+    await client.RbacAuthorizationV1Api(scene.api).create_namespaced_role_binding(
+        scene.ns,
+        {
+            "metadata": {"name": "capacity-listener"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": role["metadata"]["name"]},
+            "subjects": [{"kind": "ServiceAccount", "name": LISTENER, "namespace": scene.ns}],
+        },
+    )  # fmt: skip
+    request = await scene.core.create_namespaced_service_account_token(
+        LISTENER, scene.ns, {"spec": {"expirationSeconds": 3600}}
+    )
+    configuration = client.Configuration(host=local_cluster.server)
+    configuration.verify_ssl = False
+    configuration.api_key = {"BearerToken": request.status.token}
+    configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    async with client.ApiClient(configuration) as api:
+        yield api
+
+
+async def test_placeholders_go_when_arc_removes_the_listener(
+    scene: Scene, local_cluster: LocalCluster
+) -> None:
     scene.node(cpu=4)
     scene.node(cpu=1)  # room for the stand-in listener pod
     await arc_listener_objects(scene)
+    async with as_listener_account(scene, local_cluster) as token_api:
+        await _placeholders_go_when_arc_removes_the_listener(scene, token_api)
+
+
+async def _placeholders_go_when_arc_removes_the_listener(
+    scene: Scene, token_api: client.ApiClient
+) -> None:
     cfg = settings(proactive_capacity=2, listener_role=LISTENER)
-    first = scene.start(cfg)
+    first = scene.start(cfg, api=token_api)
     await first.advertises(2)
     pods = await scene.placeholders()
     assert len(pods) == 4
@@ -470,21 +510,34 @@ async def test_placeholders_go_when_arc_removes_the_listener(scene: Scene) -> No
     # adopts the placeholders: same pods, none created.
     names = {p.metadata.name: p.metadata.uid for p in pods}
     await first.crash()
-    second = scene.start(cfg)
+    second = scene.start(cfg, api=token_api)
     await second.advertises(2)
     assert {p.metadata.name: p.metadata.uid for p in await scene.placeholders()} == names
     assert second.metric("gha_capacity_pair_creates_total", result="ok") == 0
 
-    # ARC removes the listener. Its token is dead at once, so the listener can delete
-    # nothing on its way out (modelled by a crash: no shutdown work at all); the runner set
-    # stays, as on a rollback. The garbage collector removes the placeholders.
-    await second.crash()
+    # ARC removes the listener, all in the same second, the pod still running; the runner
+    # set stays, as on a rollback. The listener's token is dead from then on.
+    removed_at = time.monotonic()
     await arc_removes_the_listener(scene)
+    token_kube = Kube(token_api)
+
+    async def token_dead() -> bool:
+        try:
+            await token_kube.get_role_uid(scene.ns, "anything")
+        except KubeError as exc:
+            return exc.status == 401
+        return False
+
+    await eventually(token_dead, "the listener's token rejected (401)", 30)
+    # SIGTERM reaches the listener now: its shutdown deletes cannot succeed (401; or 404 if
+    # the garbage collector was first). The placeholders must go anyway.
+    await second.close()
 
     async def none_left() -> bool:
         return not await scene.placeholders()
 
     await eventually(none_left, "placeholders garbage-collected with the listener's Role", 60)
+    print(f"\nno placeholders {time.monotonic() - removed_at:.1f}s after ARC's clean-up")
     crd = client.CustomObjectsApi(scene.api)
     assert await crd.get_namespaced_custom_object(
         "actions.github.com", "v1alpha1", scene.ns, "ephemeralrunnersets", RUNNER_SET
