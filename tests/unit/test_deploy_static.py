@@ -495,6 +495,7 @@ EXPECTED_ALERTS = {
     "PlaceholdersStuckPending",
     "HUDFailing",
     "ReconcileStale",
+    "RunnerSetPatchPending",
 }
 
 
