@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
+
 from capacity.kube import Kube, KubeError, KubeErrorKind
 from listener.wire import JobMessage
 
@@ -231,35 +233,63 @@ class Scaler:
             self._wake.clear()
             await self._retry_pending()
 
+    def _retrying(self, started: float, *, first_attempt: int = 1) -> AsyncRetrying:
+        """The one retry policy for Kubernetes patches (tenacity): transient failures only,
+        waits from ``PatchRetry.wait`` (``Retry-After`` first), never past the outage budget
+        counted from ``started``; the last error is re-raised when it runs out."""
+
+        def left() -> float:
+            return started + self._retry.outage_budget - self._clock()
+
+        def wait(state: RetryCallState) -> float:
+            error = state.outcome.exception() if state.outcome is not None else None
+            kube_error = error if isinstance(error, KubeError) else None
+            attempt = state.attempt_number + first_attempt - 1
+            return max(0.0, min(self._retry.wait(attempt, kube_error), left()))
+
+        def failed(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome is not None else None
+            if isinstance(error, KubeError):
+                self._state.patch_failed(error)
+
+        return AsyncRetrying(
+            stop=lambda _state: left() <= 0,
+            wait=wait,
+            retry=retry_if_exception(_transient),
+            sleep=self._sleep,
+            before_sleep=failed,
+            reraise=True,
+        )
+
     async def _retry_pending(self) -> None:
-        attempt = 0
-        last = self._first_error  # its Retry-After sets the first wait
         started = self._failing_since if self._failing_since is not None else self._clock()
-        while self._pending is not None:
-            attempt += 1
-            left = started + self._retry.outage_budget - self._clock()
-            if left <= 0:
-                assert last is not None
-                log.error(
-                    "giving up on the runner set patch",
-                    extra={"error": str(last), "waited_seconds": round(self._clock() - started)},
-                )
-                raise last
-            await self._sleep(min(self._retry.wait(attempt, last), left))
-            body = self._pending
-            try:
+        attempts = 0
+
+        async def apply_newest() -> None:
+            nonlocal attempts
+            # Whatever is newest when the attempt starts; a newer state arriving while it is
+            # on the wire is sent right after, without waiting.
+            while self._pending is not None:
+                attempts += 1
+                body = self._pending
                 await self._patcher.patch_runner_set(body)
-            except KubeError as exc:
-                if not _transient(exc):
-                    raise
-                last = exc
-                self._state.patch_failed(exc)
-                continue
-            if self._pending is body:  # nothing newer arrived while it was on the wire
-                self._pending = None
+                if self._pending is body:
+                    self._pending = None
+
+        left = started + self._retry.outage_budget - self._clock()
+        # The in-line attempt failed already: wait as it asked before the first retry.
+        await self._sleep(max(0.0, min(self._retry.wait(1, self._first_error), left)))
+        try:
+            await self._retrying(started, first_attempt=2)(apply_newest)
+        except KubeError as exc:
+            log.error(
+                "giving up on the runner set patch",
+                extra={"error": str(exc), "waited_seconds": round(self._clock() - started)},
+            )
+            raise
         log.info(
             "runner set patched again",
-            extra={"attempts": attempt, "outage_seconds": round(self._clock() - started, 1)},
+            extra={"attempts": attempts, "outage_seconds": round(self._clock() - started, 1)},
         )
         self._failing_since = None
         self._state.patch_pending(False)
@@ -267,21 +297,12 @@ class Scaler:
 
     async def handle_job_started(self, job: JobMessage) -> None:
         self._sequencer.dirty = True
-        started = self._clock()
-        attempt = 0
-        while True:
-            try:
-                await self._patcher.patch_runner_status(job.runner_name, runner_status_patch(job))
-                break
-            except KubeError as exc:
-                # The message is acked: retry here (bounded) rather than lose the busy mark
-                # that keeps the controller from deleting this runner as idle.
-                attempt += 1
-                left = started + self._retry.outage_budget - self._clock()
-                if not _transient(exc) or exc.status == 404 or left <= 0:
-                    raise
-                self._state.patch_failed(exc)
-                await self._sleep(min(self._retry.wait(attempt, exc), left))
+        body = runner_status_patch(job)
+        # The message is acked: retry here (bounded) rather than lose the busy mark that keeps
+        # the controller from deleting this runner as idle. (A missing runner is not an error.)
+        await self._retrying(self._clock())(
+            self._patcher.patch_runner_status, job.runner_name, body
+        )
         log.info("job started", extra={"runner": job.runner_name, "job_id": job.job_id})
 
     def handle_job_completed(self, job: JobMessage) -> None:
