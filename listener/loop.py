@@ -29,7 +29,9 @@ Kubernetes trouble: when the runner-set patch fails transiently (apiserver throt
 restarting), the scaler keeps the desired state and retries it in the background; the loop
 keeps polling (the session stays alive, the header stays current, 202s only update the kept
 state) but holds a message *before acking it* until the patch goes through: a job acked and
-acquired while no runner can be created would wait for nothing.
+acquired while no runner can be created would wait for nothing. While it holds one, it polls
+again from the same ``lastMessageId`` every ``keepalive_interval`` so the session does not
+expire; the answer (the same message) is dropped and comes again later.
 
 Shutdown: ``stop`` ends the loop between messages; a message being handled is finished first
 (every call in it has its own deadline), like ARC's ``context.WithoutCancel``.
@@ -127,6 +129,7 @@ class Listener:
         on_poll: Callable[[], None] = lambda: None,
         reissue_interval: float = 1.0,
         quiet_interval: float = 50.0,
+        keepalive_interval: float = 15.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._session = session
@@ -136,6 +139,7 @@ class Listener:
         self._on_poll = on_poll
         self._reissue_interval = reissue_interval
         self._quiet_interval = quiet_interval
+        self._keepalive_interval = keepalive_interval
         self._clock = clock
         self._last_sync = clock()  # when the desired runner count was last applied
         self._last_message_id = 0
@@ -174,12 +178,35 @@ class Listener:
 
     async def _wait_in_sync(self, stop: asyncio.Event) -> bool:
         """Hold a message, unacked, until the runner set can be patched again (the scaler
-        gives up after its outage budget, which ends the process). False if stopping."""
+        gives up after its outage budget, which ends the process). False if stopping.
+
+        Meanwhile the session is kept alive (the service expires a session it has not heard
+        from for about a minute): every ``keepalive_interval`` the loop polls again from the
+        same ``lastMessageId``, with the current header. The answer is the held message again
+        (or nothing); it is dropped here, as it will be delivered again once acting is safe.
+        """
         log.warning("holding a message until the runner set can be patched")
         done = asyncio.create_task(self._scaler.wait_in_sync(), name="wait-in-sync")
         stopping = asyncio.create_task(stop.wait(), name="stop-wait")
         try:
-            await asyncio.wait({done, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                await asyncio.wait(
+                    {done, stopping},
+                    timeout=self._keepalive_interval,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if stopping.done() or done.done():
+                    break
+                poll = asyncio.create_task(
+                    self._session.get_message(self._last_message_id, self._header),
+                    name="keepalive-poll",
+                )
+                await asyncio.wait({poll, done, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if poll.done():
+                    poll.result()  # an error here is as fatal as on any poll
+                    self._on_poll()
+                else:
+                    await _abandon(poll)
         finally:
             done.cancel()
             stopping.cancel()

@@ -23,7 +23,7 @@ from tests.support.localcluster.testkit import eventually
 
 pytestmark = pytest.mark.cluster
 
-DOWNTIME = 45.0  # seconds the apiserver stays down (connection refused)
+DOWNTIME = 90.0  # seconds the apiserver stays down: longer than a session lives unpolled
 
 
 async def readyz(site: Site) -> tuple[int, str]:
@@ -72,6 +72,7 @@ async def test_listener_rides_out_an_apiserver_restart(
                 await asyncio.sleep(left)  # the outage itself: nothing to wait for
             assert len(fake.acks) == acked_before
             assert listener.returncode is None
+            assert fake.expired_sessions == []  # kept alive by polls while the message waits
         finally:
             await start_apiserver(local_cluster)
         back_at = time.monotonic()
@@ -95,6 +96,7 @@ async def test_listener_rides_out_an_apiserver_restart(
         assert failures >= 1
         assert listener.returncode is None  # never exited
         assert fake.sessions_created == 1  # the session was kept: no new one, no 409
+        assert fake.expired_sessions == []
         conflicts = [r for r in fake.requests_for("session_create") if r.status == 409]
         assert conflicts == []
         print(

@@ -175,7 +175,11 @@ class Harness:
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     """The loop over the fake queue; ``indirect`` parametrization overrides Listener
     keyword arguments (reissue_interval, quiet_interval)."""
-    options: dict[str, float] = {"reissue_interval": 0.05, **getattr(request, "param", {})}
+    options: dict[str, float] = {
+        "reissue_interval": 0.05,
+        "keepalive_interval": 0.1,
+        **getattr(request, "param", {}),
+    }
     queue = FakeQueue()
     with respx.mock(assert_all_called=False) as router:
         router.post(SESSIONS).respond(200, json=session_json(queue_url=QUEUE))
@@ -395,7 +399,10 @@ async def test_apiserver_outage_keeps_polling_and_holds_messages_unacked(harness
     assert "patch-failed" in q.events
     q.add(1, assigned=2, jobs=[job("JobAvailable", runnerRequestId=11)])
     await harness.until(lambda: any(last == 0 for last in q.last_ids[polls:]), "delivered")
-    await asyncio.sleep(0.2)
+    held_at = len(q.headers)
+    # Held: the session is kept alive by polls from the same lastMessageId, nothing is acked.
+    await harness.until(lambda: len(q.headers) >= held_at + 3, "keep-alive polls", within=5)
+    assert set(q.last_ids[held_at:]) == {q.last_ids[held_at - 1]}
     assert q.acked == []
     assert q.acquired == []
     assert harness.task is not None
