@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["fnv1a_32", "listener_name", "manifests", "safe_encode"]
-
 # k8s.io/apimachinery/pkg/util/rand: the alphabet without vowels and look-alike characters.
 _ALPHANUMS = "bcdfghjklmnpqrstvwxz2456789"
 _FNV_OFFSET = 0x811C9DC5
@@ -76,13 +74,14 @@ def manifests(
             # its placeholder label selector.
             _rule("", "pods", "list", "watch", "create", "delete"),
             _rule(_ARC_GROUP, "ephemeralrunners", "list", "watch"),
-            # The runner set, by name: ARC names it like the AutoscalingRunnerSet. A list or
-            # watch with fieldSelector metadata.name=<name> is authorised by resourceNames.
+            # The runner set, by name: ARC names it like the AutoscalingRunnerSet. The view
+            # reads it with a list and a watch on fieldSelector metadata.name=<name>, which
+            # resourceNames authorises (a get would be narrowed the same way).
             {
                 "apiGroups": [_ARC_GROUP],
                 "resources": ["ephemeralrunnersets"],
                 "resourceNames": [scale_set],
-                "verbs": ["get", "list", "watch"],
+                "verbs": ["list", "watch"],
             },
             # ARC's Role for this listener: the placeholders' owner.
             {

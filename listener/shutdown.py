@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_GRACE", "PLACEHOLDER_CAP", "ShutdownBudget"]
-
 DEFAULT_GRACE = 30.0  # Kubernetes' default terminationGracePeriodSeconds
 PLACEHOLDER_CAP = 10.0
 SESSION_DELETE_CAP = 30.0  # longer than the retry schedule (1+2+4+8 s) plus a token refresh

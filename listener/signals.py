@@ -15,8 +15,6 @@ import signal
 from collections.abc import Callable
 from types import FrameType
 
-__all__ = ["STOP_SIGNALS", "attach", "install_early", "received_early"]
-
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # SIGTERM is what the kubelet sends
 
 _received: list[int] = []
@@ -30,10 +28,6 @@ def install_early() -> None:
     """Record SIGTERM/SIGINT until :func:`attach` takes over (call before heavy imports)."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, _record)
-
-
-def received_early() -> bool:
-    return bool(_received)
 
 
 def attach(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> None:

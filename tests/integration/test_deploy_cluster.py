@@ -831,20 +831,21 @@ async def test_generated_rbac_binds_exactly_arcs_listener_service_account(
             "delete pod": await _status_of(kube.delete_pod(namespace, "ph-1")),
             "list runners": await _status_of(kube.list_objects(runners, lambda o: o)),
             "watch runners": await watch_status(api, runners.path, {}),
-            "get our set": await _status_of(kube.get_runner_set(namespace, SCALE_SET)),
             "list our set": await _status_of(
                 kube.list_objects(sets, lambda o: o, field_selector=by_name["fieldSelector"])
             ),
             "watch our set": await watch_status(api, sets.path, by_name),
             "get ARC's listener role": await _status_of(kube.get_role_uid(namespace, account)),
-            "get another set": await _status_of(kube.get_runner_set(namespace, "arc-gpu")),
             "list every set": await _status_of(kube.list_objects(sets, lambda o: o)),
+            "list another set": await _status_of(
+                kube.list_objects(sets, lambda o: o, field_selector="metadata.name=arc-gpu")
+            ),
             "get another role": await _status_of(kube.get_role_uid(namespace, "unrelated")),
         }
 
     allowed = {
         "list pods", "watch pods", "create pod", "delete pod", "list runners", "watch runners",
-        "get our set", "list our set", "watch our set", "get ARC's listener role",
+        "list our set", "watch our set", "get ARC's listener role",
     }  # fmt: skip
 
     async def as_account(name: str) -> dict[str, int]:
@@ -862,9 +863,10 @@ async def test_generated_rbac_binds_exactly_arcs_listener_service_account(
     seen = await eventually(listener_sees_all, "the generated RBAC in effect", within=15)
     assert {k for k, status in seen.items() if status == 200} == allowed, seen
     assert {seen[k] for k in set(seen) - allowed} == {403}
-    found = await Kube(kube_api).get_runner_set(namespace, SCALE_SET)
-    assert found is not None
-    assert found.uid == ours["metadata"]["uid"]
+    listed, _ = await Kube(kube_api).list_objects(
+        sets, lambda o: o["metadata"]["uid"], field_selector=by_name["fieldSelector"]
+    )
+    assert listed == {SCALE_SET: ours["metadata"]["uid"]}
     assert arc_role.metadata.uid == await Kube(kube_api).get_role_uid(namespace, account)
 
     stranger = await as_account(f"{SCALE_SET}-00000000-listener")

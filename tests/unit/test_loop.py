@@ -177,6 +177,7 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     keyword arguments (reissue_interval, quiet_interval)."""
     options: dict[str, float] = {
         "reissue_interval": 0.05,
+        "quiet_interval": 50.0,
         "keepalive_interval": 0.1,
         **getattr(request, "param", {}),
     }
@@ -203,7 +204,9 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
                 capacity=capacity,
                 metrics=RecordingMetrics(queue.events),
                 on_poll=lambda: queue.ready_marks.append(1),
-                **options,
+                reissue_interval=options["reissue_interval"],
+                quiet_interval=options["quiet_interval"],
+                keepalive_interval=options["keepalive_interval"],
             )
             h = Harness(queue, capacity, listener, patcher, asyncio.Event())
             await h.start(client)

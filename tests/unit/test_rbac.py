@@ -80,6 +80,7 @@ def test_manifests_bind_exactly_the_listener_and_narrow_by_name() -> None:
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     by_resource = {rule["resources"][0]: rule for rule in role["rules"]}
     assert by_resource["ephemeralrunnersets"]["resourceNames"] == ["arc-cpu"]
+    assert by_resource["ephemeralrunnersets"]["verbs"] == ["list", "watch"]
     assert by_resource["roles"]["resourceNames"] == ["arc-cpu-85f786b5-listener"]
     assert by_resource["roles"]["verbs"] == ["get"]
 
