@@ -35,6 +35,11 @@ class Cluster(Protocol):
         """A node's schedulability, None if it does not exist."""
         ...
 
+    async def get_role_uid(self, namespace: str, name: str) -> str | None:
+        """The uid of Role ``name`` (ARC's listener Role, the placeholders' owner), None if
+        it does not exist; KubeError else (e.g. 403 without the RBAC rule)."""
+        ...
+
     def informer(
         self,
         resource: Resource,

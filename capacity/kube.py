@@ -10,8 +10,9 @@ Every call carries a deadline (``_request_timeout``; kubernetes-asyncio's own de
 minutes, and none at all for a stream). A watch asks the server to end it after
 ``timeoutSeconds`` and the client gives up a little later.
 
-Retries: single calls are not retried here (the reconciler's next pass is the retry). The
-list+watch loop is the one place that reconnects, because a watch is a long-lived
+Retries: single calls are not retried here (the reconciler's next pass is the retry; the
+listener's patches are retried by ``listener.scaler``, which reads ``KubeError.retry_after``).
+The list+watch loop is the one place that reconnects, because a watch is a long-lived
 subscription: it re-watches from the last resourceVersion when a stream ends, relists on
 410 Gone, and backs off while the apiserver is unreachable.
 """
@@ -69,11 +70,21 @@ class KubeError(Exception):
 
     The message is one line: the action, the status and the server's reason."""
 
-    def __init__(self, action: str, status: int, reason: str, *, quota: bool = False) -> None:
+    def __init__(
+        self,
+        action: str,
+        status: int,
+        reason: str,
+        *,
+        quota: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
         self.action = action
         self.status = status
         self.reason = reason
         self.kind = _kind(status, quota)
+        # Seconds the apiserver asked us to wait (Retry-After on a 429 or 5xx), if it did.
+        self.retry_after = retry_after
         super().__init__(f"kubernetes {action} failed: {status} {reason}".strip())
 
 
@@ -95,7 +106,17 @@ def _one_line(text: str, limit: int = 300) -> str:
     return " ".join(text.split())[:limit]
 
 
-def _status_error(action: str, status: int, body: bytes, rbac: str) -> KubeError:
+def _retry_after(status: int, value: str | None) -> float | None:
+    """``Retry-After`` in seconds, read as client-go does: only on 429 and 5xx, whole seconds."""
+    if value is None or not (status == 429 or status >= 500):
+        return None
+    value = value.strip()
+    return float(value) if value.isdigit() else None
+
+
+def _status_error(
+    action: str, status: int, body: bytes, rbac: str, retry_after: str | None = None
+) -> KubeError:
     """A KubeError from an error response (a ``Status`` object, or anything else)."""
     reason, message = "", ""
     try:
@@ -110,7 +131,9 @@ def _status_error(action: str, status: int, body: bytes, rbac: str) -> KubeError
     if status == 403 and not quota:
         # Name the exact permission, so the fix is obvious from one log line.
         text = f"{text} (the listener's RBAC needs {rbac}; see deploy/)"
-    return KubeError(action, status, _one_line(text), quota=quota)
+    return KubeError(
+        action, status, _one_line(text), quota=quota, retry_after=_retry_after(status, retry_after)
+    )
 
 
 def _transport(action: str, exc: BaseException) -> KubeError:
@@ -301,7 +324,7 @@ class Kube:
             resp.release()
         if 200 <= resp.status < 300 or resp.status in ok_statuses:
             return resp.status, data
-        raise _status_error(action, resp.status, data, rbac)
+        raise _status_error(action, resp.status, data, rbac, resp.headers.get("Retry-After"))
 
     # --- single objects -------------------------------------------------------------------
 
@@ -364,6 +387,19 @@ class Kube:
             ok_statuses=frozenset({404, 409}) if uid else frozenset({404}),
         )
         return 200 <= status < 300
+
+    async def get_role_uid(self, namespace: str, name: str) -> str | None:
+        """The uid of Role ``name`` (ARC's listener Role), or None if it does not exist."""
+        status, data = await self._call(
+            "GET",
+            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles/{name}",
+            action="get roles",
+            rbac=f"'get' on roles in namespace {namespace}",
+            ok_statuses=frozenset({404}),
+        )
+        if status == 404:
+            return None
+        return str((json.loads(data).get("metadata") or {}).get("uid") or "") or None
 
     async def get_node(self, name: str) -> NodeState | None:
         """A node's schedulability, or None if it does not exist."""

@@ -14,11 +14,24 @@ Adopting keeps capacity across a crash or an OOM kill; the checks keep a stale o
 from ever being advertised.
 
 Shutdown. When ``stop`` is set, the signal and reconcile loops end first (nothing new is
-advertised, not even 0), then this listener's placeholders are deleted within
-``SHUTDOWN_BUDGET`` seconds: a graceful stop usually means the scale set is being changed,
-removed or has capacity-awareness turned off, and placeholders must not outlive it. If the
+advertised, not even 0), then this listener's placeholders are deleted within a budget
+(``SHUTDOWN_BUDGET``, or the share of the pod's grace the listener gives it): a graceful stop
+usually means the scale set is being changed, removed or has capacity-awareness turned off,
+and placeholders must not outlive it. If the
 budget runs out (or the process is killed), the next listener adopts or sweeps what is left,
 and the pods end by themselves at their TTL.
+
+The owner the garbage collector follows. ARC removes a listener (uninstall, rollback, any
+scale-set change that recreates it) by deleting its pod, config Secret, Role, RoleBinding and
+ServiceAccount in the same second; the pod's token is dead at once, so the shutdown deletes
+above all get 401, and on a rollback the EphemeralRunnerSet stays. So each placeholder's
+ownerReference names ARC's *listener Role* in the runner namespace (``listener_role``; by
+default the pod's own name, which is how ARC names both): when ARC deletes it, the garbage
+collector deletes the placeholders, whoever is left to ask. A plain pod restart (crash, OOM,
+eviction) leaves the Role alone, so the next listener adopts the placeholders as before
+(adoption checks the owner annotation, the EphemeralRunnerSet's uid). When the Role cannot be
+read (not running under ARC, or the RBAC rule missing) the EphemeralRunnerSet is the owner, as
+before; the reason is logged.
 
 Placeholders in another namespace than the runner set (``placeholder_namespace``) cannot
 carry an ownerReference to it (the garbage collector would delete them at once), so there
@@ -33,6 +46,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -86,6 +100,10 @@ class CapacityMonitor:
             settings, runner_labels, github=github_demand
         )
         self._template_for: tuple[RunnerSet, specs.PlaceholderTemplate] | None = None
+        self._role_owner: specs.OwnerRef | None = None
+        self._role_name = (
+            socket.gethostname() if settings.listener_role is None else settings.listener_role
+        )
         self.view = View(
             kube,
             placeholder_namespace=self.placeholder_namespace,
@@ -130,7 +148,7 @@ class CapacityMonitor:
             return cached[1]
         ref = None
         if self.placeholder_namespace == self.runner_namespace:
-            ref = specs.OwnerRef(
+            ref = self._role_owner or specs.OwnerRef(
                 api_version=f"{ARC_GROUP}/{ARC_VERSION}",
                 kind="EphemeralRunnerSet",
                 name=owner.name,
@@ -198,9 +216,44 @@ class CapacityMonitor:
                 self.view.poke()
             await asyncio.sleep(interval * random.uniform(0.9, 1.1))
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def resolve_owner(self) -> specs.OwnerRef | None:
+        """Find ARC's listener Role to own the placeholders (None: the runner set owns them)."""
+        name = self._role_name
+        if not name or self.placeholder_namespace != self.runner_namespace:
+            return None
+        try:
+            uid = await self.kube.get_role_uid(self.runner_namespace, name)
+        except KubeError as exc:
+            log.warning(
+                "cannot read the listener's Role; placeholders are owned by the runner set "
+                "and may outlive a listener that ARC removes",
+                extra={"role": name, "error": str(exc)},
+            )
+            return None
+        if uid is None:
+            log.warning(
+                "listener Role not found; placeholders are owned by the runner set",
+                extra={"role": name, "namespace": self.runner_namespace},
+            )
+            return None
+        self._role_owner = specs.OwnerRef(
+            api_version="rbac.authorization.k8s.io/v1",
+            kind="Role",
+            name=name,
+            uid=uid,
+            namespace=self.runner_namespace,
+        )
+        self._template_for = None
+        log.info("placeholders are owned by the listener's Role", extra={"role": name})
+        return self._role_owner
+
+    async def run(
+        self, stop: asyncio.Event, *, cleanup_budget: Callable[[], float] | None = None
+    ) -> None:
         """Run until ``stop`` is set; then stop advertising, delete this listener's
-        placeholders (bounded) and return."""
+        placeholders within ``cleanup_budget()`` seconds (default ``SHUTDOWN_BUDGET``: the
+        pod's grace is shared with the session DELETE) and return."""
+        await self.resolve_owner()
         log.info(
             "capacity monitor starting",
             extra={
@@ -221,7 +274,8 @@ class CapacityMonitor:
                 for task in loops:
                     task.cancel()
                 await asyncio.gather(*loops, return_exceptions=True)
-                await self.reconciler.shutdown(SHUTDOWN_BUDGET)
+                budget = cleanup_budget() if cleanup_budget is not None else SHUTDOWN_BUDGET
+                await self.reconciler.shutdown(budget)
                 view.cancel()
         finally:
             if self._demand is not None:

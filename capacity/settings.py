@@ -254,6 +254,7 @@ class GitHubDemandSettings(BaseModel):
 
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 class CapacitySettings(BaseSettings):
@@ -281,6 +282,10 @@ class CapacitySettings(BaseSettings):
     workflow_node_selector: dict[str, str] | None = None
     workflow_tolerations: list[Toleration] | None = None
     placeholder_namespace: str | None = None  # None: the runner namespace
+    # ARC's Role for this listener in the runner namespace: the placeholders' owner, so the
+    # garbage collector removes them when ARC removes the listener. None: the pod's own name
+    # (ARC names the listener pod, its ServiceAccount and its Role alike); "" turns it off.
+    listener_role: str | None = None
     placeholder_image: str = DEFAULT_IMAGE
     placeholder_ttl: PositiveDuration = 900.0
     renew_before: Duration = 300.0
@@ -303,6 +308,13 @@ class CapacitySettings(BaseSettings):
     def _check_namespace(cls, value: str | None) -> str | None:
         if value is not None and not _DNS_LABEL.match(value):
             raise ValueError(f"invalid namespace {value!r}")
+        return value
+
+    @field_validator("listener_role")
+    @classmethod
+    def _check_role(cls, value: str | None) -> str | None:
+        if value and not _DNS_SUBDOMAIN.match(value):
+            raise ValueError(f"invalid Role name {value!r}")
         return value
 
     @field_validator("placeholder_image")

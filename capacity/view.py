@@ -7,7 +7,10 @@ reach this process:
 - runner pods of this scale set (``actions.github.com/scale-set-name=<scale set>``) in the
   runner namespace, minus any pod that carries the workflow label;
 - workflow pods (label ``runner-pod``, set by ARC's container hook to the runner pod's name)
-  in the runner namespace; only those whose runner is ours are used;
+  in the runner namespace; only those whose runner is ours are used. The hook puts the same
+  label on container-action *step* pods (``<runner>-step-<id>``); only the pod named
+  ``<runner>-workflow`` is the workflow half of a job, so step pods are left out (counting
+  one would hide the loss of a workflow placeholder and over-advertise);
 - EphemeralRunners of this scale set (running + pending = active real runners);
 - the EphemeralRunnerSet itself (field-selected by name): the placeholders' owner uid and the
   runner pod template.
@@ -58,6 +61,9 @@ SCALE_SET_LABEL = "actions.github.com/scale-set-name"
 ANNOTATION_OWNER_UID = model.LABEL_PREFIX + "owner-uid"
 ANNOTATION_SPEC_HASH = model.LABEL_PREFIX + "spec-hash"
 RUNNER_POD_LABEL = "runner-pod"  # on workflow pods: the name of the runner pod that made it
+# The hook's job pod name: the runner pod's name cut so that "-workflow" fits in 63 chars.
+_MAX_POD_NAME = 63
+_WORKFLOW_SUFFIX = "-workflow"
 # A placeholder on a node with one of these taints is not confirmed capacity: the node is
 # being removed (Karpenter, cluster-autoscaler) or is not working.
 UNUSABLE_TAINTS = frozenset(
@@ -168,14 +174,22 @@ class WorkflowPod:
     runner: str  # the runner pod's name (label runner-pod)
 
 
+def job_pod_name(runner: str) -> str:
+    """The name runner-container-hooks gives the job (workflow) pod of runner pod ``runner``."""
+    return runner[: _MAX_POD_NAME - len(_WORKFLOW_SUFFIX)] + _WORKFLOW_SUFFIX
+
+
 def workflow_pod_from(obj: Json) -> WorkflowPod | None:
+    """The job pod of a runner; None for anything else, including the step pods of
+    container actions, which carry the same ``runner-pod`` label."""
     meta = obj.get("metadata") or {}
     runner = str((meta.get("labels") or {}).get(RUNNER_POD_LABEL) or "")
-    if not runner:
+    name = str(meta.get("name") or "")
+    if not runner or name != job_pod_name(runner):
         return None
     return WorkflowPod(
         pod=RealPod(
-            name=str(meta.get("name") or ""),
+            name=name,
             phase=_phase(obj),
             bound=bool((obj.get("spec") or {}).get("nodeName")),
             terminating=bool(meta.get("deletionTimestamp")),

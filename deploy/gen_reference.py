@@ -50,6 +50,11 @@ DESCRIPTIONS: dict[str, str] = {
     "placeholders'.",
     "placeholder_namespace": "Namespace of the placeholder pods. Unset: the runner namespace. "
     "Must be the EphemeralRunnerSet's namespace for the garbage collector to keep them.",
+    "listener_role": "ARC's Role for this listener in the runner namespace, made the "
+    "placeholders' owner: when ARC removes the listener (uninstall, rollback, a scale-set "
+    "change) it deletes that Role and the garbage collector deletes the placeholders. Unset: "
+    "the listener pod's name (ARC names pod and Role alike); empty: own them by the "
+    "EphemeralRunnerSet instead. Reading it needs `get` on roles (deploy/rbac).",
     "placeholder_image": "Image of the placeholder pods (runs `sleep` for the TTL).",
     "placeholder_ttl": "Lifetime of a placeholder pod (its `sleep`); a safety net if the "
     "listener disappears.",
@@ -115,7 +120,18 @@ LISTENER_ENV: dict[str, tuple[str, str]] = {
     ),
     "reissue_interval": (
         "LISTENER_REISSUE_INTERVAL",
-        "Minimum seconds between two re-issued long polls when the advertised capacity changes.",
+        "Minimum seconds between two re-issued long polls when the advertised capacity rises "
+        "(a drop is sent at once).",
+    ),
+    "shutdown_grace": (
+        "LISTENER_SHUTDOWN_GRACE",
+        "The pod's terminationGracePeriodSeconds: after SIGTERM the placeholder clean-up (at "
+        "most half, at most 10 s) and then the session DELETE share it, less 2 s to exit.",
+    ),
+    "kube_outage_timeout": (
+        "LISTENER_KUBE_OUTAGE_TIMEOUT",
+        "Seconds to keep retrying a runner-set patch while the apiserver throttles or is "
+        "unreachable (messages are held unacked meanwhile) before exiting.",
     ),
 }
 

@@ -89,6 +89,10 @@ def admin_url(base: str, path: str) -> httpx.URL:
     return url.copy_with(path=f"{url.path.rstrip('/')}/{path.lstrip('/')}", params=params)
 
 
+def _constant(value: int) -> Callable[[], int]:
+    return lambda: value
+
+
 def _json_body(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
@@ -326,7 +330,7 @@ class ActionsClient:
             return await self.refresh_session()
 
     async def _poll(
-        self, session: Session, last_message_id: int, max_capacity: int
+        self, session: Session, last_message_id: int, max_capacity: Callable[[], int]
     ) -> httpx.Response:
         url = httpx.URL(session.message_queue_url)
         if last_message_id > 0:
@@ -334,26 +338,40 @@ class ActionsClient:
         headers = {
             "Accept": f"application/json; api-version={API_VERSION}",
             "Authorization": f"Bearer {session.message_queue_access_token}",
-            MAX_CAPACITY_HEADER: str(max_capacity),
         }
+
+        def build() -> httpx.Request:
+            # The capacity is read as each attempt is built, so a retry (or the poll after a
+            # token refresh) carries the value of that moment.
+            return self._client.build_request(
+                "GET",
+                url,
+                headers={**headers, MAX_CAPACITY_HEADER: str(max_capacity())},
+                timeout=LONG_POLL_TIMEOUT,
+            )
+
         return await send(
             self._client,
-            lambda: self._client.build_request(
-                "GET", url, headers=headers, timeout=LONG_POLL_TIMEOUT
-            ),
+            build,
             sleep=self._sleep,
             clock=self._wall_clock,
             deadline=LONG_POLL_DEADLINE,
         )
 
-    async def get_message(self, last_message_id: int, max_capacity: int) -> Message | None:
+    async def get_message(
+        self, last_message_id: int, max_capacity: int | Callable[[], int]
+    ) -> Message | None:
         """Long-poll for the next message; None when the service answers 202 (nothing new).
 
         ``lastMessageId`` is sent only when ``last_message_id > 0``; ``max_capacity`` is the
-        ``X-ScaleSetMaxCapacity`` header value. Safe to cancel.
+        ``X-ScaleSetMaxCapacity`` header value, or a function called for it each time a
+        request is built. Safe to cancel.
         """
+        if isinstance(max_capacity, int):
+            max_capacity = _constant(max_capacity)
+        capacity = max_capacity
         response = await self._with_queue_token(
-            lambda session: self._poll(session, last_message_id, max_capacity)
+            lambda session: self._poll(session, last_message_id, capacity)
         )
         if response.status_code == 202:
             return None

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import socket
 import time
 import uuid
@@ -28,8 +27,9 @@ from typing import TypeVar
 from capacity import kube as kube_mod
 from capacity.demand import GitHubReaderFactory
 from capacity.github_demand import GitHubScope, reader_factory, repositories_for
+from capacity.kube import KubeError
 from capacity.settings import CapacitySettings, load_capacity_settings
-from listener import github_auth, http, vault
+from listener import github_auth, http, signals, vault
 from listener.actions import ActionsClient
 from listener.advertised import AdvertisedCapacity
 from listener.config import (
@@ -44,15 +44,12 @@ from listener.config import (
 )
 from listener.logs import configure_logging, register_secret
 from listener.loop import Listener
-from listener.metrics import ListenerMetrics, Registry, new_registry
-from listener.scaler import KubePatcher, Scaler
+from listener.metrics import ListenerMetrics, PatchMetrics, Registry, new_registry
+from listener.scaler import KubePatcher, PatchRetry, Scaler
 from listener.server import Health, build_app, parse_addr, serve
+from listener.shutdown import DEFAULT_GRACE, ShutdownBudget
 
 log = logging.getLogger("listener")
-
-# Longer than the retry schedule (1+2+4+8 s) plus a token refresh, shorter than the pod's
-# 60 s termination grace; ARC sets no limit at all.
-_SESSION_DELETE_TIMEOUT = 30.0
 
 T = TypeVar("T")
 
@@ -68,6 +65,8 @@ class Options:
     probe_addr: str = ":8081"
     session_conflict_timeout: float = 600.0
     reissue_interval: float = 1.0
+    kube_outage_timeout: float = 300.0
+    shutdown_grace: float = DEFAULT_GRACE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Options:
@@ -89,6 +88,8 @@ class Options:
                 "LISTENER_SESSION_CONFLICT_TIMEOUT", cls.session_conflict_timeout
             ),
             reissue_interval=seconds("LISTENER_REISSUE_INTERVAL", cls.reissue_interval),
+            kube_outage_timeout=seconds("LISTENER_KUBE_OUTAGE_TIMEOUT", cls.kube_outage_timeout),
+            shutdown_grace=seconds("LISTENER_SHUTDOWN_GRACE", cls.shutdown_grace),
         )
 
 
@@ -142,6 +143,11 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
     configure_logging(cfg.log_level, cfg.log_format)
     _register_secrets(cfg)
     capacity_settings = _capacity_settings(env)
+    if stop.is_set():
+        # SIGTERM during start-up (the pod was deleted right after it was created): the
+        # configuration has been checked, nothing exists yet that would need cleaning up.
+        log.info("stop requested during start-up; exiting")
+        return
 
     registry = new_registry()
     metrics = (
@@ -186,10 +192,22 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
         if capacity_settings is not None and capacity_settings.demand_source == "github":
             repositories_for(capacity_settings.github, scope)  # a bad scope fails at start-up
         github_demand = reader_factory(client=client, token=auth.api_token, scope=scope)
+        budget = ShutdownBudget(grace=options.shutdown_grace)
         parts = _Parts(
-            cfg, options, env, kube, actions, advertised, registry, metrics, health, github_demand
+            cfg,
+            options,
+            env,
+            kube,
+            actions,
+            advertised,
+            registry,
+            metrics,
+            health,
+            budget,
+            github_demand,
         )
         async with asyncio.TaskGroup() as tg:
+            tg.create_task(_note_stop(stop, budget))
             # Probes and metrics come up first, so the kubelet sees a live process while the
             # session is being created (which may wait out a 409 for minutes).
             if cfg.metrics_addr:
@@ -213,6 +231,27 @@ def _same_port(probe_addr: str, metrics_addr: str) -> bool:
         raise StartupError(f"LISTENER_PROBE_ADDR or metrics_addr: {exc}") from None
 
 
+class _PatchReport:
+    """The scaler's patch trouble, shown in readiness and (with metrics on) on the page."""
+
+    CONDITION = "kubernetes"
+
+    def __init__(self, health: Health, metrics: PatchMetrics | None) -> None:
+        self._health = health
+        self._metrics = metrics
+
+    def patch_failed(self, error: KubeError) -> None:
+        self._health.set_failing(self.CONDITION, str(error))
+        if self._metrics is not None:
+            self._metrics.patch_failed()
+
+    def patch_pending(self, pending: bool) -> None:
+        if not pending:
+            self._health.set_failing(self.CONDITION, None)
+        if self._metrics is not None:
+            self._metrics.patch_pending(pending)
+
+
 @dataclass(frozen=True)
 class _Parts:
     cfg: Config
@@ -224,6 +263,7 @@ class _Parts:
     registry: Registry
     metrics: ListenerMetrics | None
     health: Health
+    budget: ShutdownBudget
     github_demand: GitHubReaderFactory | None = None
 
 
@@ -259,6 +299,15 @@ async def _listen(
     try:
         if p.metrics is not None:
             p.metrics.record_static(cfg.min_runners, cfg.max_runners)
+        patch_metrics = (
+            PatchMetrics(
+                p.registry,
+                name=cfg.ephemeral_runner_set_name,
+                namespace=cfg.ephemeral_runner_set_namespace,
+            )
+            if p.metrics is not None
+            else None
+        )
         scaler = Scaler(
             min_runners=cfg.min_runners,
             max_runners=cfg.max_runners,
@@ -267,6 +316,8 @@ async def _listen(
                 namespace=cfg.ephemeral_runner_set_namespace,
                 runner_set_name=cfg.ephemeral_runner_set_name,
             ),
+            retry=PatchRetry(outage_budget=p.options.kube_outage_timeout),
+            state=_PatchReport(p.health, patch_metrics),
         )
         loop = Listener(
             session=p.actions,
@@ -278,6 +329,10 @@ async def _listen(
         )
         async with asyncio.TaskGroup() as tg:
             tg.create_task(_guard("loop", loop.run(session, stop), stop))
+            # Re-applies a runner-set patch that failed transiently; ends the process only
+            # when the apiserver stays unusable past LISTENER_KUBE_OUTAGE_TIMEOUT.
+            patches = tg.create_task(scaler.run(), name="patch-retry")
+            tg.create_task(_cancel_when(stop, patches))
             if capacity_settings is not None:
                 from capacity.monitor import CapacityMonitor
 
@@ -298,17 +353,37 @@ async def _listen(
                     on_reconcile=lambda: p.health.mark("reconcile", time.monotonic()),
                     github_demand=p.github_demand,
                 )
-                tg.create_task(_guard("capacity", monitor.run(stop), stop))
+                tg.create_task(
+                    _guard(
+                        "capacity",
+                        monitor.run(
+                            stop, cleanup_budget=lambda: p.budget.placeholders(time.monotonic())
+                        ),
+                        stop,
+                    )
+                )
     finally:
         # Runs on success, on error and on cancellation: a session left behind makes the
         # next pod wait for its expiry (409).
+        p.budget.begin(time.monotonic())  # also when the loop ended by itself (an error)
         try:
-            async with asyncio.timeout(_SESSION_DELETE_TIMEOUT):
+            async with asyncio.timeout(p.budget.session_delete(time.monotonic())):
                 await p.actions.delete_session()
         except Exception as exc:  # logged, as ARC does: the process is ending anyway
             log.warning("could not delete the session", extra={"error": str(exc)})
         else:
             log.info("session deleted")
+
+
+async def _note_stop(stop: asyncio.Event, budget: ShutdownBudget) -> None:
+    """Start the shutdown clock the moment ``stop`` is set, whatever set it."""
+    await stop.wait()
+    budget.begin(time.monotonic())
+
+
+async def _cancel_when(stop: asyncio.Event, task: asyncio.Task[None]) -> None:
+    await stop.wait()
+    task.cancel()
 
 
 def _capacity_settings(env: Mapping[str, str]) -> CapacitySettings | None:
@@ -318,9 +393,7 @@ def _capacity_settings(env: Mapping[str, str]) -> CapacitySettings | None:
 
 
 async def main(env: Mapping[str, str]) -> None:
-    """Install signal handlers and run."""
+    """Route the stop signals to the event loop (one received earlier stops at once), run."""
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):  # SIGTERM is what the kubelet sends
-        loop.add_signal_handler(sig, stop.set)
+    signals.attach(asyncio.get_running_loop(), stop.set)
     await run(env, stop)

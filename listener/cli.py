@@ -1,5 +1,8 @@
 """``ghalistener`` / ``python -m listener``: run the listener, turn failures into one line.
 
+``ghalistener rbac --name … --namespace … --github-config-url …`` prints the least-privilege
+Role and RoleBinding for that scale set's listener instead (see ``listener.rbac``).
+
 Exit status 0 after a clean shutdown (SIGTERM), 1 on any error. A bad config prints ARC's
 own fatal line; other errors print ``Error: ...``. The ARC controller recreates
 the pod whenever the container exits, so exiting is the recovery path for fatal errors.
@@ -7,21 +10,27 @@ the pod whenever the container exits, so exiting is the recovery path for fatal 
 
 from __future__ import annotations
 
+# Only the standard library and listener.signals before the stop handler is installed: the
+# imports below main() take about a second, and a SIGTERM in that time must not kill the
+# process uncleanly.
 import asyncio
 import logging
 import os
 import sys
 import time
 
-from capacity.kube import KubeError
-from capacity.settings import CapacitySettingsError
-from listener import app
-from listener.config import ConfigError
-from listener.errors import ActionsError
-from listener.logs import redact
+from listener import signals
 
-# Errors whose message says it all; anything else is a bug, reported with its type name.
-_EXPECTED = (ConfigError, CapacitySettingsError, app.StartupError, ActionsError, KubeError)
+
+def _expected() -> tuple[type[BaseException], ...]:
+    """Errors whose message says it all; anything else is a bug, reported with its type."""
+    from capacity.kube import KubeError
+    from capacity.settings import CapacitySettingsError
+    from listener import app
+    from listener.config import ConfigError
+    from listener.errors import ActionsError
+
+    return (ConfigError, CapacitySettingsError, app.StartupError, ActionsError, KubeError)
 
 
 def _leaf_errors(exc: BaseException) -> list[BaseException]:
@@ -45,6 +54,10 @@ def error_lines(exc: BaseException) -> list[str]:
     A bad config gives exactly the line ARC's listener prints (``Failed to read config: ...``
     after Go's log timestamp), because operators alert on it.
     """
+    from listener.config import ConfigError
+    from listener.logs import redact
+
+    expected = _expected()
     lines = []
     for error in _leaf_errors(exc):
         if isinstance(error, ConfigError):
@@ -53,13 +66,67 @@ def error_lines(exc: BaseException) -> list[str]:
             lines.append(prefix + redact(line))
             continue
         message = " ".join(str(error).splitlines())
-        if not isinstance(error, _EXPECTED):
+        if not isinstance(error, expected):
             message = f"{type(error).__name__}: {message}".rstrip(": ")
         lines.append(f"Error: {redact(message)}")
     return lines
 
 
+def rbac_command(argv: list[str]) -> int:
+    """``ghalistener rbac``: print the least-privilege Role and RoleBinding (YAML)."""
+    import argparse
+
+    import yaml
+
+    from listener.rbac import listener_name, manifests
+
+    parser = argparse.ArgumentParser(
+        prog="ghalistener rbac",
+        description=(
+            "Print the Role and RoleBinding that give exactly this scale set's listener "
+            "ServiceAccount (named by ARC) what the capacity monitor needs. Apply the output "
+            "in the runner namespace instead of deploy/rbac/rolebinding.yaml."
+        ),
+    )
+    parser.add_argument("--name", required=True, help="the AutoscalingRunnerSet's name")
+    parser.add_argument(
+        "--namespace", required=True, help="the AutoscalingRunnerSet's (runner) namespace"
+    )
+    parser.add_argument(
+        "--github-config-url", required=True, help="spec.githubConfigUrl, exactly as written"
+    )
+    parser.add_argument(
+        "--runner-group",
+        default="",
+        help="spec.runnerGroup exactly as written in the AutoscalingRunnerSet (empty if unset)",
+    )
+    parser.add_argument(
+        "--controller-namespace",
+        default="arc-systems",
+        help="where ARC's controller creates the listener ServiceAccount (default arc-systems)",
+    )
+    args = parser.parse_args(argv)
+    docs = manifests(
+        scale_set=args.name,
+        namespace=args.namespace,
+        runner_group=args.runner_group,
+        github_config_url=args.github_config_url,
+        controller_namespace=args.controller_namespace,
+    )
+    listener = listener_name(args.name, args.namespace, args.runner_group, args.github_config_url)
+    print(f"# Least-privilege RBAC for the listener ServiceAccount {listener}")
+    where = args.controller_namespace
+    print(f"# ({where}); check that it exists: kubectl get sa -n {where} {listener}")
+    print(yaml.safe_dump_all(docs, sort_keys=False), end="")
+    return 0
+
+
 def main() -> None:
+    signals.install_early()
+    if sys.argv[1:2] == ["rbac"]:
+        sys.exit(rbac_command(sys.argv[2:]))
+    from listener import app
+
     try:
         asyncio.run(app.main(os.environ))
     except KeyboardInterrupt:

@@ -4,13 +4,34 @@ Order of work per message is ARC's (docs/wire-protocol.md §4): statistics → a
 acquire ``JobAvailable`` → ``JobStarted`` → ``JobCompleted`` → desired runner count. A 202
 re-uses the last statistics.
 
-What we do differently: the header value is read when a poll starts and the Actions service
-holds a poll for about 50 s, so a capacity change would reach GitHub only with the next poll.
-Instead, when the advertised value changes, the in-flight poll is abandoned and re-issued with
-the new value (at most once per ``reissue_interval``). Abandoning is safe: a message the
-service answered but we never processed is not acked and ``lastMessageId`` has not moved, so
-the service delivers it again on the next poll. A poll that completed before the cancel landed
-is processed normally, so nothing is handled twice either.
+What we do differently: the Actions service holds a poll for about 50 s and reads the header
+once, so a capacity change would reach GitHub only with the next poll. Instead, when the
+advertised value changes, the in-flight poll is abandoned and re-issued with the new value.
+Abandoning is safe: a message the service answered but we never processed is not acked and
+``lastMessageId`` has not moved, so the service delivers it again on the next poll. A poll
+that completed before the cancel landed is processed normally, so nothing is handled twice.
+
+The rate limit (``reissue_interval``) applies to *rises* only. A lower value is the safe
+direction: capacity the scheduler no longer confirms must stop attracting jobs at once, or a
+wave landing in that window is assigned to nodes that are gone. A flapping value therefore
+costs at most one extra poll per drop. The header is computed when the request is actually
+built (also on a transport retry or after a token refresh), not when the poll was started, so
+a value that changed while the request was waiting goes out as it is now.
+
+The 202 path (re-apply the last statistics; the patchID-0 patch that lets the controller scale
+idle runners down comes from it) and the "last poll" readiness mark must not depend on a poll
+completing: when the capacity changes faster than the service's ~50 s hold, every poll is
+re-issued before it ends. So an abandoned poll marks readiness, and after ``quiet_interval``
+seconds without a message the loop takes the 202 path anyway, as ARC would have at the end of
+an undisturbed poll.
+
+Kubernetes trouble: when the runner-set patch fails transiently (apiserver throttling or
+restarting), the scaler keeps the desired state and retries it in the background; the loop
+keeps polling (the session stays alive, the header stays current, 202s only update the kept
+state) but holds a message *before acking it* until the patch goes through: a job acked and
+acquired while no runner can be created would wait for nothing. While it holds one, it polls
+again from the same ``lastMessageId`` every ``keepalive_interval`` so the session does not
+expire; the answer (the same message) is dropped and comes again later.
 
 Shutdown: ``stop`` ends the loop between messages; a message being handled is finished first
 (every call in it has its own deadline), like ARC's ``context.WithoutCancel``.
@@ -33,7 +54,9 @@ log = logging.getLogger(__name__)
 class ActionsSession(Protocol):
     """The message-queue calls the loop makes (``listener.actions.ActionsClient``)."""
 
-    async def get_message(self, last_message_id: int, max_capacity: int) -> Message | None: ...
+    async def get_message(
+        self, last_message_id: int, max_capacity: Callable[[], int]
+    ) -> Message | None: ...
 
     async def delete_message(self, message_id: int) -> None: ...
 
@@ -46,6 +69,11 @@ class RunnerScaler(Protocol):
     async def handle_desired_runner_count(self, assigned_jobs: int) -> int: ...
 
     async def handle_job_started(self, job: JobMessage) -> None: ...
+
+    @property
+    def in_sync(self) -> bool: ...
+
+    async def wait_in_sync(self) -> None: ...
 
     def handle_job_completed(self, job: JobMessage) -> None: ...
 
@@ -78,7 +106,12 @@ class _Abandoned:
     """Marker: the poll was cancelled before it produced anything."""
 
 
+class _Quiet:
+    """Marker: polls were re-issued for a whole hold period without a message (a 202)."""
+
+
 _ABANDONED = _Abandoned()
+_QUIET = _Quiet()
 
 
 class Listener:
@@ -93,6 +126,8 @@ class Listener:
         metrics: Recorder | None = None,
         on_poll: Callable[[], None] = lambda: None,
         reissue_interval: float = 1.0,
+        quiet_interval: float = 50.0,
+        keepalive_interval: float = 15.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._session = session
@@ -101,9 +136,13 @@ class Listener:
         self._metrics: Recorder = metrics or NoMetrics()
         self._on_poll = on_poll
         self._reissue_interval = reissue_interval
+        self._quiet_interval = quiet_interval
+        self._keepalive_interval = keepalive_interval
         self._clock = clock
+        self._last_sync = clock()  # when the desired runner count was last applied
         self._last_message_id = 0
         self._latest: Statistics | None = None
+        self._sent = capacity.value  # the header value of the poll in flight
         self.reissued_polls = 0
         """How many in-flight polls were abandoned because the capacity changed."""
 
@@ -115,18 +154,61 @@ class Listener:
             initial.statistics.total_assigned_jobs
         )
         self._metrics.record_desired_runners(desired)
+        self._last_sync = self._clock()
         while not stop.is_set():
             outcome = await self._poll(stop)
             if outcome is _ABANDONED:
                 return  # stopping
             self._on_poll()
-            if outcome is None:
-                # 202: nothing new; re-apply the last statistics (not recorded, as ARC).
+            if outcome is None or outcome is _QUIET:
+                # 202 (or as long without a message, polls re-issued): re-apply the last
+                # statistics (not recorded, as ARC). With nothing else happening this is the
+                # patchID-0 patch that lets the controller scale idle runners down.
                 await self._scaler.handle_desired_runner_count(self._latest.total_assigned_jobs)
+                self._last_sync = self._clock()
                 continue
             assert isinstance(outcome, Message)
+            if not self._scaler.in_sync and not await self._wait_in_sync(stop):
+                return  # stopping: the message is not acked, the service delivers it again
             self._last_message_id = outcome.message_id
             await self._handle(outcome)
+            self._last_sync = self._clock()
+
+    async def _wait_in_sync(self, stop: asyncio.Event) -> bool:
+        """Hold a message, unacked, until the runner set can be patched again (the scaler
+        gives up after its outage budget, which ends the process). False if stopping.
+
+        Meanwhile the session is kept alive (the service expires a session it has not heard
+        from for about a minute): every ``keepalive_interval`` the loop polls again from the
+        same ``lastMessageId``, with the current header. The answer is the held message again
+        (or nothing); it is dropped here, as it will be delivered again once acting is safe.
+        """
+        log.warning("holding a message until the runner set can be patched")
+        done = asyncio.create_task(self._scaler.wait_in_sync(), name="wait-in-sync")
+        stopping = asyncio.create_task(stop.wait(), name="stop-wait")
+        try:
+            while True:
+                await asyncio.wait(
+                    {done, stopping},
+                    timeout=self._keepalive_interval,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if stopping.done() or done.done():
+                    break
+                poll = asyncio.create_task(
+                    self._session.get_message(self._last_message_id, self._header),
+                    name="keepalive-poll",
+                )
+                await asyncio.wait({poll, done, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if poll.done():
+                    poll.result()  # an error here is as fatal as on any poll
+                    self._on_poll()
+                else:
+                    await _abandon(poll)
+        finally:
+            done.cancel()
+            stopping.cancel()
+        return not stop.is_set()
 
     async def _handle(self, message: Message) -> None:
         stats = message.statistics
@@ -172,24 +254,40 @@ class Listener:
         self._metrics.record_desired_runners(desired)
         log.info("desired runners", extra={"desired": desired})
 
-    async def _poll(self, stop: asyncio.Event) -> Message | _Abandoned | None:
+    def _header(self) -> int:
+        """The ``X-ScaleSetMaxCapacity`` value, read as the poll request is built."""
+        self._sent = self._capacity.value
+        return self._sent
+
+    async def _poll(self, stop: asyncio.Event) -> Message | _Abandoned | _Quiet | None:
         """One long poll, re-issued whenever the advertised value changes under it."""
         while True:
-            sent = self._capacity.value
-            version = self._capacity.version
+            self._sent = self._capacity.value
             issued_at = self._clock()
             poll = asyncio.create_task(
-                self._session.get_message(self._last_message_id, sent), name="get-message"
+                self._session.get_message(self._last_message_id, self._header), name="get-message"
             )
             stopping = asyncio.create_task(stop.wait(), name="stop-wait")
             try:
                 while True:
+                    current = self._capacity.value
+                    wait: float | None = None
+                    if current != self._sent:
+                        if current < self._sent:
+                            break  # a drop goes out at once
+                        # A rise waits out the rate limit, so a flapping value cannot turn
+                        # into a request storm.
+                        wait = issued_at + self._reissue_interval - self._clock()
+                        if wait <= 0:
+                            break
                     changed = asyncio.create_task(
-                        self._capacity.wait_changed(version), name="capacity-wait"
+                        self._capacity.wait_changed(self._capacity.version), name="capacity-wait"
                     )
                     try:
                         await asyncio.wait(
-                            {poll, stopping, changed}, return_when=asyncio.FIRST_COMPLETED
+                            {poll, stopping, changed},
+                            timeout=wait,
+                            return_when=asyncio.FIRST_COMPLETED,
                         )
                     finally:
                         changed.cancel()
@@ -197,28 +295,22 @@ class Listener:
                         return poll.result()
                     if stopping.done():
                         return await _abandon(poll)
-                    version = self._capacity.version
-                    if self._capacity.value == sent:
-                        continue  # changed and changed back: the poll in flight is still right
-                    # Rate-limit re-issues so a flapping value cannot turn into a request storm.
-                    delay = issued_at + self._reissue_interval - self._clock()
-                    if delay > 0:
-                        await asyncio.wait({poll, stopping}, timeout=delay)
-                        if poll.done():
-                            return poll.result()
-                        if stopping.done():
-                            return await _abandon(poll)
-                        if self._capacity.value == sent:
-                            continue
-                    outcome = await _abandon(poll)
-                    if outcome is not _ABANDONED:
-                        return outcome
-                    self.reissued_polls += 1
-                    log.debug(
-                        "capacity changed, re-issuing poll",
-                        extra={"old": sent, "new": self._capacity.value},
-                    )
-                    break
+                    # Otherwise the value changed (or a rise's wait is over): look again. A
+                    # value that changed back to what is in flight keeps the poll.
+                outcome = await _abandon(poll)
+                if outcome is not _ABANDONED:
+                    return outcome
+                self.reissued_polls += 1
+                log.debug(
+                    "capacity changed, re-issuing poll",
+                    extra={"old": self._sent, "new": self._capacity.value},
+                )
+                # The abandoned poll was held by the service without an error: the session
+                # works, which is what readiness reports. And a capacity that changes faster
+                # than a poll completes must not starve the 202 path (the scale-down patch).
+                self._on_poll()
+                if self._clock() - self._last_sync >= self._quiet_interval:
+                    return _QUIET
             finally:
                 stopping.cancel()
 

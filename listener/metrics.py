@@ -458,3 +458,33 @@ class ListenerMetrics:
         self._inc(COMPLETED_JOBS_TOTAL, labels)
         execution = _unix(job.finish_time) - _unix(job.runner_assign_time)
         self._observe(JOB_EXECUTION_DURATION_SECONDS, labels, execution)
+
+
+class PatchMetrics:
+    """The listener's own Kubernetes patch health (not ARC's): failed patch attempts and
+    whether a desired runner count is waiting to reach the runner set (apiserver outage)."""
+
+    def __init__(self, registry: CollectorRegistry, *, name: str, namespace: str) -> None:
+        labels = (NAME, NAMESPACE)
+        failures = Counter(
+            "gha_listener_kube_patch_failures",
+            "Kubernetes patches by the listener that failed (each is retried until a budget).",
+            labels,
+            registry=None,
+        )
+        pending = Gauge(
+            "gha_listener_kube_patch_pending",
+            "1 while a desired runner count waits for the apiserver (patch being retried).",
+            labels,
+            registry=None,
+        )
+        self._failures = failures.labels(name, namespace)
+        self._pending = pending.labels(name, namespace)
+        self._pending.set(0)
+        registry.register(GoStyleCollector([failures, pending]))
+
+    def patch_failed(self) -> None:
+        self._failures.inc()
+
+    def patch_pending(self, pending: bool) -> None:
+        self._pending.set(1 if pending else 0)

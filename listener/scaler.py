@@ -12,11 +12,17 @@ change and the target equals ``min_runners``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from capacity.kube import Kube, KubeError
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
+
+from capacity.kube import Kube, KubeError, KubeErrorKind
 from listener.wire import JobMessage
 
 _MAX_INT32 = 2_147_483_647
@@ -85,26 +91,207 @@ class Patcher(Protocol):
         ...
 
 
-class Scaler:
-    """Turns listener events into EphemeralRunnerSet / EphemeralRunner patches."""
+@dataclass(frozen=True)
+class PatchRetry:
+    """How patches are retried while the apiserver throttles or is unreachable.
 
-    def __init__(self, *, min_runners: int, max_runners: int, patcher: Patcher) -> None:
+    client-go (ARC's client) retries a 429 or 5xx that carries ``Retry-After`` up to 10 times
+    and otherwise fails, and ARC's listener then exits, deleting its session; an apiserver
+    restart made every listener exit several times and then wait out a session conflict. Here
+    any transient failure (no answer, 429, 5xx, and a 404 while the apiserver is still
+    installing its API paths) is retried with backoff, honouring ``Retry-After``, for up to
+    ``outage_budget`` seconds from the first failure; only then is the error fatal.
+    """
+
+    outage_budget: float = 300.0
+    base: float = 0.5
+    cap: float = 10.0
+    retry_after_max: float = 60.0
+
+    def wait(self, attempt: int, error: KubeError | None) -> float:
+        if error is not None and error.retry_after is not None:
+            return min(error.retry_after, self.retry_after_max)
+        delay = min(self.cap, self.base * 2.0 ** max(0, attempt - 1))
+        return random.uniform(delay / 2, delay)
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, KubeError) and (
+        exc.kind in {KubeErrorKind.TRANSPORT, KubeErrorKind.THROTTLED, KubeErrorKind.SERVER}
+        or exc.status == 404  # a restarting apiserver serves 404 until CRD paths are back
+    )
+
+
+class PatchState(Protocol):
+    """Where the scaler reports patch trouble (readiness and metrics)."""
+
+    def patch_failed(self, error: KubeError) -> None: ...
+
+    def patch_pending(self, pending: bool) -> None: ...
+
+
+class _Quiet:
+    def patch_failed(self, error: KubeError) -> None: ...
+
+    def patch_pending(self, pending: bool) -> None: ...
+
+
+class Scaler:
+    """Turns listener events into EphemeralRunnerSet / EphemeralRunner patches.
+
+    In the normal case every patch is made in line, in ARC's order. When the runner-set patch
+    fails transiently, the desired state is kept and :meth:`run` (a task next to the loop)
+    re-applies the newest one with backoff; meanwhile the loop keeps polling (202s only
+    update the kept state) but holds any message before acking it until the patch succeeds
+    (:meth:`wait_in_sync`): acking a job we cannot create a runner for would lose it.
+    """
+
+    def __init__(
+        self,
+        *,
+        min_runners: int,
+        max_runners: int,
+        patcher: Patcher,
+        retry: PatchRetry | None = None,
+        state: PatchState | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self._sequencer = PatchSequencer(min_runners=min_runners, max_runners=max_runners)
+        self._sleep = sleep
         self._patcher = patcher
+        self._retry = retry or PatchRetry()
+        self._state: PatchState = state or _Quiet()
+        self._clock = clock
+        self._pending: dict[str, Any] | None = None  # runner-set body not applied yet
+        self._failing_since: float | None = None
+        self._first_error: KubeError | None = None
+        self._wake = asyncio.Event()
+        self._in_sync = asyncio.Event()
+        self._in_sync.set()
+
+    @property
+    def in_sync(self) -> bool:
+        """The last desired runner count has reached the runner set."""
+        return self._pending is None
 
     async def handle_desired_runner_count(self, assigned_jobs: int) -> int:
         """Patch the runner set for ``assigned_jobs``; always sends, even when unchanged."""
         target, patch_id = self._sequencer.next(assigned_jobs)
-        await self._patcher.patch_runner_set(runner_set_patch(target, patch_id))
+        body = runner_set_patch(target, patch_id)
+        if self._pending is not None:
+            # Outage: the retry task applies the newest desired state (it is complete: the
+            # controller needs no intermediate patch).
+            self._pending = body
+        else:
+            try:
+                await self._patcher.patch_runner_set(body)
+            except KubeError as exc:
+                if not _transient(exc):
+                    raise
+                self._defer(body, exc)
+                return target
         log.debug(
-            "runner set patched",
+            "runner set patch",
             extra={"assigned": assigned_jobs, "target": target, "patch_id": patch_id},
         )
         return target
 
+    def _defer(self, body: dict[str, Any], error: KubeError) -> None:
+        log.warning(
+            "runner set patch failed; retrying in the background and holding new messages",
+            extra={"error": str(error), "budget_seconds": self._retry.outage_budget},
+        )
+        self._state.patch_failed(error)
+        self._state.patch_pending(True)
+        self._pending = body
+        self._in_sync.clear()
+        self._failing_since = self._clock()
+        self._first_error = error
+        self._wake.set()
+
+    async def wait_in_sync(self) -> None:
+        """Return once the desired runner count has been applied (at once when it has)."""
+        await self._in_sync.wait()
+
+    async def run(self) -> None:
+        """Re-apply a deferred runner-set patch until it succeeds; raise the last error when
+        the apiserver stays unusable past the outage budget. Runs until cancelled."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self._retry_pending()
+
+    def _retrying(self, started: float, *, first_attempt: int = 1) -> AsyncRetrying:
+        """The one retry policy for Kubernetes patches (tenacity): transient failures only,
+        waits from ``PatchRetry.wait`` (``Retry-After`` first), never past the outage budget
+        counted from ``started``; the last error is re-raised when it runs out."""
+
+        def left() -> float:
+            return started + self._retry.outage_budget - self._clock()
+
+        def wait(state: RetryCallState) -> float:
+            error = state.outcome.exception() if state.outcome is not None else None
+            kube_error = error if isinstance(error, KubeError) else None
+            attempt = state.attempt_number + first_attempt - 1
+            return max(0.0, min(self._retry.wait(attempt, kube_error), left()))
+
+        def failed(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome is not None else None
+            if isinstance(error, KubeError):
+                self._state.patch_failed(error)
+
+        return AsyncRetrying(
+            stop=lambda _state: left() <= 0,
+            wait=wait,
+            retry=retry_if_exception(_transient),
+            sleep=self._sleep,
+            before_sleep=failed,
+            reraise=True,
+        )
+
+    async def _retry_pending(self) -> None:
+        started = self._failing_since if self._failing_since is not None else self._clock()
+        attempts = 0
+
+        async def apply_newest() -> None:
+            nonlocal attempts
+            # Whatever is newest when the attempt starts; a newer state arriving while it is
+            # on the wire is sent right after, without waiting.
+            while self._pending is not None:
+                attempts += 1
+                body = self._pending
+                await self._patcher.patch_runner_set(body)
+                if self._pending is body:
+                    self._pending = None
+
+        left = started + self._retry.outage_budget - self._clock()
+        # The in-line attempt failed already: wait as it asked before the first retry.
+        await self._sleep(max(0.0, min(self._retry.wait(1, self._first_error), left)))
+        try:
+            await self._retrying(started, first_attempt=2)(apply_newest)
+        except KubeError as exc:
+            log.error(
+                "giving up on the runner set patch",
+                extra={"error": str(exc), "waited_seconds": round(self._clock() - started)},
+            )
+            raise
+        log.info(
+            "runner set patched again",
+            extra={"attempts": attempts, "outage_seconds": round(self._clock() - started, 1)},
+        )
+        self._failing_since = None
+        self._state.patch_pending(False)
+        self._in_sync.set()
+
     async def handle_job_started(self, job: JobMessage) -> None:
         self._sequencer.dirty = True
-        await self._patcher.patch_runner_status(job.runner_name, runner_status_patch(job))
+        body = runner_status_patch(job)
+        # The message is acked: retry here (bounded) rather than lose the busy mark that keeps
+        # the controller from deleting this runner as idle. (A missing runner is not an error.)
+        await self._retrying(self._clock())(
+            self._patcher.patch_runner_status, job.runner_name, body
+        )
         log.info("job started", extra={"runner": job.runner_name, "job_id": job.job_id})
 
     def handle_job_completed(self, job: JobMessage) -> None:

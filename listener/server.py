@@ -72,6 +72,7 @@ class Health:
         self._clock = clock
         self._liveness_factor = liveness_factor
         self._components: dict[str, _Component] = {}
+        self._failing: dict[str, str] = {}  # condition → why it fails (readiness only)
 
     def add(self, component: str, max_age: float, *, live_max_age: float | None = None) -> None:
         """Register ``component``. Until its first success its age counts from now."""
@@ -83,6 +84,14 @@ class Health:
         self._components[component] = _Component(
             max_age=max_age, live_max_age=live, added=self._clock()
         )
+
+    def set_failing(self, condition: str, reason: str | None) -> None:
+        """Fail readiness with ``reason`` until called again with None (e.g. while the
+        apiserver cannot be patched). Liveness is not affected: waiting is not wedged."""
+        if reason is None:
+            self._failing.pop(condition, None)
+        else:
+            self._failing[condition] = reason
 
     def mark(self, component: str, now: float) -> None:
         """Record a success of ``component`` at ``now``. Unknown names raise KeyError."""
@@ -107,6 +116,10 @@ class Health:
                 "age_seconds": None if age is None else round(age, 3),
                 "max_age_seconds": limit,
             }
+        if not live:
+            for name, reason in sorted(self._failing.items()):
+                healthy = False
+                details[name] = {"ok": False, "error": reason}
         return healthy, details
 
     def ready(self) -> tuple[bool, dict[str, object]]:

@@ -21,7 +21,7 @@ from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
-from capacity.kube import Kube
+from capacity.kube import Kube, KubeError
 from capacity.model import placeholder_selector
 from capacity.monitor import CapacityMonitor
 from capacity.settings import CapacitySettings, HudSettings, Resources
@@ -157,8 +157,10 @@ class Scene:
         node = self.fake_nodes(cpu=str(cpu), memory=f"{2 * cpu}Gi", pods=50)
         return str(node["metadata"]["name"])
 
-    def start(self, cfg: CapacitySettings, max_runners: int = 10) -> Run:
-        run = Run(self.api, self.ns, cfg, max_runners)
+    def start(
+        self, cfg: CapacitySettings, max_runners: int = 10, api: client.ApiClient | None = None
+    ) -> Run:
+        run = Run(api or self.api, self.ns, cfg, max_runners)
         self.runs.append(run)
         return run
 
@@ -289,6 +291,30 @@ async def test_preemption_hand_off_keeps_the_value_right(scene: Scene) -> None:
     await run.close()
 
 
+async def test_a_step_pod_is_not_counted_as_the_workflow_half(scene: Scene) -> None:
+    """A container action's step pod (same runner-pod label as the job pod, priority 20)
+    takes the workflow placeholder's room: the job has no room left for its workflow pod,
+    and the value must say so instead of counting the step pod as the workflow half."""
+    await scene.runner_pdb()
+    scene.node(cpu=2)  # room for exactly one job
+    run = scene.start(settings(proactive_capacity=1), max_runners=5)
+    await run.advertises(1)
+
+    await scene.job("r1")
+    await scene.running("r1")
+    step = workflow_pod("r1", owner=scene.ns, **HALF)
+    step["metadata"]["name"] = "r1-step-a1b2c3"
+    await scene.create(step)
+    step_pod = await scene.running("r1-step-a1b2c3")
+    victims = await scene.victims_of(step_pod.metadata.uid)
+    assert [role for _, role in victims] == ["placeholder-workflow"]
+
+    await run.advertises(0)
+    assert run.metric("gha_capacity_workflow_side") == 0
+    assert run.metric("gha_capacity_runner_side") == 1
+    await run.close()
+
+
 async def test_workflow_pod_evicting_another_slots_placeholder(scene: Scene) -> None:
     await scene.runner_pdb()
     scene.node(cpu=2)
@@ -374,6 +400,155 @@ async def test_restart_adopts_verified_placeholders_and_sweeps_the_rest(scene: S
     assert await scene.placeholders()
     await delete_runner_set(scene.api, scene.ns, RUNNER_SET)
     await eventually(none_left, "placeholders garbage-collected with their runner set")
+
+
+LISTENER = "linux-cpu-7b5c8d9f-listener"  # ARC's name for the listener, its SA and its Role
+
+
+async def arc_listener_objects(scene: Scene) -> None:
+    """What ARC's controller creates for a listener: ServiceAccount, config Secret and pod in
+    the controller namespace (here the same one), Role and RoleBinding in the runner
+    namespace, all named after the listener (resourcebuilder.go)."""
+    rbac = client.RbacAuthorizationV1Api(scene.api)
+    labels = {
+        "actions.github.com/scale-set-name": SCALE_SET,
+        "actions.github.com/scale-set-namespace": scene.ns,
+        "auto-scaling-listener-name": LISTENER,
+        "auto-scaling-listener-namespace": scene.ns,
+    }
+    await scene.core.create_namespaced_service_account(scene.ns, {"metadata": {"name": LISTENER}})
+    await scene.core.create_namespaced_secret(
+        scene.ns, {"metadata": {"name": f"{LISTENER}-config"}, "data": {}}
+    )
+    await rbac.create_namespaced_role(
+        scene.ns,
+        {
+            "metadata": {"name": LISTENER, "labels": labels},
+            "rules": [
+                {
+                    "apiGroups": ["actions.github.com"],
+                    "resources": ["ephemeralrunnersets"],
+                    "resourceNames": [RUNNER_SET],
+                    "verbs": ["patch"],
+                }
+            ],
+        },
+    )
+    await rbac.create_namespaced_role_binding(
+        scene.ns,
+        {
+            "metadata": {"name": LISTENER, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": LISTENER},
+            "subjects": [{"kind": "ServiceAccount", "name": LISTENER, "namespace": scene.ns}],
+        },
+    )
+    pod = runner_pod(LISTENER, owner=scene.ns, scale_set="listener", cpu="10m", memory="16Mi")
+    pod["metadata"]["labels"] = {"app.kubernetes.io/component": "runner-scale-set-listener"}
+    await scene.create(pod)
+
+
+async def arc_removes_the_listener(scene: Scene) -> None:
+    """ARC's cleanup of a listener: everything deleted in the same second, without waiting
+    for the pod to stop (uninstall, rollback, or a scale-set change that recreates it)."""
+    rbac = client.RbacAuthorizationV1Api(scene.api)
+    await asyncio.gather(
+        scene.core.delete_namespaced_pod(LISTENER, scene.ns),
+        scene.core.delete_namespaced_secret(f"{LISTENER}-config", scene.ns),
+        rbac.delete_namespaced_role_binding(LISTENER, scene.ns),
+        rbac.delete_namespaced_role(LISTENER, scene.ns),
+        scene.core.delete_namespaced_service_account(LISTENER, scene.ns),
+    )
+
+
+@contextlib.asynccontextmanager
+async def as_listener_account(
+    scene: Scene, local_cluster: LocalCluster
+) -> AsyncIterator[client.ApiClient]:
+    """An ApiClient that authenticates as the listener pod does: a bound token of ARC's
+    listener ServiceAccount (dead once the account is deleted), with deploy/rbac's Role
+    bound to that account."""
+    role = yaml.safe_load((ROOT / "deploy" / "rbac" / "role.yaml").read_text())
+    await client.RbacAuthorizationV1Api(scene.api).create_namespaced_role(scene.ns, role)
+    await client.RbacAuthorizationV1Api(scene.api).create_namespaced_role_binding(
+        scene.ns,
+        {
+            "metadata": {"name": "capacity-listener"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": role["metadata"]["name"]},
+            "subjects": [{"kind": "ServiceAccount", "name": LISTENER, "namespace": scene.ns}],
+        },
+    )  # fmt: skip
+    request = await scene.core.create_namespaced_service_account_token(
+        LISTENER, scene.ns, {"spec": {"expirationSeconds": 3600}}
+    )
+    configuration = client.Configuration(host=local_cluster.server)
+    configuration.verify_ssl = False
+    configuration.api_key = {"BearerToken": request.status.token}
+    configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    async with client.ApiClient(configuration) as api:
+        yield api
+
+
+async def test_placeholders_go_when_arc_removes_the_listener(
+    scene: Scene, local_cluster: LocalCluster
+) -> None:
+    scene.node(cpu=4)
+    scene.node(cpu=1)  # room for the stand-in listener pod
+    await arc_listener_objects(scene)
+    async with as_listener_account(scene, local_cluster) as token_api:
+        await _placeholders_go_when_arc_removes_the_listener(scene, token_api)
+
+
+async def _placeholders_go_when_arc_removes_the_listener(
+    scene: Scene, token_api: client.ApiClient
+) -> None:
+    cfg = settings(proactive_capacity=2, listener_role=LISTENER)
+    first = scene.start(cfg, api=token_api)
+    await first.advertises(2)
+    pods = await scene.placeholders()
+    assert len(pods) == 4
+    role = await client.RbacAuthorizationV1Api(scene.api).read_namespaced_role(LISTENER, scene.ns)
+    for pod in pods:
+        assert [(o.kind, o.name, o.uid) for o in pod.metadata.owner_references] == [
+            ("Role", LISTENER, role.metadata.uid)
+        ]
+
+    # A plain listener pod restart (crash, OOM kill): the Role stays, the next listener
+    # adopts the placeholders: same pods, none created.
+    names = {p.metadata.name: p.metadata.uid for p in pods}
+    await first.crash()
+    second = scene.start(cfg, api=token_api)
+    await second.advertises(2)
+    assert {p.metadata.name: p.metadata.uid for p in await scene.placeholders()} == names
+    assert second.metric("gha_capacity_pair_creates_total", result="ok") == 0
+
+    # ARC removes the listener, all in the same second, the pod still running; the runner
+    # set stays, as on a rollback. The listener's token is dead from then on.
+    removed_at = time.monotonic()
+    await arc_removes_the_listener(scene)
+    token_kube = Kube(token_api)
+
+    async def token_dead() -> bool:
+        try:
+            await token_kube.get_role_uid(scene.ns, "anything")
+        except KubeError as exc:
+            return exc.status == 401
+        return False
+
+    await eventually(token_dead, "the listener's token rejected (401)", 30)
+    # SIGTERM reaches the listener now: its shutdown deletes cannot succeed (401; or 404 if
+    # the garbage collector was first). The placeholders must go anyway.
+    await second.close()
+
+    async def none_left() -> bool:
+        return not await scene.placeholders()
+
+    await eventually(none_left, "placeholders garbage-collected with the listener's Role", 60)
+    print(f"\nno placeholders {time.monotonic() - removed_at:.1f}s after ARC's clean-up")
+    crd = client.CustomObjectsApi(scene.api)
+    assert await crd.get_namespaced_custom_object(
+        "actions.github.com", "v1alpha1", scene.ns, "ephemeralrunnersets", RUNNER_SET
+    )
 
 
 async def test_hud_outage_falls_back_to_the_floor_and_recovers(scene: Scene) -> None:

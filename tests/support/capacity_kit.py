@@ -261,15 +261,28 @@ async def restart_apiserver(cluster: LocalCluster, downtime: float = 2.0) -> int
     same flags (same etcd: resourceVersions carry over) and wait until it is ready. Returns
     the old process's exit status (0: it stopped by itself on SIGTERM; -9: it had to be
     killed)."""
+    status = await stop_apiserver(cluster, downtime)
+    await start_apiserver(cluster)
+    return status
+
+
+async def stop_apiserver(cluster: LocalCluster, downtime: float = 0.0) -> int | None:
+    """Stop kube-apiserver (connections are refused from then on); return after
+    ``downtime`` more seconds with the old process's exit status. Bring it back with
+    :func:`start_apiserver`."""
     import pytest
 
     if not cluster.components:
         pytest.skip("restarting the apiserver needs a harness-started cluster")
     old = next(c for c in cluster.components if c.name == "kube-apiserver").proc
     await asyncio.to_thread(_stop_apiserver, cluster, downtime)
+    return None if old is None else old.returncode
+
+
+async def start_apiserver(cluster: LocalCluster) -> None:
+    """Start kube-apiserver again with the same flags and wait until it is ready."""
     _start_apiserver(cluster)
     await asyncio.to_thread(_wait_apiserver_ready, cluster)
-    return None if old is None else old.returncode
 
 
 # --- etcd compaction ----------------------------------------------------------------------

@@ -87,6 +87,8 @@ class MemoryCluster:
         self.clock = clock  # creationTimestamp of new objects
         self.objects: dict[str, dict[str, Json]] = {}
         self.nodes: dict[str, NodeState] = {}
+        # Roles by (namespace, name) -> uid: ARC's listener Role, the placeholders' owner.
+        self.roles: dict[tuple[str, str], str] = {}
         self._watchers: list[_Watcher] = []
         self._uids = itertools.count(1)
         self.fail_creates: list[KubeError] = []  # raised by the next creates, in order
@@ -130,6 +132,9 @@ class MemoryCluster:
 
     async def get_node(self, name: str) -> NodeState | None:
         return self.nodes.get(name)
+
+    async def get_role_uid(self, namespace: str, name: str) -> str | None:
+        return self.roles.get((namespace, name))
 
     async def informer(
         self,

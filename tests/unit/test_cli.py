@@ -152,3 +152,41 @@ def test_a_vault_that_cannot_be_used_is_one_arc_line(tmp_path: Path) -> None:
         "Failed to read config: failed to create Azure Key Vault client: failed to create "
         "azsecrets client from config: failed to parse certificates: "
     ), line
+
+
+# A SIGTERM that arrives while the program is still importing its dependencies: the process
+# sends it to itself the moment the composition root (listener.app) starts to load, which is
+# what the kubelet does when a pod is deleted within its first second.
+_SIGTERM_WHILE_IMPORTING = """
+import importlib.abc, os, signal, sys
+
+class Trip(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "listener.app":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return None
+
+sys.meta_path.insert(0, Trip())
+from listener.cli import main
+main()
+"""
+
+
+def test_sigterm_during_start_up_stops_cleanly(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(valid_config()))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LISTENER_", "CAPACITY_"))}
+    # An unreachable cluster: a clean early stop must not touch it.
+    env.update(LISTENER_CONFIG_PATH=str(path), KUBECONFIG=str(tmp_path / "missing"))
+    result = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_WHILE_IMPORTING],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, (result.returncode, result.stderr)
+    assert "stop requested during start-up" in result.stdout + result.stderr
+    assert "Error" not in result.stderr

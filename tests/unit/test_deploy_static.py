@@ -288,6 +288,18 @@ def test_rbac_rules_are_each_explained() -> None:
                 assert above.startswith("#"), f"{path.name}:{index + 1}: rule without a comment"
 
 
+@pytest.mark.parametrize("flavour", ["cpu", "gpu"])
+def test_overlay_grace_period_matches_the_listener_shutdown_grace(flavour: str) -> None:
+    """ARC leaves the listener pod at 30 s unless the template sets it; the listener sizes
+    its shutdown to LISTENER_SHUTDOWN_GRACE, so the two must agree."""
+    (values,) = yaml_docs(DEPLOY / "helm" / f"values-capacity-{flavour}.yaml")
+    spec = values["listenerTemplate"]["spec"]
+    (container,) = spec["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert spec["terminationGracePeriodSeconds"] == 60
+    assert float(env["LISTENER_SHUTDOWN_GRACE"]) == spec["terminationGracePeriodSeconds"]
+
+
 def test_rbac_grants_exactly_the_listed_operations() -> None:
     def rules(name: str) -> set[tuple[str, str, str]]:
         (doc, *_) = yaml_docs(DEPLOY / "rbac" / name)
@@ -306,6 +318,7 @@ def test_rbac_grants_exactly_the_listed_operations() -> None:
         *(("", "pods", v) for v in ("list", "watch", "create", "delete")),
         *((arc, "ephemeralrunners", v) for v in ("list", "watch")),
         *((arc, "ephemeralrunnersets", v) for v in ("list", "watch")),
+        ("rbac.authorization.k8s.io", "roles", "get"),
     }
     assert rules("clusterrole-node-checks.yaml") == {("", "nodes", "get")}
 
@@ -333,7 +346,9 @@ def test_metric_list_matches_listener_metrics_module() -> None:
     from listener import metrics
 
     families = read_metric_list()
-    listed = {n for n in families if not n.startswith("gha_capacity_")}
+    listed = {
+        n for n in families if not n.startswith(("gha_capacity_", "gha_listener_kube_patch_"))
+    }
     code = {
         *metrics.GAUGE_HELP,
         *metrics.COUNTER_HELP,
@@ -355,6 +370,27 @@ def test_metric_list_matches_listener_metrics_module() -> None:
     ):
         for name, spec in specs.items():
             assert families[name].labels == frozenset(spec.labels), (kind, name)
+
+
+def test_metric_list_matches_patch_metrics() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from listener.metrics import PatchMetrics
+
+    registry = CollectorRegistry()
+    PatchMetrics(registry, name="arc-cpu", namespace="arc-runners")
+    families = read_metric_list()
+    exported = {
+        (f.name + "_total" if f.type == "counter" else f.name): (
+            f.type,
+            {k for s in f.samples for k in s.labels},
+        )
+        for f in registry.collect()
+    }
+    listed = {n for n in families if n.startswith("gha_listener_kube_patch_")}
+    assert listed == set(exported)
+    for name, (kind, labels) in exported.items():
+        assert (families[name].type, set(families[name].labels)) == (kind, labels), name
 
 
 def test_metric_list_matches_capacity_metrics_module() -> None:
@@ -461,6 +497,7 @@ EXPECTED_ALERTS = {
     "PlaceholdersStuckPending",
     "HUDFailing",
     "ReconcileStale",
+    "RunnerSetPatchPending",
 }
 
 
@@ -685,6 +722,7 @@ REFERENCE_SAMPLES: dict[str, tuple[str, Any]] = {
 }
 STRING_SAMPLES = {
     "placeholder_namespace": "ci-placeholders",
+    "listener_role": "arc-cpu-7b5c8d9f-listener",
     "placeholder_image": "registry.example.com/pause:3",
     "hud.url": "https://hud.example.com/api/queued",
     "hud.parameters.repo": "my-org/my-repo",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,12 +19,13 @@ import httpx
 import pytest
 import respx
 
+from capacity.kube import KubeError
 from listener.actions import ActionsClient
 from listener.advertised import AdvertisedCapacity
 from listener.github_auth import AdminConnection
 from listener.http import make_client, user_agent
 from listener.loop import Listener
-from listener.scaler import Scaler
+from listener.scaler import PatchRetry, Scaler
 from listener.wire import JobMessage, Statistics
 from tests.unit.listener_fixtures import STATISTICS, session_json
 
@@ -58,6 +60,8 @@ class FakeQueue:
     events: list[str] = field(default_factory=list)
     abandoned: int = 0
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    fail_with: list[int] = field(default_factory=list)  # statuses to answer polls with first
+    ready_marks: list[int] = field(default_factory=list)  # the loop's on_poll calls
 
     def add(self, message_id: int, assigned: int, jobs: list[dict[str, Any]]) -> None:
         self.messages[message_id] = {
@@ -74,6 +78,8 @@ class FakeQueue:
         last = int(request.url.params.get("lastMessageId", "0"))
         self.last_ids.append(last)
         self.events.append(f"poll:{self.headers[-1]}")
+        if self.fail_with:
+            return httpx.Response(self.fail_with.pop(0), headers={"Retry-After": "1"})
         try:
             async with asyncio.timeout(self.hold):
                 while True:
@@ -105,9 +111,15 @@ class RecordingPatcher:
     def __init__(self, events: list[str]) -> None:
         self.events = events
         self.replicas: list[Any] = []
+        self.patch_ids: list[int] = []
+        self.failing: KubeError | None = None  # every runner-set patch fails with it
 
     async def patch_runner_set(self, body: dict[str, Any]) -> None:
+        if self.failing is not None:
+            self.events.append("patch-failed")
+            raise self.failing
         self.replicas.append(body["spec"]["replicas"])
+        self.patch_ids.append(body["spec"]["patchID"])
         self.events.append(f"desired:{body['spec']['replicas']}")
 
     async def patch_runner_status(self, runner_name: str, body: dict[str, Any]) -> None:
@@ -163,7 +175,15 @@ class Harness:
 
 
 @pytest.fixture
-async def harness() -> AsyncIterator[Harness]:
+async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    """The loop over the fake queue; ``indirect`` parametrization overrides Listener
+    keyword arguments (reissue_interval, quiet_interval)."""
+    options: dict[str, float] = {
+        "reissue_interval": 0.05,
+        "quiet_interval": 50.0,
+        "keepalive_interval": 0.1,
+        **getattr(request, "param", {}),
+    }
     queue = FakeQueue()
     with respx.mock(assert_all_called=False) as router:
         router.post(SESSIONS).respond(200, json=session_json(queue_url=QUEUE))
@@ -174,18 +194,29 @@ async def harness() -> AsyncIterator[Harness]:
             client = ActionsClient(http, StubAuth(), 7)
             capacity = AdvertisedCapacity(10)
             patcher = RecordingPatcher(queue.events)
+            scaler = Scaler(
+                min_runners=0,
+                max_runners=10,
+                patcher=patcher,
+                retry=PatchRetry(outage_budget=60, base=0.01, cap=0.05),
+            )
+            retries = asyncio.create_task(scaler.run())
             listener = Listener(
                 session=client,
-                scaler=Scaler(min_runners=0, max_runners=10, patcher=patcher),
+                scaler=scaler,
                 capacity=capacity,
                 metrics=RecordingMetrics(queue.events),
-                reissue_interval=0.05,
+                on_poll=lambda: queue.ready_marks.append(1),
+                reissue_interval=options["reissue_interval"],
+                quiet_interval=options["quiet_interval"],
+                keepalive_interval=options["keepalive_interval"],
             )
             h = Harness(queue, capacity, listener, patcher, asyncio.Event())
             await h.start(client)
             yield h
             if h.task is not None and not h.task.done():
                 await h.finish()
+            retries.cancel()
 
 
 def job(kind: str, **extra: Any) -> dict[str, Any]:
@@ -203,6 +234,37 @@ async def test_capacity_change_reissues_the_held_poll_at_once(harness: Harness) 
     harness.capacity.set_max_capacity(3)
     await asyncio.sleep(0.1)
     assert q.headers == [10, 3]
+
+
+@pytest.mark.parametrize("harness", [{"reissue_interval": 30.0}], indirect=True)
+async def test_a_drop_is_sent_at_once_and_only_rises_wait_for_the_rate_limit(
+    harness: Harness,
+) -> None:
+    q = harness.queue
+    await harness.until(lambda: q.headers == [10], "first poll")
+    harness.capacity.set_max_capacity(3)  # capacity lost: no waiting out the 30 s limit
+    await harness.until(lambda: q.headers == [10, 3], "the drop on the wire at once")
+    harness.capacity.set_max_capacity(8)  # a rise within the interval waits
+    await asyncio.sleep(0.2)
+    assert q.headers == [10, 3]
+    harness.capacity.set_max_capacity(2)  # a drop below what is in flight, while a rise waits
+    await harness.until(lambda: q.headers == [10, 3, 2], "the second drop at once")
+    assert harness.listener.reissued_polls == 2
+
+
+@pytest.mark.parametrize("harness", [{"reissue_interval": 30.0}], indirect=True)
+async def test_the_header_is_read_when_the_request_is_sent(harness: Harness) -> None:
+    """A poll retried after a 503 carries the value of the moment it is sent again."""
+    q = harness.queue
+    await harness.until(lambda: q.headers == [10], "first poll")
+    q.fail_with = [503]
+    harness.capacity.set_max_capacity(3)
+    await harness.until(lambda: q.headers == [10, 3], "the re-issued poll, answered 503")
+    harness.capacity.set_max_capacity(9)  # a rise while the HTTP layer waits to retry
+    await harness.until(lambda: len(q.headers) == 3, "the retried poll", within=5)
+    assert q.headers == [10, 3, 9]
+    await asyncio.sleep(0.1)
+    assert len(q.headers) == 3  # the retry already carries 9: no re-issue for it
 
 
 async def test_value_is_clamped_to_max_runners(harness: Harness) -> None:
@@ -232,13 +294,18 @@ async def test_abandoned_poll_loses_no_message_and_handles_none_twice(harness: H
 async def test_flapping_value_is_rate_limited(harness: Harness) -> None:
     q = harness.queue
     await harness.until(lambda: len(q.headers) == 1, "first poll")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     for i in range(40):
         harness.capacity.set_max_capacity(i % 2)
         await asyncio.sleep(0.005)
     harness.capacity.set_max_capacity(7)
     await harness.until(lambda: q.headers[-1] == 7, "final value on the wire")
-    # ~0.25 s of flapping with a 0.05 s interval: a handful of polls, not 40.
-    assert len(q.headers) <= 10, q.headers
+    # Rises are limited to one per 0.05 s interval and each drop follows a rise: at most two
+    # polls per interval (plus the first and the last), not one per change.
+    intervals = math.ceil((loop.time() - started) / 0.05)
+    assert len(q.headers) <= 2 * intervals + 2, q.headers
+    assert len(q.headers) < 40
 
 
 async def test_changed_and_changed_back_keeps_the_poll(harness: Harness) -> None:
@@ -318,3 +385,65 @@ async def test_stop_lets_the_message_in_progress_finish(harness: Harness) -> Non
     await harness.finish()
     assert "started:r-1" in q.events
     assert q.events[-1] == "desired:1"
+
+
+REFUSED = KubeError("patch ephemeralrunnersets", 0, "ClientConnectorError: connection refused")
+
+
+async def test_apiserver_outage_keeps_polling_and_holds_messages_unacked(harness: Harness) -> None:
+    """The runner set cannot be patched: 202s keep the session polling, a message is held
+    (not acked, not acquired) until the patch goes through, then handled once."""
+    q = harness.queue
+    q.hold = 0.02
+    await harness.until(lambda: len(q.headers) >= 1, "first poll")
+    harness.capacity.set_max_capacity(9)  # re-issue the first poll with the short hold
+    await harness.until(lambda: len(q.headers) >= 3, "short polls")
+    harness.patcher.failing = REFUSED
+    polls = len(q.headers)
+    await harness.until(lambda: len(q.headers) >= polls + 5, "polling goes on (202s)")
+    assert "patch-failed" in q.events
+    q.add(1, assigned=2, jobs=[job("JobAvailable", runnerRequestId=11)])
+    await harness.until(lambda: any(last == 0 for last in q.last_ids[polls:]), "delivered")
+    held_at = len(q.headers)
+    # Held: the session is kept alive by polls from the same lastMessageId, nothing is acked.
+    await harness.until(lambda: len(q.headers) >= held_at + 3, "keep-alive polls", within=5)
+    assert set(q.last_ids[held_at:]) == {q.last_ids[held_at - 1]}
+    assert q.acked == []
+    assert q.acquired == []
+    assert harness.task is not None
+    assert not harness.task.done()
+    harness.patcher.failing = None  # the apiserver is back
+    await harness.until(lambda: q.acked == [1], "the held message handled")
+    await harness.until(lambda: harness.patcher.replicas[-1:] == [2], "desired count applied")
+    assert q.acquired == [[11]]
+
+
+@pytest.mark.parametrize(
+    "harness", [{"reissue_interval": 0.01, "quiet_interval": 0.3}], indirect=True
+)
+async def test_capacity_changing_faster_than_a_poll_completes_still_scales_down(
+    harness: Harness,
+) -> None:
+    """Time compressed: the service holds a poll for 5 s (50 s in production) and the value
+    changes every 20 ms (every few seconds), for about 7 hold periods. No poll ever completes,
+    yet the scale-down patch (patchID 0 at min_runners) and the readiness mark keep coming."""
+    q = harness.queue
+    await harness.until(lambda: len(q.headers) == 1, "first poll")
+    # A job finished: the patch after it may not scale down (ARC's dirty rule).
+    q.add(1, assigned=0, jobs=[job("JobCompleted", runnerRequestId=1, runnerName="r-1")])
+    await harness.until(lambda: q.acked == [1], "message handled")
+    await harness.until(lambda: len(harness.patcher.patch_ids) == 2, "its patch")
+    assert harness.patcher.patch_ids[1] > 0
+    marks = len(q.ready_marks)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 2.0
+    value = 0
+    while loop.time() < end:
+        value = 1 - value
+        harness.capacity.set_max_capacity(value)
+        await asyncio.sleep(0.02)
+    assert q.abandoned > 20  # the polls really were re-issued all along
+    after = harness.patcher.patch_ids[2:]
+    assert 0 in after, harness.patcher.patch_ids
+    assert harness.patcher.replicas[2 + after.index(0)] is None  # replicas 0: scale down
+    assert len(q.ready_marks) > marks + 5

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
-from listener.scaler import PatchSequencer, Scaler, runner_set_patch, runner_status_patch
+from capacity.kube import KubeError
+from listener.scaler import (
+    Patcher,
+    PatchRetry,
+    PatchSequencer,
+    Scaler,
+    runner_set_patch,
+    runner_status_patch,
+)
 from listener.wire import JobMessage
 
 
@@ -127,3 +136,145 @@ async def test_scaler_marks_dirty_on_job_events() -> None:
         ("set", {"spec": {"patchID": 2, "replicas": None}}),
         ("set", {"spec": {"patchID": 0, "replicas": None}}),
     ]
+
+
+# --- apiserver throttling and outages ------------------------------------------------------
+
+
+class FlakyPatcher(RecordingPatcher):
+    """Fails runner-set patches with the queued errors, then succeeds."""
+
+    def __init__(self, errors: list[KubeError]) -> None:
+        super().__init__()
+        self.errors = errors
+        self.attempts = 0
+
+    async def patch_runner_set(self, body: dict[str, Any]) -> None:
+        self.attempts += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        await super().patch_runner_set(body)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+class Report:
+    def __init__(self) -> None:
+        self.failures = 0
+        self.pending: list[bool] = []
+
+    def patch_failed(self, error: KubeError) -> None:
+        self.failures += 1
+
+    def patch_pending(self, pending: bool) -> None:
+        self.pending.append(pending)
+
+
+def throttled(after: str) -> KubeError:
+    return KubeError("patch ephemeralrunnersets", 429, "TooManyRequests", retry_after=float(after))
+
+
+REFUSED = KubeError("patch ephemeralrunnersets", 0, "ClientConnectorError: connection refused")
+NOT_READY = KubeError("patch ephemeralrunnersets", 503, "ServiceUnavailable: not all paths")
+
+
+def scaler_with(patcher: Patcher, clock: Clock, report: Report, budget: float = 120) -> Scaler:
+    return Scaler(
+        min_runners=0,
+        max_runners=5,
+        patcher=patcher,
+        retry=PatchRetry(outage_budget=budget),
+        state=report,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+
+
+async def test_throttling_honours_retry_after_and_is_not_fatal() -> None:
+    clock, report = Clock(), Report()
+    patcher = FlakyPatcher([throttled("3"), throttled("7")])
+    scaler = scaler_with(patcher, clock, report)
+    retry = asyncio.create_task(scaler.run())
+    assert await scaler.handle_desired_runner_count(2) == 2  # returns at once
+    assert not scaler.in_sync
+    async with asyncio.timeout(5):
+        await scaler.wait_in_sync()
+    retry.cancel()
+    assert clock.slept == [3.0, 7.0]  # what the apiserver asked for
+    assert patcher.calls == [("set", {"spec": {"patchID": 0, "replicas": 2}})]
+    assert report.failures == 2
+    assert report.pending == [True, False]
+
+
+async def test_an_outage_keeps_the_newest_desired_state_and_applies_it_once_back() -> None:
+    clock, report = Clock(), Report()
+    patcher = FlakyPatcher([REFUSED] * 6 + [NOT_READY] * 3)
+    scaler = scaler_with(patcher, clock, report)
+    assert await scaler.handle_desired_runner_count(1) == 1  # fails: deferred
+    # Updates during the outage only replace the kept state; none is sent.
+    assert await scaler.handle_desired_runner_count(3) == 3
+    assert await scaler.handle_desired_runner_count(4) == 4
+    assert patcher.attempts == 1
+    retry = asyncio.create_task(scaler.run())
+    async with asyncio.timeout(5):
+        await scaler.wait_in_sync()
+    assert patcher.calls == [("set", {"spec": {"patchID": 2, "replicas": 4}})]
+    assert 0 < sum(clock.slept) < 120
+    assert max(clock.slept) <= PatchRetry().cap
+    # Back to normal: patches are made in line again.
+    await scaler.handle_desired_runner_count(4)
+    assert patcher.calls[-1] == ("set", {"spec": {"patchID": 3, "replicas": 4}})
+    retry.cancel()
+
+
+async def test_an_outage_past_the_budget_is_fatal() -> None:
+    clock, report = Clock(), Report()
+    patcher = FlakyPatcher([REFUSED] * 1000)
+    scaler = scaler_with(patcher, clock, report, budget=90)
+    await scaler.handle_desired_runner_count(1)
+    with pytest.raises(KubeError, match="connection refused"):
+        async with asyncio.timeout(5):
+            await scaler.run()
+    assert 90 <= clock.now - 1000.0 <= 90 + 1e-6  # gave up exactly at the budget
+    assert patcher.calls == []
+
+
+async def test_errors_that_waiting_cannot_fix_stay_fatal() -> None:
+    clock, report = Clock(), Report()
+    forbidden = KubeError("patch ephemeralrunnersets", 403, "Forbidden")
+    scaler = scaler_with(FlakyPatcher([forbidden]), clock, report)
+    with pytest.raises(KubeError, match="403"):
+        await scaler.handle_desired_runner_count(1)
+    assert scaler.in_sync
+
+
+async def test_job_started_status_patch_is_retried_in_line() -> None:
+    clock, report = Clock(), Report()
+
+    class FlakyStatus(RecordingPatcher):
+        def __init__(self) -> None:
+            super().__init__()
+            self.errors = [REFUSED, throttled("2")]
+
+        async def patch_runner_status(self, runner_name: str, body: dict[str, Any]) -> None:
+            if self.errors:
+                raise self.errors.pop(0)
+            await super().patch_runner_status(runner_name, body)
+
+    patcher = FlakyStatus()
+    scaler = scaler_with(patcher, clock, report)
+    await scaler.handle_job_started(JobMessage(message_type="JobStarted", runner_name="r-1"))
+    assert [name for name, _ in patcher.calls] == ["r-1"]
+    assert clock.slept[-1] == 2.0

@@ -55,6 +55,24 @@ def test_ready_only_after_every_component_succeeded_recently() -> None:
     assert details["poll"]["ok"] is True  # type: ignore[index]
 
 
+def test_a_failing_condition_fails_readiness_not_liveness() -> None:
+    clock = FakeClock()
+    health = Health(clock)
+    health.add("poll", max_age=60)
+    health.mark("poll", clock.now)
+    health.set_failing("kubernetes", "kubernetes patch ephemeralrunnersets failed: 0 refused")
+    ok, details = health.ready()
+    assert ok is False
+    assert details["kubernetes"] == {
+        "ok": False,
+        "error": "kubernetes patch ephemeralrunnersets failed: 0 refused",
+    }
+    assert details["poll"]["ok"] is True  # type: ignore[index]
+    assert health.live()[0] is True
+    health.set_failing("kubernetes", None)
+    assert health.ready() == (True, {"poll": details["poll"]})
+
+
 def test_liveness_fails_only_well_past_max_age() -> None:
     clock = FakeClock()
     health = Health(clock)  # default: three max ages

@@ -122,6 +122,23 @@ def test_runner_and_workflow_pod_projections() -> None:
     assert workflow_pod_from(pod("lonely")) is None
 
 
+def test_step_pods_are_not_workflow_pods() -> None:
+    """runner-container-hooks labels container-action step pods with the same runner-pod
+    label as the job pod; only ``<runner>-workflow`` is the workflow half."""
+    label = {RUNNER_POD_LABEL: "r1"}
+    assert workflow_pod_from(pod("r1-step-a1b2c3", labels=label)) is None
+    assert workflow_pod_from(pod("r2-workflow", labels=label)) is None  # another runner's name
+    assert real_pod_from(pod("r1-step-a1b2c3", labels=label)) is None  # not a runner either
+    # The hook cuts a long runner name so that "-workflow" fits in 63 characters.
+    runner = "arc-linux-2xlarge-" + "x" * 40 + "-runner-abcde"
+    cut = runner[:54] + "-workflow"
+    assert len(cut) == 63
+    found = workflow_pod_from(pod(cut, labels={RUNNER_POD_LABEL: runner}))
+    assert found is not None
+    assert found.runner == runner
+    assert workflow_pod_from(pod(runner + "-workflow", labels={RUNNER_POD_LABEL: runner})) is None
+
+
 @pytest.mark.parametrize(
     ("status", "deleting", "active"),
     [

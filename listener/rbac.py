@@ -1,0 +1,104 @@
+"""``ghalistener rbac``: the Role and RoleBinding for exactly one listener's ServiceAccount.
+
+ARC gives every listener a ServiceAccount of its own in the controller namespace, named
+deterministically after the AutoscalingRunnerSet: ``<name>-<hash>-listener``, where ``<hash>``
+is the first 8 characters of Kubernetes' ``rand.SafeEncodeString`` of the decimal FNV-1a
+(32 bit) hash of ``"<namespace>@<runner group>@<githubConfigUrl>"`` (ARC 0.14). The same name
+is used for the listener pod and for ARC's own Role and RoleBinding in the runner namespace.
+Binding that one account is least privilege; the group binding in deploy/rbac/rolebinding.yaml
+(every ServiceAccount of the controller namespace) stays as the fallback for setups that
+cannot compute or maintain the name.
+
+PURE: names and manifests only; ``cli`` prints them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# k8s.io/apimachinery/pkg/util/rand: the alphabet without vowels and look-alike characters.
+_ALPHANUMS = "bcdfghjklmnpqrstvwxz2456789"
+_FNV_OFFSET = 0x811C9DC5
+_FNV_PRIME = 0x01000193
+_ARC_GROUP = "actions.github.com"
+_RBAC_GROUP = "rbac.authorization.k8s.io"
+_LABELS = {
+    "app.kubernetes.io/name": "capacity-listener",
+    "app.kubernetes.io/part-of": "gha-runner-scale-set",
+}
+
+
+def fnv1a_32(data: bytes) -> int:
+    """FNV-1a, 32 bit (Go's ``hash/fnv.New32a``); five lines are not worth a dependency."""
+    value = _FNV_OFFSET
+    for byte in data:
+        value = ((value ^ byte) * _FNV_PRIME) & 0xFFFFFFFF
+    return value
+
+
+def safe_encode(text: str) -> str:
+    """``rand.SafeEncodeString``: each character mapped into the safe alphabet."""
+    return "".join(_ALPHANUMS[ord(char) % len(_ALPHANUMS)] for char in text)
+
+
+def listener_name(scale_set: str, namespace: str, runner_group: str, github_config_url: str) -> str:
+    """ARC's name for the listener (pod, ServiceAccount, Role, RoleBinding) of a scale set."""
+    digest = fnv1a_32(f"{namespace}@{runner_group}@{github_config_url}".encode())
+    return f"{scale_set}-{safe_encode(str(digest))[:8]}-listener"
+
+
+def _rule(group: str, resource: str, *verbs: str) -> dict[str, Any]:
+    return {"apiGroups": [group], "resources": [resource], "verbs": list(verbs)}
+
+
+def manifests(
+    *,
+    scale_set: str,
+    namespace: str,
+    runner_group: str,
+    github_config_url: str,
+    controller_namespace: str,
+) -> list[dict[str, Any]]:
+    """The Role (this scale set's objects only) and the RoleBinding to its listener's
+    ServiceAccount, both for the runner namespace."""
+    listener = listener_name(scale_set, namespace, runner_group, github_config_url)
+    name = f"capacity-listener-{scale_set}"
+    meta = {"name": name, "namespace": namespace, "labels": dict(_LABELS)}
+    role = {
+        "apiVersion": f"{_RBAC_GROUP}/v1",
+        "kind": "Role",
+        "metadata": meta,
+        "rules": [
+            # Placeholders and the view of runner and workflow pods. RBAC cannot narrow
+            # create/delete to labelled pods; the program deletes only pods it found through
+            # its placeholder label selector.
+            _rule("", "pods", "list", "watch", "create", "delete"),
+            _rule(_ARC_GROUP, "ephemeralrunners", "list", "watch"),
+            # The runner set, by name: ARC names it like the AutoscalingRunnerSet. The view
+            # reads it with a list and a watch on fieldSelector metadata.name=<name>, which
+            # resourceNames authorises (a get would be narrowed the same way).
+            {
+                "apiGroups": [_ARC_GROUP],
+                "resources": ["ephemeralrunnersets"],
+                "resourceNames": [scale_set],
+                "verbs": ["list", "watch"],
+            },
+            # ARC's Role for this listener: the placeholders' owner.
+            {
+                "apiGroups": [_RBAC_GROUP],
+                "resources": ["roles"],
+                "resourceNames": [listener],
+                "verbs": ["get"],
+            },
+        ],
+    }
+    binding = {
+        "apiVersion": f"{_RBAC_GROUP}/v1",
+        "kind": "RoleBinding",
+        "metadata": dict(meta),
+        "roleRef": {"apiGroup": _RBAC_GROUP, "kind": "Role", "name": name},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": listener, "namespace": controller_namespace}
+        ],
+    }
+    return [role, binding]
