@@ -72,8 +72,9 @@ async def test_two_clusters_share_a_queue_without_doubling_the_pairs(stage: Stag
     # shows as queued add a little, never a second copy of the queue.
     assert sum(created.values()) <= n + n // 4, created
     assert all(count > 0 for count in created.values()), created
-    # Both clusters ran jobs: the header routed the queue between them.
-    assert {j.scale_set_id for j in jobs} == {east.scale_set_id, west.scale_set_id}
+    # Which cluster ran which job is not asserted: the headers route the queue to whichever
+    # cluster confirmed capacity first, and on a loaded machine one cluster's pairs can all
+    # become Running (and be re-made) before the other's.
 
 
 async def test_a_stopped_clusters_share_is_claimed_by_its_peer_once_aged(stage: Stage) -> None:

@@ -280,9 +280,16 @@ async def stop_apiserver(cluster: LocalCluster, downtime: float = 0.0) -> int | 
 
 
 async def start_apiserver(cluster: LocalCluster) -> None:
-    """Start kube-apiserver again with the same flags and wait until it is ready."""
+    """Start kube-apiserver again with the same flags and wait until it is ready, and until
+    the controller manager works again.
+
+    After a long outage kube-controller-manager's watches are in backoff and it can take it
+    tens of seconds to create a new namespace's `default` ServiceAccount; the test that
+    restarted the apiserver waits for that here, so the next test's namespace does not."""
     _start_apiserver(cluster)
     await asyncio.to_thread(_wait_apiserver_ready, cluster)
+    probe = await asyncio.to_thread(cluster.create_namespace, "after-restart", 180.0)
+    await asyncio.to_thread(cluster.delete_namespace, probe)
 
 
 # --- etcd compaction ----------------------------------------------------------------------
