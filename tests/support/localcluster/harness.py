@@ -168,9 +168,13 @@ class NodeSpec:
 class LocalCluster:
     """One control plane. Use ``start()``/``stop()`` or ``LocalCluster.attach(kubeconfig)``."""
 
-    def __init__(self, artifacts: Artifacts | None, workdir: Path) -> None:
+    def __init__(
+        self, artifacts: Artifacts | None, workdir: Path, *, taint_eviction: bool = False
+    ) -> None:
         self.artifacts = artifacts
         self.workdir = workdir
+        # Off by default (see the controller-manager's flags); on only to measure the race.
+        self.taint_eviction = taint_eviction
         self.log_dir: Path | None = workdir / "logs" if artifacts else None
         self.kubeconfig = workdir / "kubeconfig"
         self.components: list[Component] = []
@@ -323,7 +327,9 @@ class LocalCluster:
                 # controller's cache can still see the taint after the scheduler bound a pod
                 # to the (by then untainted) node, and delete the pod (kubernetes#119862).
                 # Nothing here relies on NoExecute eviction: kwok nodes do not fail.
-                "--controllers=*,-taint-eviction-controller",
+                "--controllers=*"
+                if self.taint_eviction
+                else "--controllers=*,-taint-eviction-controller",
                 always_allow,
             ],
         )
