@@ -73,7 +73,7 @@ test: lint cluster-build conformance-build
 check: test
 
 cluster-build: venv
-	$(CLUSTER) build
+	$(CLUSTER) build --karpenter
 
 conformance-build: venv
 	$(PY) -m tests.support.conformance.build

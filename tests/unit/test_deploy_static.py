@@ -668,6 +668,16 @@ def test_runner_and_workflow_templates(flavour: str) -> None:
     assert job["resources"]["requests"]
 
 
+@pytest.mark.parametrize("flavour", ["cpu", "gpu"])
+def test_jobs_are_not_disrupted_by_karpenter(flavour: str) -> None:
+    """Consolidation evicts a running pod it can move (test_karpenter.py shows it for a
+    runner pod): runner and workflow pods carry karpenter.sh/do-not-disrupt."""
+    (values,) = yaml_docs(DEPLOY / "helm" / f"values-capacity-{flavour}.yaml")
+    assert values["template"]["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+    workflow = hook_template(flavour)
+    assert workflow["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+
+
 def hook_template(flavour: str) -> dict[str, Any]:
     (configmap,) = yaml_docs(DEPLOY / "helm" / f"workflow-pod-template-{flavour}.yaml")
     template: dict[str, Any] = yaml.safe_load(configmap["data"]["workflow.yaml"])
