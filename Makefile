@@ -48,7 +48,7 @@ test: lint typecheck cluster-build
 check: test
 
 cluster-build: venv
-	$(CLUSTER) build
+	$(CLUSTER) build --karpenter
 
 cluster-up: cluster-build
 	$(CLUSTER) up

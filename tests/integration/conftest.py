@@ -3,10 +3,15 @@
 ``local_cluster`` (session): one control plane for the whole run, built from the Go module
 proxy on first use (a warm cache takes seconds) or, with LOCALCLUSTER_KUBECONFIG set, an
 existing disposable cluster. A failed build or start fails the tests; nothing is skipped.
+
+``karpenter`` (session, opt-in): Karpenter started on that control plane the first time a test
+asks for it, so runs without such tests neither build nor start it. ``nodepools`` (per test)
+creates the test's NodePools and removes them, and their nodes, afterwards.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -17,7 +22,10 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client, config
 
+from tests.support.karpenter_kit import TIMINGS
 from tests.support.localcluster import BuildError, ClusterError, LocalCluster, ensure_built
+from tests.support.localcluster.build import ensure_karpenter_built
+from tests.support.localcluster.karpenter import Karpenter, attach_karpenter, start_karpenter
 from tests.support.localcluster.testkit import node_reservation
 
 
@@ -37,6 +45,14 @@ def pytest_runtest_makereport(
     if report.failed and isinstance(cluster, LocalCluster) and cluster.log_dir is not None:
         report.sections.append(("local control plane logs", cluster.describe_logs()))
     return report
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """What the Karpenter tests observed (seconds), one line per scenario."""
+    if TIMINGS:
+        terminalreporter.section("karpenter timings")
+        for entry in TIMINGS:
+            terminalreporter.write_line(json.dumps(entry))
 
 
 @pytest.fixture(scope="session")
@@ -108,3 +124,46 @@ async def kube_api(local_cluster: LocalCluster) -> AsyncIterator[client.ApiClien
     )
     async with client.ApiClient(configuration) as api:
         yield api
+
+
+@pytest.fixture(scope="session")
+def karpenter(local_cluster: LocalCluster) -> Karpenter:
+    """Karpenter with the kwok cloud provider, running until the control plane stops."""
+    if not local_cluster.components:
+        attached = attach_karpenter(local_cluster)
+        if attached is None:
+            pytest.fail(
+                "Karpenter tests need a cluster started here or by `up --karpenter`",
+                pytrace=False,
+            )
+        return attached
+    try:
+        artifacts = ensure_karpenter_built()
+    except BuildError as exc:
+        pytest.fail(f"Karpenter build failed: {exc}", pytrace=False)
+    try:
+        return start_karpenter(local_cluster, artifacts)
+    except ClusterError as exc:
+        pytest.fail(f"Karpenter did not start: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def nodepools(
+    karpenter: Karpenter, local_cluster: LocalCluster, namespace: str
+) -> Iterator[Callable[[dict[str, Any]], str]]:
+    """Create NodePools for this test; afterwards delete the test's pods (grace 0: PDBs must
+    not hold up the drain), the pools and their nodes, and give the cloud its capacity back."""
+    created: list[str] = []
+
+    def make(manifest: dict[str, Any]) -> str:
+        created.append(karpenter.create_nodepool(manifest))
+        return created[-1]
+
+    yield make
+    local_cluster.rest.request(
+        "DELETE", f"/api/v1/namespaces/{namespace}/pods", params={"gracePeriodSeconds": "0"}
+    )
+    for name in created:
+        karpenter.delete_nodepool(name)
+    karpenter.set_capacity()
+    karpenter.set_registration_delay("0s")

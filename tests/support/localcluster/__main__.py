@@ -1,7 +1,8 @@
 """CLI: ``python -m tests.support.localcluster build|up|down|status``.
 
 ``up`` starts a cluster that outlives the command (state under the cache's ``run/``
-directory); ``down`` stops it by its recorded PIDs.
+directory); ``down`` stops it by its recorded PIDs. ``--karpenter`` (build, up) adds Karpenter
+with its kwok cloud provider.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .build import BuildError, cache_root, ensure_built
+from .build import BuildError, cache_root, ensure_built, ensure_karpenter_built
 from .harness import STATE_FILE, ClusterError, LocalCluster, pid_runs, save_state, stop_pid
+from .karpenter import karpenter_state, start_karpenter
 from .rest import KubeREST
 
 
@@ -41,7 +43,7 @@ def _live(state: dict[str, Any]) -> dict[str, bool]:
     }
 
 
-def cmd_build(_: argparse.Namespace) -> int:
+def cmd_build(args: argparse.Namespace) -> int:
     started = time.monotonic()
     art = ensure_built()
     print(f"binaries: {art.bin_dir}")
@@ -49,6 +51,9 @@ def cmd_build(_: argparse.Namespace) -> int:
     print(f"kwok stages: {art.kwok_config}")
     for name, version in art.versions.items():
         print(f"  {name}: {version}")
+    if args.karpenter:
+        k = ensure_karpenter_built()
+        print(f"karpenter {k.version}: {k.binary}")
     print(f"ready in {time.monotonic() - started:.1f}s")
     return 0
 
@@ -58,20 +63,30 @@ def _print_env(kubeconfig: str) -> None:
     print(f"export KUBECONFIG={kubeconfig}")
 
 
-def cmd_up(_: argparse.Namespace) -> int:
+def cmd_up(args: argparse.Namespace) -> int:
     state = _load_state()
     if state and any(_live(state).values()):
         print(f"already up (server {state['server']})", file=sys.stderr)
         _print_env(state["kubeconfig"])
         return 0
     art = ensure_built()
+    karpenter_art = ensure_karpenter_built() if args.karpenter else None
     workdir = run_dir()
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     cluster = LocalCluster(art, workdir)
     cluster.start(detach=True)
-    save_state(_state_file(), cluster)
+    extra: dict[str, Any] = {}
+    if karpenter_art is not None:
+        try:
+            karpenter = start_karpenter(cluster, karpenter_art)
+        except BaseException:
+            cluster.stop()
+            raise
+        extra["karpenter"] = karpenter_state(karpenter)
+        print(f"karpenter {karpenter_art.version} up (pid {karpenter.pid})", file=sys.stderr)
+    save_state(_state_file(), cluster, extra)
     print(f"up in {cluster.start_seconds:.1f}s, server {cluster.server}", file=sys.stderr)
     print(f"phases (s since start): {cluster.timings}", file=sys.stderr)
     print(f"logs:\n{cluster.describe_logs()}", file=sys.stderr)
@@ -129,7 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         ("down", cmd_down, "stop the background cluster by its recorded PIDs"),
         ("status", cmd_status, "show the background cluster's processes and readiness"),
     ):
-        sub.add_parser(name, help=text).set_defaults(func=func)
+        cmd = sub.add_parser(name, help=text)
+        cmd.set_defaults(func=func)
+        if name in ("build", "up"):
+            cmd.add_argument(
+                "--karpenter",
+                action="store_true",
+                help="also Karpenter (kwok cloud provider), built from go/karpenter",
+            )
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)

@@ -5,6 +5,10 @@ ARC's module for the CRDs and kwok's stage files. Outputs live outside the repos
 ``${XDG_CACHE_HOME:-~/.cache}/capacity-listener/localcluster/<key>/`` where ``<key>`` hashes
 all inputs, so a warm cache is a directory lookup and a changed pin builds a fresh directory.
 GOMODCACHE and GOCACHE are Go's defaults, shared with every other Go build on the machine.
+
+Karpenter (``go/karpenter``: its pins, our ``main``) is a separate build with its own key and
+directory (``karpenter-<key>/``): only runs that use it pay for it, and moving its pin does not
+rebuild the control plane.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from . import arc_crds
 
@@ -45,6 +50,7 @@ BINARIES = ("etcd", *K8S_BINARIES, "kwok")
 HEARTBEAT_SECONDS = 30.0
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 
 
 class BuildError(RuntimeError):
@@ -126,7 +132,7 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 def _required_go() -> str:
     best = "0"
-    for mod in MODULES:
+    for mod in (*MODULES, KARPENTER_MODULE):
         match = re.search(r"^go (\d+(?:\.\d+)*)\s*$", (GO_DIR / mod / "go.mod").read_text(), re.M)
         if match and _version_tuple(match.group(1)) > _version_tuple(best):
             best = match.group(1)
@@ -301,26 +307,31 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def ensure_built(progress: Progress = _stderr) -> Artifacts:
-    """Return the cached build for the current pins, building it first if needed."""
-    key = cache_key()
-    root = cache_root() / key
-    art = find_built(root)
+def _build_cached(
+    key: str,
+    root: Path,
+    what: str,
+    find: Callable[[Path], T | None],
+    build: Callable[[str, Path, Path, Progress], dict[str, str]],
+    progress: Progress,
+) -> T:
+    """Return ``find(root)``, building into ``root`` first (under a lock) if it is empty."""
+    art = find(root)
     if art is not None:
         return art
     go = check_go()
     with _locked(cache_root() / f"{key}.lock"):
-        art = find_built(root)  # another process may have finished while we waited
+        art = find(root)  # another process may have finished while we waited
         if art is not None:
             return art
         started = time.monotonic()
-        progress(f"building the local control plane into {root}")
+        progress(f"building {what} into {root}")
         tmp = Path(tempfile.mkdtemp(prefix=f"{key}.tmp-", dir=cache_root()))
         # The log sits beside the build directory so it survives a failed build.
         log = cache_root() / f"{key}.build.log"
         log.write_text("")
         try:
-            versions = _build_into(go, tmp, log, progress)
+            versions = build(go, tmp, log, progress)
             _manifest_path(tmp).write_text(
                 json.dumps({"key": key, "versions": versions}, indent=2) + "\n"
             )
@@ -331,7 +342,95 @@ def ensure_built(progress: Progress = _stderr) -> Artifacts:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         progress(f"done in {time.monotonic() - started:.0f}s")
-    art = find_built(root)
+    art = find(root)
     if art is None:
         raise BuildError(f"build finished but {root} is incomplete")
     return art
+
+
+def ensure_built(progress: Progress = _stderr) -> Artifacts:
+    """Return the cached build for the current pins, building it first if needed."""
+    key = cache_key()
+    return _build_cached(
+        key, cache_root() / key, "the local control plane", find_built, _build_into, progress
+    )
+
+
+# --- Karpenter ----------------------------------------------------------------------------
+
+KARPENTER_MODULE = "karpenter"
+KARPENTER_RECIPE = "1"
+# From the sigs.k8s.io/karpenter module directory: the CRDs its kwok provider needs.
+KARPENTER_CRDS = (
+    "kwok/charts/crds/karpenter.sh_nodepools.yaml",
+    "kwok/charts/crds/karpenter.sh_nodeclaims.yaml",
+    "kwok/charts/crds/karpenter.sh_nodeoverlays.yaml",
+    "kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml",
+)
+
+
+@dataclass(frozen=True)
+class KarpenterArtifacts:
+    """Where a finished Karpenter build lives."""
+
+    root: Path
+    version: str
+
+    @property
+    def binary(self) -> Path:
+        return self.root / "bin" / "karpenter"
+
+    @property
+    def crd_dir(self) -> Path:
+        return self.root / "crds"
+
+
+def karpenter_cache_key() -> str:
+    """Hash of go/karpenter's pins and sources (our main is part of the binary)."""
+    h = hashlib.sha256()
+    h.update(f"karpenter-recipe={KARPENTER_RECIPE}\n".encode())
+    h.update("\n".join(KARPENTER_CRDS).encode())
+    mod_dir = GO_DIR / KARPENTER_MODULE
+    for path in sorted([mod_dir / "go.mod", mod_dir / "go.sum", *mod_dir.glob("*.go")]):
+        h.update(f"{path.name}\n".encode())
+        h.update(path.read_bytes())
+    return f"karpenter-{h.hexdigest()[:16]}"
+
+
+def find_karpenter(root: Path | None = None) -> KarpenterArtifacts | None:
+    root = root or cache_root() / karpenter_cache_key()
+    try:
+        manifest = json.loads(_manifest_path(root).read_text())
+    except (OSError, ValueError):
+        return None
+    art = KarpenterArtifacts(root=root, version=str(manifest.get("versions", {}).get("karpenter")))
+    needed = [art.binary] + [art.crd_dir / Path(rel).name for rel in KARPENTER_CRDS]
+    return art if all(p.is_file() for p in needed) else None
+
+
+def _build_karpenter_into(go: str, tmp: Path, log: Path, progress: Progress) -> dict[str, str]:
+    mod_dir = GO_DIR / KARPENTER_MODULE
+    version, _ = _module_version(go, mod_dir, "sigs.k8s.io/karpenter")
+    what = f"karpenter {version} (kwok provider, our main)"
+    started = time.monotonic()
+    progress(f"building {what} (go/{KARPENTER_MODULE}); a cold Go cache takes a few minutes")
+    (tmp / "bin").mkdir(parents=True)
+    with _heartbeat(progress, what):
+        _go_build(go, KARPENTER_MODULE, tmp / "bin" / "karpenter", ["."], "-s -w", log)
+    progress(f"  built {what} in {time.monotonic() - started:.0f}s")
+    info = _go_json(go, ["mod", "download", "-json", "sigs.k8s.io/karpenter"], mod_dir)
+    (tmp / "crds").mkdir()
+    for rel in KARPENTER_CRDS:
+        src = Path(str(info["Dir"])) / rel
+        if not src.is_file():
+            raise BuildError(f"sigs.k8s.io/karpenter {version} has no {rel}")
+        shutil.copyfile(src, tmp / "crds" / src.name)
+    return {"karpenter": version}
+
+
+def ensure_karpenter_built(progress: Progress = _stderr) -> KarpenterArtifacts:
+    """Return the cached Karpenter build for the current pins, building it first if needed."""
+    key = karpenter_cache_key()
+    return _build_cached(
+        key, cache_root() / key, "Karpenter", find_karpenter, _build_karpenter_into, progress
+    )

@@ -318,6 +318,12 @@ class LocalCluster:
                 f"--service-account-private-key-file={pki / 'sa.key'}",
                 f"--root-ca-file={pki / 'apiserver.crt'}",
                 "--use-service-account-credentials=false",
+                # No taint-based eviction: a node Karpenter creates carries the
+                # karpenter.sh/unregistered:NoExecute taint until it registers, and this
+                # controller's cache can still see the taint after the scheduler bound a pod
+                # to the (by then untainted) node, and delete the pod (kubernetes#119862).
+                # Nothing here relies on NoExecute eviction: kwok nodes do not fail.
+                "--controllers=*,-taint-eviction-controller",
                 always_allow,
             ],
         )
@@ -410,6 +416,16 @@ class LocalCluster:
                 preexec_fn=None if self._detach else _die_with_parent,
             )
         self.components.append(comp)
+
+    def add_component(
+        self, name: str, argv: list[str], env: Mapping[str, str], ready_url: str
+    ) -> Component:
+        """Start one more process with the cluster (stopped with it, recorded for ``down``)
+        and wait until ``ready_url`` answers 200."""
+        self._spawn(name, argv, env)
+        self._wait_http(name, ready_url, lambda r: True)
+        self._mark(name)
+        return self._component(name)
 
     def _component(self, name: str) -> Component:
         return next(c for c in self.components if c.name == name)
@@ -651,5 +667,5 @@ def _install_sigterm_handler() -> None:
     _sigterm_installed = True
 
 
-def save_state(path: Path, cluster: LocalCluster) -> None:
-    path.write_text(json.dumps(cluster.state(), indent=2) + "\n")
+def save_state(path: Path, cluster: LocalCluster, extra: Mapping[str, Any] | None = None) -> None:
+    path.write_text(json.dumps({**cluster.state(), **(extra or {})}, indent=2) + "\n")

@@ -1,0 +1,155 @@
+// Karpenter with its kwok cloud provider, wired like upstream's kwok/main.go, except that the
+// cloud provider is wrapped so tests can take capacity away at run time.
+//
+// The stock kwok provider marks every offering available and never fails a launch, so a
+// NodePool whose instance type the cloud cannot supply cannot be modelled with it. Ours reads
+// a small JSON file (KARPENTER_CAPACITY_FILE) on every call, so a test changes the cloud's
+// answer by rewriting the file, without restarting Karpenter:
+//
+//	{"unavailable": ["type-a"], "insufficientCapacity": ["type-b"]}
+//
+// "unavailable": every offering of the type is reported unavailable, so Karpenter's
+// scheduler does not consider the type at all (what a provider's offering cache does after
+// it learnt a type is sold out). "insufficientCapacity": the type still looks available, but
+// a launch that can only use it fails with Karpenter's insufficient-capacity error (what a
+// cloud answers at launch time); a launch that may also use other types uses those. A missing
+// or empty file means full capacity; an unreadable one is logged and treated as empty.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	kwok "sigs.k8s.io/karpenter/kwok/cloudprovider"
+	v1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider/overlay"
+	"sigs.k8s.io/karpenter/pkg/controllers"
+	"sigs.k8s.io/karpenter/pkg/controllers/state"
+)
+
+const capacityFileEnv = "KARPENTER_CAPACITY_FILE"
+
+type capacityFile struct {
+	Unavailable          []string `json:"unavailable"`
+	InsufficientCapacity []string `json:"insufficientCapacity"`
+}
+
+// constrained wraps a cloud provider and applies the capacity file to it.
+type constrained struct {
+	cloudprovider.CloudProvider
+	path string
+
+	mu      sync.Mutex
+	lastErr string
+}
+
+func (c *constrained) read(ctx context.Context) capacityFile {
+	var out capacityFile
+	if c.path == "" {
+		return out
+	}
+	data, err := os.ReadFile(c.path)
+	if err == nil && len(data) > 0 {
+		err = json.Unmarshal(data, &out)
+	} else if errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	// Log a bad file once per distinct error, not on every scheduling pass.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg != c.lastErr {
+		c.lastErr = msg
+		if err != nil {
+			log.FromContext(ctx).Error(err, "ignoring unreadable capacity file", "path", c.path)
+		}
+	}
+	if err != nil {
+		return capacityFile{}
+	}
+	return out
+}
+
+func (c *constrained) GetInstanceTypes(ctx context.Context, np *v1.NodePool) ([]*cloudprovider.InstanceType, error) {
+	its, err := c.CloudProvider.GetInstanceTypes(ctx, np)
+	if err != nil {
+		return nil, err
+	}
+	gone := c.read(ctx).Unavailable
+	if len(gone) == 0 {
+		return its, nil
+	}
+	out := make([]*cloudprovider.InstanceType, 0, len(its))
+	for _, it := range its {
+		if slices.Contains(gone, it.Name) {
+			// A copy: the provider's own list is shared and must keep its offerings.
+			it = it.DeepCopy()
+			for _, of := range it.Offerings {
+				of.Available = false
+			}
+		}
+		out = append(out, it)
+	}
+	return out, nil
+}
+
+func (c *constrained) Create(ctx context.Context, nc *v1.NodeClaim) (*v1.NodeClaim, error) {
+	ice := c.read(ctx).InsufficientCapacity
+	if len(ice) == 0 {
+		return c.CloudProvider.Create(ctx, nc)
+	}
+	nc = nc.DeepCopy()
+	for i, req := range nc.Spec.Requirements {
+		if req.Key != corev1.LabelInstanceTypeStable {
+			continue
+		}
+		left := slices.DeleteFunc(slices.Clone(req.Values), func(t string) bool {
+			return slices.Contains(ice, t)
+		})
+		if len(left) == 0 {
+			return nil, cloudprovider.NewInsufficientCapacityError(
+				fmt.Errorf("no capacity for instance types %v", req.Values))
+		}
+		nc.Spec.Requirements[i].Values = left
+	}
+	return c.CloudProvider.Create(ctx, nc)
+}
+
+func main() {
+	ctx, op := newOperator()
+	instanceTypes, err := kwok.ConstructInstanceTypes(ctx)
+	if err != nil {
+		log.FromContext(ctx).Error(err, "failed constructing instance types")
+	}
+
+	undecorated := &constrained{
+		CloudProvider: kwok.NewCloudProvider(ctx, op.GetClient(), instanceTypes),
+		path:          os.Getenv(capacityFileEnv),
+	}
+	cloudProvider := overlay.Decorate(undecorated, op.GetClient(), op.InstanceTypeStore)
+	clusterState := state.NewCluster(op.Clock, op.GetClient(), cloudProvider)
+	op.
+		WithControllers(ctx, controllers.NewControllers(
+			ctx,
+			op.Manager,
+			op.Clock,
+			op.GetClient(),
+			op.EventRecorder,
+			cloudProvider,
+			undecorated,
+			clusterState,
+			op.InstanceTypeStore,
+		)...).Start(ctx)
+}

@@ -1,0 +1,283 @@
+"""Karpenter (the provider-neutral core, kwok cloud provider) on the local control plane.
+
+``start_karpenter(cluster, artifacts)`` installs Karpenter's CRDs, a static tainted system node
+(with no node at all the scheduler backs off for long after "no nodes available", which delays
+every pod Karpenter provisions for), a default ``KWOKNodeClass``, a small instance-types file,
+and starts the binary as one more component of the cluster (stopped by PID with the rest).
+
+Karpenter's Nodes carry kwok's annotation, so the harness's kwok makes them Ready and runs
+their pods. The binary is our own ``main`` (``go/karpenter``): a test takes capacity away at
+run time with ``Karpenter.set_capacity`` (the file it writes is read on every call).
+
+NodePools are per test (``nodepool_manifest``): they put their test's reservation label and
+taint on every node they make, so the pods of ``testkit.placement(owner)`` land only there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .build import KarpenterArtifacts
+from .harness import STATE_FILE, LocalCluster, _free_ports
+from .rest import KubeError, wait_for
+from .testkit import OWNER_KEY
+
+KARPENTER_GROUP = "karpenter.sh"
+NODEPOOLS = "/apis/karpenter.sh/v1/nodepools"
+NODECLAIMS = "/apis/karpenter.sh/v1/nodeclaims"
+NODECLASSES = "/apis/karpenter.kwok.sh/v1alpha1/kwoknodeclasses"
+NODE_CLASS = "default"
+SYSTEM_NODE = "localcluster-system"
+SYSTEM_TAINT = {"key": "localcluster.test/system", "value": "true", "effect": "NoSchedule"}
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+DISRUPTED_TAINT = "karpenter.sh/disrupted"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+ZONE = "test-zone-a"
+
+# A few general types and one that only workflow pools list. Price per CPU is the same for the
+# general ones, so Karpenter's choice follows packing, not price. Allocatable is capacity
+# minus the kwok provider's fixed overhead (100m CPU, 10Mi).
+GENERAL_TYPES = ("c-2x", "c-4x")
+WORKFLOW_TYPE = "w-4x"
+_TYPES: tuple[tuple[str, str, str, float], ...] = (
+    ("c-2x", "2", "4Gi", 0.10),
+    ("c-4x", "4", "8Gi", 0.20),
+    (WORKFLOW_TYPE, "4", "16Gi", 0.40),
+)
+
+
+def instance_types() -> list[dict[str, Any]]:
+    """The instance-types file's content (the kwok provider's JSON shape)."""
+    return [
+        {
+            "name": name,
+            "architecture": "amd64",
+            "operatingSystems": ["linux"],
+            "resources": {
+                "cpu": cpu,
+                "memory": memory,
+                "pods": "20",
+                "ephemeral-storage": "20Gi",
+            },
+            "offerings": [
+                {
+                    "Price": price,
+                    "Available": True,
+                    "Requirements": [
+                        {
+                            "key": "karpenter.sh/capacity-type",
+                            "operator": "In",
+                            "values": ["on-demand"],
+                        },
+                        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [ZONE]},
+                    ],
+                }
+            ],
+        }
+        for name, cpu, memory, price in _TYPES
+    ]
+
+
+def nodepool_manifest(
+    name: str,
+    *,
+    owner: str,
+    types: Sequence[str],
+    labels: Mapping[str, str] | None = None,
+    limits: Mapping[str, str] | None = None,
+    consolidate_after: str = "Never",
+    consolidation_policy: str = "WhenEmptyOrUnderutilized",
+    budgets: Sequence[Mapping[str, str]] = ({"nodes": "100%"},),
+) -> dict[str, Any]:
+    """A NodePool whose nodes are reserved for ``owner`` (label + NoSchedule taint) and
+    offer only ``types``."""
+    spec: dict[str, Any] = {
+        "template": {
+            "metadata": {"labels": {OWNER_KEY: owner, **(labels or {})}},
+            "spec": {
+                "nodeClassRef": {
+                    "group": "karpenter.kwok.sh",
+                    "kind": "KWOKNodeClass",
+                    "name": NODE_CLASS,
+                },
+                "requirements": [
+                    {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": list(types)},
+                    {
+                        "key": "karpenter.sh/capacity-type",
+                        "operator": "In",
+                        "values": ["on-demand"],
+                    },
+                ],
+                "taints": [{"key": OWNER_KEY, "value": owner, "effect": "NoSchedule"}],
+                "expireAfter": "Never",
+            },
+        },
+        "disruption": {
+            "consolidationPolicy": consolidation_policy,
+            "consolidateAfter": consolidate_after,
+            "budgets": [dict(b) for b in budgets],
+        },
+    }
+    if limits:
+        spec["limits"] = dict(limits)
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+@dataclass
+class Karpenter:
+    """A running Karpenter and the knobs tests turn."""
+
+    cluster: LocalCluster
+    capacity_file: Path
+    pid: int
+
+    def set_capacity(
+        self, *, unavailable: Iterable[str] = (), insufficient: Iterable[str] = ()
+    ) -> None:
+        """Tell the fake cloud which types it cannot supply. ``unavailable``: offerings
+        reported unavailable (Karpenter does not try them); ``insufficient``: launches fail
+        with Karpenter's insufficient-capacity error. Applies from Karpenter's next call."""
+        body = {"unavailable": sorted(unavailable), "insufficientCapacity": sorted(insufficient)}
+        tmp = self.capacity_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(body))
+        tmp.replace(self.capacity_file)  # never a half-written file
+
+    def set_registration_delay(self, delay: str) -> None:
+        """How long the fake cloud takes from launch to a Node object (e.g. "0s", "20s")."""
+        self.cluster.rest.request(
+            "PATCH",
+            f"{NODECLASSES}/{NODE_CLASS}",
+            {"spec": {"nodeRegistrationDelay": delay}},
+            content_type="application/merge-patch+json",
+        )
+
+    def create_nodepool(self, manifest: Mapping[str, Any]) -> str:
+        self.cluster.rest.request("POST", NODEPOOLS, dict(manifest))
+        return str(manifest["metadata"]["name"])
+
+    def patch_nodepool(self, name: str, patch: Mapping[str, Any]) -> None:
+        self.cluster.rest.request(
+            "PATCH",
+            f"{NODEPOOLS}/{name}",
+            dict(patch),
+            content_type="application/merge-patch+json",
+        )
+
+    def nodes(self, nodepool: str) -> list[dict[str, Any]]:
+        """The Nodes Karpenter made for ``nodepool`` (any state)."""
+        found = self.cluster.rest.request(
+            "GET", "/api/v1/nodes", params={"labelSelector": f"{NODEPOOL_LABEL}={nodepool}"}
+        )
+        return list(found.get("items", []))
+
+    def nodeclaims(self, nodepool: str) -> list[dict[str, Any]]:
+        found = self.cluster.rest.request(
+            "GET", NODECLAIMS, params={"labelSelector": f"{NODEPOOL_LABEL}={nodepool}"}
+        )
+        return list(found.get("items", []))
+
+    def delete_nodepool(self, name: str, timeout: float = 120.0) -> None:
+        """Delete a NodePool and wait until Karpenter has removed its nodes."""
+        try:
+            self.cluster.rest.request("DELETE", f"{NODEPOOLS}/{name}")
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+        # The garbage collector would delete the pool's NodeClaims (they are its dependents),
+        # but only once its discovery has seen Karpenter's CRDs, up to 30 s after they were
+        # installed. Deleting them directly starts Karpenter's termination at once.
+        self.cluster.rest.request(
+            "DELETE", NODECLAIMS, params={"labelSelector": f"{NODEPOOL_LABEL}={name}"}
+        )
+        wait_for(
+            lambda: not self.nodeclaims(name) and not self.nodes(name),
+            timeout,
+            f"nodes of NodePool {name} removed",
+        )
+
+    def log_tail(self, lines: int = 30) -> str:
+        comp = next(c for c in self.cluster.components if c.name == "karpenter")
+        return comp.log_tail(lines)
+
+
+def _ensure(cluster: LocalCluster, path: str, body: Mapping[str, Any]) -> None:
+    try:
+        cluster.rest.request("POST", path, dict(body))
+    except KubeError as exc:
+        if exc.status != 409:
+            raise
+
+
+def start_karpenter(
+    cluster: LocalCluster,
+    art: KarpenterArtifacts,
+    *,
+    registration_delay: str = "0s",
+    log_level: str = "info",
+) -> Karpenter:
+    """Install what Karpenter needs on ``cluster`` and start it as one of its components."""
+    if cluster.log_dir is None:
+        raise RuntimeError("Karpenter runs only on a cluster this process started")
+    cluster.install_crds(art.crd_dir)
+    if not cluster.rest.exists(f"/api/v1/nodes/{SYSTEM_NODE}"):
+        cluster.add_node(SYSTEM_NODE, cpu="2", memory="4Gi", taints=[SYSTEM_TAINT])
+    _ensure(
+        cluster,
+        NODECLASSES,
+        {
+            "apiVersion": "karpenter.kwok.sh/v1alpha1",
+            "kind": "KWOKNodeClass",
+            "metadata": {"name": NODE_CLASS},
+            "spec": {"nodeRegistrationDelay": registration_delay},
+        },
+    )
+    state = cluster.workdir / "karpenter"
+    state.mkdir(exist_ok=True)
+    types_file = state / "instance-types.json"
+    types_file.write_text(json.dumps(instance_types(), indent=1) + "\n")
+    capacity_file = state / "capacity.json"
+    capacity_file.write_text("{}")
+    metrics_port, health_port = _free_ports(2)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "DISABLE_LEADER_ELECTION": "true",
+        "METRICS_PORT": str(metrics_port),
+        "HEALTH_PROBE_PORT": str(health_port),
+        "LOG_LEVEL": log_level,
+        "INSTANCE_TYPES_FILE_PATH": str(types_file),
+        "KARPENTER_CAPACITY_FILE": str(capacity_file),
+    }
+    cluster.ports.update(karpenter_metrics=metrics_port, karpenter_health=health_port)
+    comp = cluster.add_component(
+        "karpenter", [str(art.binary)], env, f"http://127.0.0.1:{health_port}/readyz"
+    )
+    assert comp.pid is not None
+    return Karpenter(cluster=cluster, capacity_file=capacity_file, pid=comp.pid)
+
+
+def karpenter_state(k: Karpenter) -> dict[str, Any]:
+    """What ``up --karpenter`` records beside the cluster's state for ``attach_karpenter``."""
+    return {"capacity_file": str(k.capacity_file), "pid": k.pid}
+
+
+def attach_karpenter(cluster: LocalCluster) -> Karpenter | None:
+    """The Karpenter of a cluster started by ``up --karpenter`` (None if it has none)."""
+    state_file = cluster.kubeconfig.parent / STATE_FILE
+    try:
+        recorded = json.loads(state_file.read_text()).get("karpenter")
+    except (OSError, ValueError):
+        return None
+    if not recorded:
+        return None
+    return Karpenter(cluster, Path(recorded["capacity_file"]), int(recorded["pid"]))
