@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.e2e import Stage, local_control_plane
+from tests.support.e2e_karpenter import ensure_karpenter
 from tests.support.localcluster import BuildError, ClusterError, LocalCluster
+from tests.support.localcluster.karpenter import Karpenter
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -61,3 +63,13 @@ async def stage(local_cluster: LocalCluster, tmp_path: Path) -> AsyncIterator[St
     """A fresh scenario: fake Actions service (2 s poll hold) and fake HUD, ready for sites."""
     async with Stage(local_cluster, tmp_path / "stage") as scene:
         yield scene
+
+
+@pytest.fixture(scope="session")
+def karpenter(local_cluster: LocalCluster) -> Karpenter:
+    """Karpenter on the session's control plane, started the first time a test asks for it
+    (runs without such tests neither build nor start it)."""
+    try:
+        return ensure_karpenter(local_cluster, print)
+    except (BuildError, ClusterError, RuntimeError) as exc:
+        pytest.fail(f"Karpenter: {exc}", pytrace=False)

@@ -22,6 +22,9 @@ the runner stand-in on the local control plane (README, "Measured"):
   created for the same burst, drain time and start latency.
 * ``github_demand_calls``: REST calls per read of the GitHub demand source at 50 repositories,
   with and without 304s (against the fake of those endpoints; no cluster needed).
+* ``outcomes``: one job trace on two clusters whose nodes come from the real Karpenter, for
+  stock ARC, demand-driven pairs and a warm pool (see ``bench_outcomes``); also writes one
+  timeline PNG per variant (``--images``, default the work directory).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from capacity.github_demand import GitHubDemand, GitHubScope
 from capacity.settings import GitHubDemandSettings
+from tests.support.bench_outcomes import outcomes
 from tests.support.e2e import (
     PodEvent,
     Pool,
@@ -217,6 +221,7 @@ def proxied_kubeconfig(cluster: LocalCluster, proxy_url: str, path: Path) -> Pat
 class Bench:
     cluster: LocalCluster
     workdir: Path
+    images: Path | None = None
 
     def stage(self, name: str, *, fake: FakeActions | None = None) -> Stage:
         return Stage(self.cluster, self.workdir / name, fake=fake or _fake(), prefix="bench")
@@ -680,6 +685,10 @@ def signal_latencies(
     return latencies, superseded
 
 
+async def _outcomes(bench: Bench) -> dict[str, Any]:
+    return await outcomes(bench.cluster, bench.workdir, bench.images)
+
+
 BENCHES: dict[str, Callable[[Bench], Awaitable[dict[str, Any]]]] = {
     "capacity_signal_latency": Bench.capacity_signal_latency,
     "stranded_jobs": Bench.stranded_jobs,
@@ -688,10 +697,11 @@ BENCHES: dict[str, Callable[[Bench], Awaitable[dict[str, Any]]]] = {
     "job_start_latency": Bench.job_start_latency,
     "demand_sharding": Bench.demand_sharding,
     "github_demand_calls": Bench.github_demand_calls,
+    "outcomes": _outcomes,
 }
 
 
-async def run(selected: list[str], workdir: Path) -> dict[str, Any]:
+async def run(selected: list[str], workdir: Path, images: Path | None = None) -> dict[str, Any]:
     started = time.monotonic()
     document: dict[str, Any] = {
         "environment": {
@@ -702,7 +712,7 @@ async def run(selected: list[str], workdir: Path) -> dict[str, Any]:
         }
     }
     with local_control_plane(workdir / "cluster", progress=_say) as cluster:
-        bench = Bench(cluster, workdir)
+        bench = Bench(cluster, workdir, images)
         for name in selected:
             _say(f"--- {name}")
             t0 = time.monotonic()
@@ -723,10 +733,13 @@ def main(argv: list[str] | None = None) -> int:
         "--only", action="append", choices=sorted(BENCHES), help="run only these (repeatable)"
     )
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs here")
+    parser.add_argument(
+        "--images", type=Path, default=None, help="outcomes: write the timeline PNGs here"
+    )
     args = parser.parse_args(argv)
     selected = args.only or list(BENCHES)
     workdir = args.workdir or new_workdir("capacity-listener-bench")
-    document = asyncio.run(run(selected, workdir))
+    document = asyncio.run(run(selected, workdir, args.images))
     print(json.dumps(document, indent=2))
     return 1 if any(isinstance(v, dict) and "error" in v for v in document.values()) else 0
 

@@ -1,6 +1,10 @@
 """The local demo (``make demo`` / ``python -m tests.support.demo``): the whole product working
 without GitHub, in about two minutes.
 
+By default the story runs on two clusters whose nodes come from Karpenter
+(``demo_karpenter``); ``--static-nodes`` runs the one-cluster story below on hand-made kwok
+nodes (no Karpenter build needed).
+
 What runs: a local Kubernetes control plane with fake kwok nodes (a runner pool and a workflow
 pool), a fake GitHub + Actions service and a fake HUD, the runner stand-in (test
 infrastructure playing ARC's controllers and the runners) and OUR LISTENER as a real process
@@ -28,6 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.support import demo_karpenter
 from tests.support.e2e import Pool, Site, SiteSpec, Stage, local_control_plane, new_workdir
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
 
@@ -187,18 +192,31 @@ def _summary(demo: Demo, stage: Stage, site: Site, jobs: list[FakeJob], held: in
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.support.demo", description=__doc__)
-    parser.add_argument("--burst", type=int, default=16, help="jobs in the burst (16)")
+    parser.add_argument("--burst", type=int, default=None, help="jobs in the burst (12; 16)")
     parser.add_argument("--job-seconds", type=float, default=6.0, help="job duration (6)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs here")
+    parser.add_argument(
+        "--static-nodes",
+        action="store_true",
+        help="one cluster on hand-made kwok nodes instead of two on Karpenter",
+    )
     args = parser.parse_args(argv)
     workdir = args.workdir or new_workdir("capacity-listener-demo")
-    _out("capacity-listener demo: local control plane + fake GitHub + our listener")
-    _out(f"work directory (logs): {workdir}")
     try:
-        code = asyncio.run(run_demo(workdir, burst=args.burst, job_seconds=args.job_seconds))
+        if args.static_nodes:
+            _out("capacity-listener demo: local control plane + fake GitHub + our listener")
+            _out(f"work directory (logs): {workdir}")
+            story = run_demo(workdir, burst=args.burst or 16, job_seconds=args.job_seconds)
+        else:
+            _out("capacity-listener demo: two clusters on Karpenter + fake GitHub + our listener")
+            _out(f"work directory (logs): {workdir}")
+            story = demo_karpenter.run_karpenter_demo(
+                workdir, burst=args.burst or 12, job_seconds=args.job_seconds
+            )
+        code = asyncio.run(story)
         _out("all demo processes stopped")
         return code
-    except DemoFailed as exc:
+    except (DemoFailed, demo_karpenter.DemoFailed) as exc:
         _out(f"demo failed: {exc}")
         return 1
     except KeyboardInterrupt:

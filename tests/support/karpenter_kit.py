@@ -132,7 +132,6 @@ class Run:
             set_max_capacity=lambda v: self.values.append((time.monotonic(), v)),
             registry=self.registry,
             on_reconcile=lambda: None,
-            env={},
         )
         self.stop = asyncio.Event()
         self.task = asyncio.create_task(self.monitor.run(self.stop))
