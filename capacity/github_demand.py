@@ -35,6 +35,9 @@ the same proxy and CA settings apply.
 Ages: a job's age is now − its ``created_at``, recomputed at every read even for counts held
 from earlier reads, so a job held in a repository not visited this time still ages into the
 part every peer claims (demand sharding).
+
+Size: one demand source with its own budget, ETag cache and rate-limit pacing, all of which
+must agree on what a read costs; split only if a second REST source appears.
 """
 
 from __future__ import annotations

@@ -57,9 +57,10 @@ from capacity.demand import DemandReader, GitHubReaderFactory, build_reader
 from capacity.kube import ARC_GROUP, ARC_VERSION, KubeError, RunnerSet
 from capacity.metrics import CapacityMetrics, Registry
 from capacity.model import Demand, HudState, Params, Role
+from capacity.pods import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, fingerprint
 from capacity.reconciler import Manifest, Reconciler
 from capacity.settings import CapacitySettings, to_params
-from capacity.view import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, View, fingerprint
+from capacity.view import View
 
 log = logging.getLogger("capacity.monitor")
 

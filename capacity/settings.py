@@ -7,6 +7,9 @@ variables (environment wins; nested keys use "__", e.g. `CAPACITY_HUD__TIMEOUT=5
 Keys are snake_case, as in `deploy/` examples. Durations accept "30s", "5m", "1h", "1h30m",
 "500ms" or plain seconds. Every bad value fails with one line naming the field, e.g.
 `capacity setting placeholder_ready_timeout: invalid duration '5 minutes'`.
+
+Size: the settings model is also the documentation (deploy/config/REFERENCE.md is
+generated from it); each field carries its description and validation.
 """
 
 from __future__ import annotations

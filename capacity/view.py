@@ -15,6 +15,9 @@ reach this process:
 - the EphemeralRunnerSet itself (field-selected by name): the placeholders' owner uid and the
   runner pod template.
 
+The projections from raw objects (and the labels and annotations they read) are in
+``capacity.pods``.
+
 With node checks on, the nodes under Running placeholders are fetched one by one
 (``refresh_nodes``), never through an all-nodes informer (ci-infra #965).
 
@@ -25,12 +28,9 @@ and a slower one for reconcile passes (a burst of events becomes one pass).
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from capacity import model
@@ -48,164 +48,22 @@ from capacity.kube import (
     runner_set_from,
 )
 from capacity.model import Observed, Placeholder, PodPhase, RealPod, Role
+from capacity.pods import (
+    RUNNER_POD_LABEL,
+    SCALE_SET_LABEL,
+    UNUSABLE_TAINTS,
+    PlaceholderPod,
+    WorkflowPod,
+    placeholder_from,
+    real_pod_from,
+    runner_active,
+    workflow_pod_from,
+)
 
 log = logging.getLogger("capacity.view")
 
 T = TypeVar("T")
 Json = dict[str, Any]
-
-SCALE_SET_LABEL = "actions.github.com/scale-set-name"
-# Written on every placeholder by the monitor: the EphemeralRunnerSet uid it was made for
-# (ownership without an ownerReference, e.g. in another namespace) and a hash of its pod
-# spec (a placeholder made from other settings or another template is not adopted).
-ANNOTATION_OWNER_UID = model.LABEL_PREFIX + "owner-uid"
-ANNOTATION_SPEC_HASH = model.LABEL_PREFIX + "spec-hash"
-RUNNER_POD_LABEL = "runner-pod"  # on workflow pods: the name of the runner pod that made it
-# The hook's job pod name: the runner pod's name cut so that "-workflow" fits in 63 chars.
-_MAX_POD_NAME = 63
-_WORKFLOW_SUFFIX = "-workflow"
-# A placeholder on a node with one of these taints is not confirmed capacity: the node is
-# being removed (Karpenter, cluster-autoscaler) or is not working.
-UNUSABLE_TAINTS = frozenset(
-    {
-        "karpenter.sh/disrupted",
-        "karpenter.sh/disruption",
-        "ToBeDeletedByClusterAutoscaler",
-        "node.kubernetes.io/unschedulable",
-        "node.kubernetes.io/not-ready",
-        "node.kubernetes.io/unreachable",
-    }
-)
-_ACTIVE_RUNNER_PHASES = frozenset({"", "Pending", "Running"})
-
-
-# --- projections: raw object → the few fields kept ---------------------------------------
-
-
-def _epoch(stamp: object) -> float:
-    """An RFC 3339 timestamp (or epoch seconds) as epoch seconds; 0.0 if absent or bad."""
-    if isinstance(stamp, int | float):
-        return float(stamp)
-    if not isinstance(stamp, str) or not stamp:
-        return 0.0
-    try:
-        return float(stamp)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(stamp).timestamp()
-    except ValueError:
-        return 0.0
-
-
-def _phase(obj: Json) -> PodPhase:
-    raw = (obj.get("status") or {}).get("phase") or "Pending"
-    try:
-        return PodPhase(raw)
-    except ValueError:
-        return PodPhase.UNKNOWN
-
-
-def fingerprint(pod_spec: Mapping[str, Any]) -> str:
-    """A short, stable hash of a pod spec (key order does not matter)."""
-    text = json.dumps(pod_spec, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-@dataclass(frozen=True, slots=True)
-class PlaceholderPod:
-    """A placeholder as watched, plus what decides whether it is ours: the owner uids (from
-    ownerReferences and the owner annotation) and the spec hash."""
-
-    placeholder: Placeholder
-    uid: str
-    owner_uids: tuple[str, ...]
-    spec_hash: str = ""
-
-
-def placeholder_from(obj: Json) -> PlaceholderPod | None:
-    meta = obj.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    try:
-        role = Role(labels.get(model.LABEL_ROLE, ""))
-    except ValueError:
-        return None  # not a placeholder this code knows how to count
-    annotations = meta.get("annotations") or {}
-    spec = obj.get("spec") or {}
-    return PlaceholderPod(
-        placeholder=Placeholder(
-            name=str(meta.get("name") or ""),
-            slot=str(labels.get(model.LABEL_SLOT, "")),
-            role=role,
-            phase=_phase(obj),
-            terminating=bool(meta.get("deletionTimestamp")),
-            node_name=spec.get("nodeName") or None,
-            created_at=_epoch(meta.get("creationTimestamp")),
-            expires_at=_epoch(annotations.get(model.ANNOTATION_EXPIRES_AT)),
-        ),
-        uid=str(meta.get("uid") or ""),
-        owner_uids=tuple(
-            uid
-            for uid in (
-                *(str(o.get("uid") or "") for o in meta.get("ownerReferences") or ()),
-                str(annotations.get(ANNOTATION_OWNER_UID) or ""),
-            )
-            if uid
-        ),
-        spec_hash=str(annotations.get(ANNOTATION_SPEC_HASH) or ""),
-    )
-
-
-def real_pod_from(obj: Json) -> RealPod | None:
-    meta = obj.get("metadata") or {}
-    if RUNNER_POD_LABEL in (meta.get("labels") or {}):
-        return None  # a workflow pod that carries the scale-set label too
-    return RealPod(
-        name=str(meta.get("name") or ""),
-        phase=_phase(obj),
-        bound=bool((obj.get("spec") or {}).get("nodeName")),
-        terminating=bool(meta.get("deletionTimestamp")),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class WorkflowPod:
-    pod: RealPod
-    runner: str  # the runner pod's name (label runner-pod)
-
-
-def job_pod_name(runner: str) -> str:
-    """The name runner-container-hooks gives the job (workflow) pod of runner pod ``runner``."""
-    return runner[: _MAX_POD_NAME - len(_WORKFLOW_SUFFIX)] + _WORKFLOW_SUFFIX
-
-
-def workflow_pod_from(obj: Json) -> WorkflowPod | None:
-    """The job pod of a runner; None for anything else, including the step pods of
-    container actions, which carry the same ``runner-pod`` label."""
-    meta = obj.get("metadata") or {}
-    runner = str((meta.get("labels") or {}).get(RUNNER_POD_LABEL) or "")
-    name = str(meta.get("name") or "")
-    if not runner or name != job_pod_name(runner):
-        return None
-    return WorkflowPod(
-        pod=RealPod(
-            name=name,
-            phase=_phase(obj),
-            bound=bool((obj.get("spec") or {}).get("nodeName")),
-            terminating=bool(meta.get("deletionTimestamp")),
-        ),
-        runner=runner,
-    )
-
-
-def runner_active(obj: Json) -> bool | None:
-    """Whether an EphemeralRunner is a running or pending real runner. A new runner without
-    a status yet counts as pending; finished, failed and deleting ones do not."""
-    if (obj.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    phase = str((obj.get("status") or {}).get("phase") or "")
-    return phase in _ACTIVE_RUNNER_PHASES
-
 
 # --- coalescing trigger -------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 
-MAX_INT32 = 2_147_483_647
+from listener.config import MAX_INT32
 
 
 class AdvertisedCapacity:

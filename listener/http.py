@@ -23,6 +23,9 @@ Retry policy (:func:`send`): 5 attempts; waits 1, 2, 4, 8 s (capped at 30 s) or 
 429 and every 5xx except 501; request bodies are rebuilt and replayed for every attempt;
 exhaustion raises :class:`RetriesExhaustedError` instead of returning the last response.
 Deliberate difference: ``Retry-After`` is capped at ``RETRY_AFTER_MAX`` (Go does not cap it).
+
+Size: the client factory and the retry policy are the two halves of one contract (every
+call goes through both); Go's proxy rules, which were the rest, live in listener/proxy.py.
 """
 
 from __future__ import annotations

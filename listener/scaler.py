@@ -22,10 +22,9 @@ from typing import Any, Protocol
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
-from capacity.kube import Kube, KubeError, KubeErrorKind
+from capacity.kube import ARC_GROUP, ARC_VERSION, Kube, KubeError, KubeErrorKind
+from listener.config import MAX_INT32
 from listener.wire import JobMessage
-
-_MAX_INT32 = 2_147_483_647
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ class PatchSequencer:
     def next(self, assigned_jobs: int) -> tuple[int, int]:
         """Return ``(target, patch_id)`` for a statistics update of ``assigned_jobs``."""
         was_dirty, self.dirty = self.dirty, False
-        if self.patch_seq == _MAX_INT32:
+        if self.patch_seq == MAX_INT32:
             self.patch_seq = 0
         self.patch_seq += 1
         # min_runners are idle runners on top of the assigned jobs (ARC's min-runners ADR).
@@ -301,7 +300,7 @@ class Scaler:
         self._sequencer.dirty = True
 
 
-_GROUP, _VERSION = "actions.github.com", "v1alpha1"
+_GROUP, _VERSION = ARC_GROUP, ARC_VERSION
 
 
 class KubePatcher:

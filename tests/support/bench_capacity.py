@@ -48,9 +48,10 @@ from capacity.model import (
     Role,
 )
 from capacity.monitor import CapacityMonitor
+from capacity.pods import WorkflowPod, placeholder_from
 from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, Resources, to_params
-from capacity.view import View, WorkflowPod, placeholder_from
+from capacity.view import View
 
 SCALE_SET = "bench-cpu"
 RUNNER_SET = "bench-cpu-q8w2z"

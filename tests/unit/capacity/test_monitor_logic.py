@@ -17,9 +17,9 @@ from prometheus_client import CollectorRegistry
 from capacity.kube import KubeError, Resource
 from capacity.model import LABEL_ROLE, Role
 from capacity.monitor import CapacityMonitor
+from capacity.pods import ANNOTATION_SPEC_HASH
 from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, Resources
-from capacity.view import ANNOTATION_SPEC_HASH
 from tests.support.memory_cluster import MemoryCluster
 
 NS = "arc-runners"

@@ -18,6 +18,7 @@ from capacity.model import (
     label_value,
     placeholder_selector,
 )
+from capacity.pods import placeholder_from
 from capacity.settings import load_capacity_settings
 from capacity.specs import (
     HalfShape,
@@ -29,7 +30,6 @@ from capacity.specs import (
     pod_name,
     template_requests,
 )
-from capacity.view import placeholder_from
 
 NOW = 1_700_000_000.0
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

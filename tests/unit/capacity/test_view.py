@@ -11,12 +11,10 @@ import pytest
 from capacity import model
 from capacity.kube import Kube, NodeState, RunnerSet
 from capacity.model import PodPhase, Role
-from capacity.view import (
+from capacity.pods import (
     ANNOTATION_OWNER_UID,
     ANNOTATION_SPEC_HASH,
     RUNNER_POD_LABEL,
-    Trigger,
-    View,
     WorkflowPod,
     fingerprint,
     placeholder_from,
@@ -24,6 +22,7 @@ from capacity.view import (
     runner_active,
     workflow_pod_from,
 )
+from capacity.view import Trigger, View
 
 OWNER_UID = "11111111-2222-3333-4444-555555555555"
 
