@@ -122,19 +122,25 @@ class HudDemand:
 # bundle) and its credentials. The composition root passes them in as a factory.
 GitHubReaderFactory = Callable[[CapacitySettings, Sequence[str]], DemandReader]
 
+# The HTTP client HUD is read with. The composition root passes one built with the same
+# proxy rules as every GitHub call (Go's NO_PROXY semantics, which httpx's own environment
+# handling does not match), and closes it; without one, HUD gets a plain client of its own.
+HttpClient = httpx.AsyncClient
+
 
 def build_reader(
     settings: CapacitySettings,
     labels: Sequence[str],
     *,
     github: GitHubReaderFactory | None = None,
+    hud_client: HttpClient | None = None,
 ) -> DemandReader | None:
     """The configured source, or None when there is none. ValueError (one line) when the
     GitHub source is selected but no GitHub access was given."""
     source = settings.demand_source
     if source == "hud":
         # The token is in the settings already (load_capacity_settings, HUD_API_TOKEN).
-        return HudDemand(settings.hud, labels, settings.demand)
+        return HudDemand(settings.hud, labels, settings.demand, client=hud_client)
     if source == "github":
         if github is None:
             raise ValueError("demand.source: 'github' needs the listener's GitHub credentials")

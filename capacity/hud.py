@@ -151,8 +151,14 @@ class HudClient:
     async def _exchange(self) -> tuple[int, bytes]:
         parameters = build_parameters(self._settings.parameters, self._labels)
         query = {"parameters": json.dumps(parameters, separators=(",", ":"))}
+        # A redirect is not followed: the token must not travel to another host, and HUD
+        # never redirects this endpoint. Per request, because the client may be shared.
         async with self._client.stream(
-            "GET", self._settings.url, params=query, headers=self._headers()
+            "GET",
+            self._settings.url,
+            params=query,
+            headers=self._headers(),
+            follow_redirects=False,
         ) as response:
             if response.status_code != 200:
                 return response.status_code, b""

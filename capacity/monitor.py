@@ -53,7 +53,7 @@ from typing import Any
 
 from capacity import policy, specs
 from capacity.cluster import Cluster
-from capacity.demand import DemandReader, GitHubReaderFactory, build_reader
+from capacity.demand import DemandReader, GitHubReaderFactory, HttpClient, build_reader
 from capacity.kube import ARC_GROUP, ARC_VERSION, KubeError, RunnerSet
 from capacity.metrics import CapacityMetrics, Registry
 from capacity.model import Demand, HudState, Params, Role
@@ -84,6 +84,7 @@ class CapacityMonitor:
         registry: Registry,
         on_reconcile: Callable[[], None],
         github_demand: GitHubReaderFactory | None = None,
+        hud_client: HttpClient | None = None,
     ) -> None:
         self.settings = settings
         self.kube = kube
@@ -98,7 +99,7 @@ class CapacityMonitor:
         self.hud_state = HudState()
         # HUD, GitHub's REST API or nothing (settings.demand_source).
         self._demand: DemandReader | None = build_reader(
-            settings, runner_labels, github=github_demand
+            settings, runner_labels, github=github_demand, hud_client=hud_client
         )
         self._template_for: tuple[RunnerSet, specs.PlaceholderTemplate] | None = None
         self._role_owner: specs.OwnerRef | None = None

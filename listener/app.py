@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from capacity import kube as kube_mod
-from capacity.demand import GitHubReaderFactory
+from capacity.demand import GitHubReaderFactory, HttpClient
 from capacity.github_demand import GitHubScope, reader_factory, repositories_for
 from capacity.kube import KubeError
 from capacity.settings import CapacitySettings, load_capacity_settings
@@ -192,6 +192,13 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
         if capacity_settings is not None and capacity_settings.demand_source == "github":
             repositories_for(capacity_settings.github, scope)  # a bad scope fails at start-up
         github_demand = reader_factory(client=client, token=auth.api_token, scope=scope)
+        # HUD is read through the same proxy rules as GitHub (Go's NO_PROXY semantics), with
+        # the system trust store: the GHES root CA is not HUD's.
+        hud_client = None
+        if capacity_settings is not None and capacity_settings.demand_source == "hud":
+            hud_client = await stack.enter_async_context(
+                http.make_client(user_agent=http.product_user_agent())
+            )
         budget = ShutdownBudget(grace=options.shutdown_grace)
         parts = _Parts(
             cfg,
@@ -205,6 +212,7 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
             health,
             budget,
             github_demand,
+            hud_client,
         )
         async with asyncio.TaskGroup() as tg:
             tg.create_task(_note_stop(stop, budget))
@@ -265,6 +273,7 @@ class _Parts:
     health: Health
     budget: ShutdownBudget
     github_demand: GitHubReaderFactory | None = None
+    hud_client: HttpClient | None = None
 
 
 async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
@@ -352,6 +361,7 @@ async def _listen(
                     registry=p.registry,
                     on_reconcile=lambda: p.health.mark("reconcile", time.monotonic()),
                     github_demand=p.github_demand,
+                    hud_client=p.hud_client,
                 )
                 tg.create_task(
                     _guard(

@@ -102,6 +102,12 @@ def _package_version() -> str:
         return "0.0.0"
 
 
+def product_user_agent() -> str:
+    """A plain ``capacity-listener/<version>`` User-Agent, for services other than GitHub's
+    (HUD), which have no use for ARC's JSON document."""
+    return f"{_DISTRIBUTION}/{_package_version()}"
+
+
 def user_agent(scale_set_id: int, *, arc_version: str = "") -> str:
     """The User-Agent: ARC's compact JSON document, filled in honestly.
 

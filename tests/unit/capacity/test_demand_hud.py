@@ -115,3 +115,39 @@ def test_github_source_needs_the_listeners_access() -> None:
     with pytest.raises(ValueError, match="needs the listener's GitHub credentials"):
         build_reader(cfg, LABELS)
     assert build_reader(load_capacity_settings({}), LABELS) is None
+
+
+async def test_hud_is_read_with_the_client_it_is_given_and_does_not_close_it() -> None:
+    """The composition root passes a client built with the listener's proxy rules; HUD reads
+    go through it (never a client of HUD's own) and never follow a redirect."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=rows(3))
+
+    async with httpx.AsyncClient(
+        transport=httpx.MockTransport(handler), follow_redirects=True
+    ) as given:
+        reader = build_reader(settings(), LABELS, hud_client=given)
+        assert isinstance(reader, HudDemand)
+        reading = await reader.read()
+        await reader.aclose()
+        assert reading.outcome.queued == 3
+        assert len(seen) == 1
+        assert not given.is_closed
+
+
+async def test_a_redirect_from_hud_is_not_followed() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "elsewhere.example":
+            return httpx.Response(200, json=rows(5))
+        return httpx.Response(302, headers={"Location": "https://elsewhere.example/q"})
+
+    async with httpx.AsyncClient(
+        transport=httpx.MockTransport(handler), follow_redirects=True
+    ) as given:
+        reader = build_reader(settings(), LABELS, hud_client=given)
+        assert reader is not None
+        reading = await reader.read()
+        assert reading.outcome.result == HudResult.HTTP_ERROR
