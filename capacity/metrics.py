@@ -96,6 +96,11 @@ class CapacityMetrics:
             "gha_capacity_workflow_side",
             "Bound real workflow pods plus Running placeholder-workflows.",
         )
+        self.workflow_pods_unscheduled = gauge(
+            "gha_capacity_workflow_pods_unscheduled",
+            "Workflow pods of this scale set's running jobs that no node has taken yet: each is "
+            "a job GitHub considers running that cannot progress (stranded if it lasts).",
+        )
         self.queued_jobs = gauge(
             "gha_capacity_queued_jobs", "Queued jobs the monitor plans for (HUD or fallback)."
         )
@@ -171,6 +176,7 @@ class CapacityMetrics:
             self.placeholder_pods,
             self.runner_side,
             self.workflow_side,
+            self.workflow_pods_unscheduled,
             self.queued_jobs,
             self.demand_source,
             self.demand_jobs,
@@ -203,6 +209,7 @@ class CapacityMetrics:
             self.desired_pairs,
             self.runner_side,
             self.workflow_side,
+            self.workflow_pods_unscheduled,
             self.queued_jobs,
             self.proactive_capacity,
             self.hud_duration,
@@ -237,6 +244,9 @@ class CapacityMetrics:
         self.pairs.labels(**b, state="broken").set(plan.broken)
         self.runner_side.labels(**b).set(plan.runner_side)
         self.workflow_side.labels(**b).set(plan.workflow_side)
+        self.workflow_pods_unscheduled.labels(**b).set(
+            sum(1 for w in observed.workflow_pods if not w.bound and not w.terminating)
+        )
         self.queued_jobs.labels(**b).set(demand.queued)
         for source in DemandSource:
             self.demand_source.labels(**b, source=source.value).set(

@@ -285,6 +285,13 @@ def capacity() -> list[PanelBuilder]:
             by_name("gha_capacity_workflow_side", "workflow"),
         ),
         timeseries(
+            "Workflow pods without a node",
+            "Workflow pods of running jobs that no node has taken yet. A few seconds while a "
+            "node starts is normal; one that stays is a job stranded on this cluster (alert "
+            "WorkflowPodsUnscheduled).",
+            by_name("gha_capacity_workflow_pods_unscheduled", "unscheduled", agg="max"),
+        ),
+        timeseries(
             "Placeholder pairs by state",
             "Pairs whose halves are both Running, pairs with a half still Pending, and broken "
             "pairs (one half preempted or gone); the line is the desired number.",

@@ -18,6 +18,7 @@ from capacity.model import (
     Observed,
     Plan,
     PodPhase,
+    RealPod,
     Role,
 )
 from tests.unit.capacity.builders import pair, ph
@@ -30,6 +31,7 @@ NAMES = {
     "gha_capacity_placeholder_pods": "gauge",
     "gha_capacity_runner_side": "gauge",
     "gha_capacity_workflow_side": "gauge",
+    "gha_capacity_workflow_pods_unscheduled": "gauge",
     "gha_capacity_queued_jobs": "gauge",
     "gha_capacity_demand_source": "gauge",
     "gha_capacity_demand_jobs": "gauge",
@@ -78,7 +80,14 @@ def test_every_series_is_registered_at_once_with_exact_names_and_no_created() ->
 def test_a_recorded_pass() -> None:
     registry = CollectorRegistry()
     m = CapacityMetrics(registry, **BASE)
-    observed = Observed(placeholders=(*pair(1), *pair(2), ph(3, Role.WORKFLOW, PodPhase.PENDING)))
+    observed = Observed(
+        placeholders=(*pair(1), *pair(2), ph(3, Role.WORKFLOW, PodPhase.PENDING)),
+        workflow_pods=(
+            RealPod(name="r1-workflow", phase=PodPhase.RUNNING, bound=True),
+            RealPod(name="r2-workflow", phase=PodPhase.PENDING, bound=False),  # no node yet
+            RealPod(name="r3-workflow", phase=PodPhase.PENDING, bound=False, terminating=True),
+        ),
+    )
     plan = Plan(
         advertised=2,
         runner_side=2,
@@ -105,6 +114,7 @@ def test_a_recorded_pass() -> None:
     assert value(registry, "gha_capacity_placeholder_pods", **pods, phase="Running") == 2
     assert value(registry, "gha_capacity_placeholder_pods", **pods, phase="Pending") == 1
     assert value(registry, "gha_capacity_queued_jobs") == 1
+    assert value(registry, "gha_capacity_workflow_pods_unscheduled") == 1
     sources = {
         s.value: value(registry, "gha_capacity_demand_source", source=s.value) for s in DemandSource
     }
