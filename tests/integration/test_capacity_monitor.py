@@ -661,6 +661,15 @@ async def test_quota_exceeded_is_counted_and_backed_off_not_fatal(scene: Scene) 
     await scene.core.create_namespaced_resource_quota(
         scene.ns, {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
     )
+
+    async def quota_in_force() -> bool:
+        # Until the controller manager has computed the quota's usage, admission refuses
+        # every pod with "status unknown for quota" (a plain 403, not "exceeded quota"); a
+        # busy controller manager can take seconds. A real cluster's quota is older than this.
+        quota = await scene.core.read_namespaced_resource_quota("no-pods", scene.ns)
+        return bool(quota.status and quota.status.hard)
+
+    await eventually(quota_in_force, "the ResourceQuota's status computed", 60)
     run = scene.start(settings(proactive_capacity=1))
 
     async def refused() -> bool:
