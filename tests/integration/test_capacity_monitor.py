@@ -35,6 +35,7 @@ from tests.support.capacity_kit import (
     runner_pod,
     runner_pod_spec,
     wait_gc_knows_runner_sets,
+    wait_running,
     workflow_pod,
 )
 from tests.support.fake_hud import FakeHUD, Outage
@@ -183,11 +184,7 @@ class Scene:
         }
 
     async def running(self, name: str, within: float = 30) -> client.V1Pod:
-        async def check() -> client.V1Pod | None:
-            pod = await self.core.read_namespaced_pod(name, self.ns)
-            return pod if pod.status.phase == "Running" else None
-
-        return await eventually(check, f"pod {name} Running", within)
+        return await wait_running(self.core, self.ns, name, within)
 
     async def victims_of(self, preemptor_uid: str) -> list[tuple[str, str]]:
         """(slot, role) of each placeholder the scheduler preempted for that pod, from its

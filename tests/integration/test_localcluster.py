@@ -12,7 +12,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.support.capacity_kit import read_pod
+from tests.support.capacity_kit import read_pod, wait_running
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.testkit import PAUSE_IMAGE, eventually, pod_manifest
 
@@ -24,14 +24,6 @@ RUNNER_IMAGE = "ghcr.io/actions/actions-runner:latest"
 
 
 # --- helpers ----------------------------------------------------------------------------
-
-
-async def wait_running(core: client.CoreV1Api, ns: str, name: str) -> client.V1Pod:
-    async def running() -> client.V1Pod | None:
-        pod = await read_pod(core, ns, name)
-        return pod if pod is not None and pod.status.phase == "Running" else None
-
-    return await eventually(running, f"pod {ns}/{name} Running")
 
 
 async def wait_gone(core: client.CoreV1Api, ns: str, name: str, what: str = "") -> None:

@@ -19,7 +19,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import PAUSE_IMAGE, placement
+from tests.support.localcluster.testkit import PAUSE_IMAGE, eventually, placement
 
 ROOT = Path(__file__).resolve().parents[2]
 ARC_GROUP, ARC_VERSION = "actions.github.com", "v1alpha1"
@@ -60,6 +60,18 @@ async def read_pod(core: client.CoreV1Api, ns: str, name: str) -> client.V1Pod |
             return None
         raise
     return pod
+
+
+async def wait_running(
+    core: client.CoreV1Api, ns: str, name: str, within: float = 30.0
+) -> client.V1Pod:
+    """The pod once it is Running; fails naming it after ``within`` seconds."""
+
+    async def running() -> client.V1Pod | None:
+        pod = await read_pod(core, ns, name)
+        return pod if pod is not None and pod.status.phase == "Running" else None
+
+    return await eventually(running, f"pod {ns}/{name} Running", within)
 
 
 def runner_pod_spec(owner: str, *, cpu: str = "1", memory: str = "1Gi") -> dict[str, Any]:

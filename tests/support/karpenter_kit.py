@@ -21,7 +21,12 @@ from capacity.kube import Kube
 from capacity.model import placeholder_selector
 from capacity.monitor import CapacityMonitor
 from capacity.settings import CapacitySettings, Resources, Toleration
-from tests.support.capacity_kit import SCALE_SET_LABEL, create_ephemeral_runner, real_pod
+from tests.support.capacity_kit import (
+    SCALE_SET_LABEL,
+    create_ephemeral_runner,
+    real_pod,
+    wait_running,
+)
 from tests.support.localcluster.karpenter import NODEPOOL_LABEL, Karpenter
 from tests.support.localcluster.testkit import OWNER_KEY, eventually
 
@@ -312,11 +317,7 @@ class Scene:
         }
 
     async def running(self, name: str, within: float = 60) -> client.V1Pod:
-        async def check() -> client.V1Pod | None:
-            pod = await self.core.read_namespaced_pod(name, self.ns)
-            return pod if pod.status.phase == "Running" else None
-
-        return await eventually(check, f"pod {name} Running", within)
+        return await wait_running(self.core, self.ns, name, within)
 
     async def create(self, manifest: dict[str, Any]) -> client.V1Pod:
         pod: client.V1Pod = await self.core.create_namespaced_pod(self.ns, manifest)
