@@ -22,6 +22,7 @@ RUN sh deploy/install.sh deps
 COPY pyproject.toml README.md ./
 COPY listener listener
 COPY capacity capacity
+COPY base base
 RUN sh deploy/install.sh app
 
 # --- runtime: the interpreter, the virtualenv, nothing to build or install with -------------

@@ -1,7 +1,7 @@
 """The seam between the capacity monitor and Kubernetes: the few operations the view, the
 reconciler and the monitor use, as a Protocol.
 
-``capacity.kube.Kube`` implements it against a real apiserver. Tests implement it in memory
+``base.kube.Kube`` implements it against a real apiserver. Tests implement it in memory
 (``tests/support/memory_cluster.py``) to check the monitor's own logic — create gate and
 backoff, expectations, the shutdown budget, adopt/sweep, the signal loop — in milliseconds;
 what Kubernetes itself does (scheduling, preemption, garbage collection, watch semantics)
@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol, TypeVar
 
-from capacity.kube import NodeState, Projection, Resource, WatchEvent
+from base.kube import NodeState, Projection, Resource, WatchEvent
 
 T = TypeVar("T")
 
 
 class Cluster(Protocol):
-    """What the capacity monitor needs from the cluster (see ``capacity.kube.Kube`` for the
+    """What the capacity monitor needs from the cluster (see ``base.kube.Kube`` for the
     semantics each call must keep)."""
 
     async def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> bool:

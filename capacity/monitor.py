@@ -51,10 +51,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from base.kube import ARC_GROUP, ARC_VERSION, KubeError, RunnerSet
 from capacity import policy, specs
 from capacity.cluster import Cluster
 from capacity.demand import DemandReader, GitHubReaderFactory, HttpClient, build_reader
-from capacity.kube import ARC_GROUP, ARC_VERSION, KubeError, RunnerSet
 from capacity.metrics import CapacityMetrics, Registry
 from capacity.model import Demand, HudState, Params, Role
 from capacity.pods import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, fingerprint

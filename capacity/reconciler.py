@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from base.kube import KubeError, RunnerSet
 from capacity import policy
 from capacity.cluster import Cluster
-from capacity.kube import KubeError, RunnerSet
 from capacity.metrics import CREATE_EXISTS, CREATE_OK, CapacityMetrics
 from capacity.model import (
     Deletion,

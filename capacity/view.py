@@ -33,9 +33,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from capacity import model
-from capacity.cluster import Cluster
-from capacity.kube import (
+from base.kube import (
     Failed,
     KubeError,
     NodeState,
@@ -47,6 +45,8 @@ from capacity.kube import (
     WatchEvent,
     runner_set_from,
 )
+from capacity import model
+from capacity.cluster import Cluster
 from capacity.model import Observed, Placeholder, PodPhase, RealPod, Role
 from capacity.pods import (
     RUNNER_POD_LABEL,

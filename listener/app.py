@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from capacity import kube as kube_mod
+from base import kube as kube_mod
+from base.kube import KubeError
 from capacity.demand import GitHubReaderFactory, HttpClient
 from capacity.github_demand import GitHubScope, reader_factory, repositories_for
-from capacity.kube import KubeError
 from capacity.settings import CapacitySettings, load_capacity_settings
 from listener import github_auth, http, signals, vault
 from listener.actions import ActionsClient

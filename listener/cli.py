@@ -24,7 +24,7 @@ from listener import signals
 
 def _expected() -> tuple[type[BaseException], ...]:
     """Errors whose message says it all; anything else is a bug, reported with its type."""
-    from capacity.kube import KubeError
+    from base.kube import KubeError
     from capacity.settings import CapacitySettingsError
     from listener import app
     from listener.config import ConfigError

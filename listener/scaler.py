@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
-from capacity.kube import ARC_GROUP, ARC_VERSION, Kube, KubeError, KubeErrorKind
+from base.kube import ARC_GROUP, ARC_VERSION, Kube, KubeError, KubeErrorKind
 from listener.config import MAX_INT32
 from listener.wire import JobMessage
 

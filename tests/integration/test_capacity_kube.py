@@ -1,4 +1,4 @@
-"""capacity/kube.py against the real local control plane: pod create/delete semantics, error
+"""base/kube.py against the real local control plane: pod create/delete semantics, error
 classification, and the list+watch informer (label selection, 410 relist, apiserver restart)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from capacity.kube import (
+from base.kube import (
     Failed,
     Kube,
     KubeError,

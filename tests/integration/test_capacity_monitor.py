@@ -21,7 +21,7 @@ from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
-from capacity.kube import Kube, KubeError
+from base.kube import Kube, KubeError
 from capacity.model import placeholder_selector
 from capacity.monitor import CapacityMonitor
 from capacity.settings import CapacitySettings, HudSettings, Resources

@@ -7,7 +7,7 @@
    listener and runner templates).
 2. The RBAC in deploy/rbac is sufficient: impersonating a listener's ServiceAccount (as ARC
    creates them, in the controller namespace), the program's own code (capacity.view's watches,
-   capacity.kube's create/delete/get and the scaler's merge-patches) performs every call.
+   base.kube's create/delete/get and the scaler's merge-patches) performs every call.
 3. And each rule is needed: with one verb removed, exactly the calls that need it get 403.
 """
 
@@ -29,7 +29,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.dynamic import DynamicClient
 
-from capacity.kube import Kube, KubeError, Resource
+from base.kube import Kube, KubeError, Resource
 from capacity.model import Role
 from capacity.settings import load_capacity_settings
 from capacity.specs import OwnerRef, build_template, placeholder_pod

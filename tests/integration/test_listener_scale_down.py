@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from capacity.kube import Kube
+from base.kube import Kube
 from listener.advertised import AdvertisedCapacity
 from listener.loop import Listener
 from listener.scaler import KubePatcher, Scaler

@@ -36,7 +36,7 @@ from typing import Any, cast
 
 from prometheus_client import CollectorRegistry
 
-from capacity.kube import Kube, RunnerSet, connect
+from base.kube import Kube, RunnerSet, connect
 from capacity.metrics import CapacityMetrics
 from capacity.model import (
     LABEL_ROLE,

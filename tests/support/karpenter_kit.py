@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
-from capacity.kube import Kube
+from base.kube import Kube
 from capacity.model import placeholder_selector
 from capacity.monitor import CapacityMonitor
 from capacity.settings import CapacitySettings, Resources, Toleration

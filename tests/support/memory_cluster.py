@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from capacity.kube import (
+from base.kube import (
     KubeError,
     NodeState,
     Projection,

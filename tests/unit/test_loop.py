@@ -19,7 +19,7 @@ import httpx
 import pytest
 import respx
 
-from capacity.kube import KubeError
+from base.kube import KubeError
 from listener.actions import ActionsClient
 from listener.advertised import AdvertisedCapacity
 from listener.github_auth import AdminConnection

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from capacity.kube import KubeError
+from base.kube import KubeError
 from listener.scaler import (
     Patcher,
     PatchRetry,

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from capacity.kube import Kube, KubeError, KubeErrorKind
+from base.kube import Kube, KubeError, KubeErrorKind
 from listener.scaler import KubePatcher, PatchRetry, Scaler
 
 PATH = "/apis/actions.github.com/v1alpha1/namespaces/arc-runners/ephemeralrunnersets/arc-cpu"

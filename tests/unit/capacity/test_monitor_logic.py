@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from capacity.kube import KubeError, Resource
+from base.kube import KubeError, Resource
 from capacity.model import LABEL_ROLE, Role
 from capacity.monitor import CapacityMonitor
 from capacity.pods import ANNOTATION_SPEC_HASH

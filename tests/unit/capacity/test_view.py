@@ -8,8 +8,8 @@ from typing import Any, cast
 
 import pytest
 
+from base.kube import Kube, NodeState, RunnerSet
 from capacity import model
-from capacity.kube import Kube, NodeState, RunnerSet
 from capacity.model import PodPhase, Role
 from capacity.pods import (
     ANNOTATION_OWNER_UID,

@@ -38,7 +38,7 @@ from typing import Any, Generic, TypeVar
 import aiohttp
 from kubernetes_asyncio import client, config
 
-log = logging.getLogger("capacity.kube")
+log = logging.getLogger("base.kube")
 
 # kubernetes-asyncio logs whole request and response bodies at DEBUG.
 logging.getLogger("kubernetes_asyncio").setLevel(logging.INFO)
