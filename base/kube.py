@@ -38,6 +38,8 @@ from typing import Any, Generic, TypeVar
 import aiohttp
 from kubernetes_asyncio import client, config
 
+from base.backoff import Backoff, half_jitter
+
 log = logging.getLogger("base.kube")
 
 # kubernetes-asyncio logs whole request and response bodies at DEBUG.
@@ -207,23 +209,6 @@ WatchEvent = Reset[T] | Upserted[T] | Removed | Failed
 
 class _Gone(Exception):
     """The watch's resourceVersion is too old: relist."""
-
-
-@dataclass
-class _Backoff:
-    """Exponential backoff with full jitter, reset after a success."""
-
-    base: float = 0.5
-    cap: float = 8.0
-    attempt: int = 0
-
-    def next(self) -> float:
-        delay = min(self.cap, self.base * 2**self.attempt)
-        self.attempt += 1
-        return random.uniform(delay / 2, delay)
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 # --- the client ---------------------------------------------------------------------------
@@ -476,7 +461,9 @@ class Kube:
         Failures are yielded as Failed and retried here with backoff; cancel the consumer's
         task to stop. ``since`` starts with a watch from that resourceVersion instead of a
         list (for a caller that already holds a list)."""
-        backoff = _Backoff()
+        # Jittered so the watches of many listeners do not reconnect to a recovering
+        # apiserver at the same instant; reset by every sign of a working stream.
+        backoff = Backoff(base=0.5, cap=8.0, jitter=half_jitter)
         version = since
         while True:
             try:
@@ -501,10 +488,10 @@ class Kube:
                 log.info("watch expired, relisting", extra={"resource": resource.plural})
                 version = ""
                 # A relist right away is what 410 asks for; back off only if it repeats.
-                if backoff.attempt:
+                if backoff.failures:
                     await asyncio.sleep(backoff.next())
                 else:
-                    backoff.attempt += 1
+                    backoff.failures += 1
             except KubeError as exc:
                 if exc.kind == KubeErrorKind.GONE:  # a list's continue token expired
                     version = ""

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from base.backoff import Backoff
 from base.kube import KubeError, RunnerSet
 from capacity import policy
 from capacity.cluster import Cluster
@@ -114,9 +115,7 @@ class Expectations:
 class _CreateGate:
     """Exponential backoff for creates after a failure; reset by a success."""
 
-    base: float = 1.0
-    cap: float = 60.0
-    failures: int = 0
+    backoff: Backoff = field(default_factory=lambda: Backoff(base=1.0, cap=60.0))
     until: float = 0.0
 
     def open(self, now: float) -> bool:
@@ -125,13 +124,12 @@ class _CreateGate:
     def failed(self, now: float) -> float:
         if now < self.until:  # several failures of one pass count once
             return self.until - now
-        delay = min(self.cap, self.base * 2.0**self.failures)
-        self.failures += 1
+        delay = self.backoff.next()
         self.until = now + delay
         return delay
 
     def succeeded(self) -> None:
-        self.failures = 0
+        self.backoff.reset()
         self.until = 0.0
 
 
@@ -218,7 +216,7 @@ class Reconciler:
         """Full passes on change or every ``interval``; a failed pass is logged, counted and
         retried after a short backoff."""
         await self.view.synced_event.wait()
-        failures = 0
+        backoff = Backoff(base=1.0, cap=30.0)
         while True:
             started = time.perf_counter()
             ok = False
@@ -226,16 +224,15 @@ class Reconciler:
                 await self.reconcile_once()
                 ok = True
             except Exception as exc:
-                failures += 1
                 log.exception("reconcile pass failed", extra={"error": str(exc)})
             self.metrics.record_reconcile(
                 time.perf_counter() - started, success_at=self.clock() if ok else None
             )
             if ok:
-                failures = 0
+                backoff.reset()
                 self.on_reconcile()
             else:
-                await asyncio.sleep(min(30.0, 0.5 * 2.0**failures))
+                await asyncio.sleep(backoff.next())
             await self.view.reconcile.wait(within=self.interval)
 
     async def reconcile_once(self) -> Plan:

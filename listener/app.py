@@ -26,6 +26,7 @@ from typing import TypeVar
 
 from base import kube as kube_mod
 from base.kube import KubeError
+from base.tasks import unless_stopped
 from capacity.demand import GitHubReaderFactory, HttpClient
 from capacity.github_demand import GitHubScope, reader_factory, repositories_for
 from capacity.settings import CapacitySettings, load_capacity_settings
@@ -276,27 +277,12 @@ class _Parts:
     hud_client: HttpClient | None = None
 
 
-async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
-    """Await ``work`` unless ``stop`` is set first (then cancel it and return None)."""
-    task = asyncio.ensure_future(work)
-    stopping = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopping.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    await asyncio.wait({task})
-    return None if task.cancelled() else task.result()
-
-
 async def _listen(
     p: _Parts, capacity_settings: CapacitySettings | None, stop: asyncio.Event
 ) -> None:
     """Session → loop (+ monitor) → session deleted, whatever happens."""
     cfg = p.cfg
-    session = await _unless_stopped(
+    session = await unless_stopped(
         p.actions.create_session(
             _owner_name(), conflict_timeout=p.options.session_conflict_timeout
         ),

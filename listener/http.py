@@ -51,6 +51,7 @@ from tenacity import (
     stop_after_attempt,
 )
 
+from base.backoff import exponential
 from listener.errors import (
     ActionsError,
     ActionsHTTPError,
@@ -288,10 +289,6 @@ def retry_after(response: httpx.Response, now: float) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
-def _backoff(attempt: int) -> float:
-    return min(RETRY_WAIT_MIN * 2.0 ** (attempt - 1), RETRY_WAIT_MAX)
-
-
 async def send(
     client: httpx.AsyncClient,
     build_request: Callable[[], httpx.Request],
@@ -327,7 +324,7 @@ async def send(
                 asked = retry_after(response, clock())
                 if asked is not None:
                     return min(asked, RETRY_AFTER_MAX)
-        return _backoff(state.attempt_number)
+        return exponential(state.attempt_number, base=RETRY_WAIT_MIN, cap=RETRY_WAIT_MAX)
 
     def before_sleep(state: RetryCallState) -> None:
         outcome = state.outcome
@@ -410,7 +407,7 @@ async def retry_on_conflict(
         return clock() - start
 
     def wait(state: RetryCallState) -> float:
-        base = min(initial * 2.0 ** (state.attempt_number - 1), max_wait)
+        base = exponential(state.attempt_number, base=initial, cap=max_wait)
         return max(0.0, min(base * (1.0 + 0.2 * spread()), give_up_after - elapsed()))
 
     def before_sleep(state: RetryCallState) -> None:

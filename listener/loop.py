@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from base.tasks import cancel, first_of
 from listener.advertised import AdvertisedCapacity
 from listener.wire import JobMessage, Message, Session, Statistics
 
@@ -185,21 +186,15 @@ class Listener:
         """
         log.warning("holding a message until the runner set can be patched")
         done = asyncio.create_task(self._scaler.wait_in_sync(), name="wait-in-sync")
-        stopping = asyncio.create_task(stop.wait(), name="stop-wait")
         try:
-            while True:
-                await asyncio.wait(
-                    {done, stopping},
-                    timeout=self._keepalive_interval,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if stopping.done() or done.done():
+            while not await first_of(stop, done, within=self._keepalive_interval):
+                if done.done():
                     break
                 poll = asyncio.create_task(
                     self._session.get_message(self._last_message_id, self._header),
                     name="keepalive-poll",
                 )
-                await asyncio.wait({poll, done, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                await first_of(stop, poll, done)
                 if poll.done():
                     poll.result()  # an error here is as fatal as on any poll
                     self._on_poll()
@@ -207,7 +202,6 @@ class Listener:
                     await _abandon(poll)
         finally:
             done.cancel()
-            stopping.cancel()
         return not stop.is_set()
 
     async def _handle(self, message: Message) -> None:
@@ -267,58 +261,48 @@ class Listener:
             poll = asyncio.create_task(
                 self._session.get_message(self._last_message_id, self._header), name="get-message"
             )
-            stopping = asyncio.create_task(stop.wait(), name="stop-wait")
-            try:
-                while True:
-                    current = self._capacity.value
-                    wait: float | None = None
-                    if current != self._sent:
-                        if current < self._sent:
-                            break  # a drop goes out at once
-                        # A rise waits out the rate limit, so a flapping value cannot turn
-                        # into a request storm.
-                        wait = issued_at + self._reissue_interval - self._clock()
-                        if wait <= 0:
-                            break
-                    changed = asyncio.create_task(
-                        self._capacity.wait_changed(self._capacity.version), name="capacity-wait"
-                    )
-                    try:
-                        await asyncio.wait(
-                            {poll, stopping, changed},
-                            timeout=wait,
-                            return_when=asyncio.FIRST_COMPLETED,
-                        )
-                    finally:
-                        changed.cancel()
-                    if poll.done():
-                        return poll.result()
-                    if stopping.done():
-                        return await _abandon(poll)
-                    # Otherwise the value changed (or a rise's wait is over): look again. A
-                    # value that changed back to what is in flight keeps the poll.
-                outcome = await _abandon(poll)
-                if outcome is not _ABANDONED:
-                    return outcome
-                self.reissued_polls += 1
-                log.debug(
-                    "capacity changed, re-issuing poll",
-                    extra={"old": self._sent, "new": self._capacity.value},
+            while True:
+                current = self._capacity.value
+                wait: float | None = None
+                if current != self._sent:
+                    if current < self._sent:
+                        break  # a drop goes out at once
+                    # A rise waits out the rate limit, so a flapping value cannot turn into
+                    # a request storm.
+                    wait = issued_at + self._reissue_interval - self._clock()
+                    if wait <= 0:
+                        break
+                changed = asyncio.create_task(
+                    self._capacity.wait_changed(self._capacity.version), name="capacity-wait"
                 )
-                # The abandoned poll was held by the service without an error: the session
-                # works, which is what readiness reports. And a capacity that changes faster
-                # than a poll completes must not starve the 202 path (the scale-down patch).
-                self._on_poll()
-                if self._clock() - self._last_sync >= self._quiet_interval:
-                    return _QUIET
-            finally:
-                stopping.cancel()
+                try:
+                    stopped = await first_of(stop, poll, changed, within=wait)
+                finally:
+                    changed.cancel()
+                if poll.done():
+                    return poll.result()
+                if stopped:
+                    return await _abandon(poll)
+                # Otherwise the value changed (or a rise's wait is over): look again. A value
+                # that changed back to what is in flight keeps the poll.
+            outcome = await _abandon(poll)
+            if outcome is not _ABANDONED:
+                return outcome
+            self.reissued_polls += 1
+            log.debug(
+                "capacity changed, re-issuing poll",
+                extra={"old": self._sent, "new": self._capacity.value},
+            )
+            # The abandoned poll was held by the service without an error: the session works,
+            # which is what readiness reports. And a capacity that changes faster than a poll
+            # completes must not starve the 202 path (the scale-down patch).
+            self._on_poll()
+            if self._clock() - self._last_sync >= self._quiet_interval:
+                return _QUIET
 
 
 async def _abandon(poll: asyncio.Task[Message | None]) -> Message | _Abandoned | None:
     """Cancel an in-flight poll; if it finished first, its result still counts."""
-    poll.cancel()
-    await asyncio.wait({poll})
-    if poll.cancelled():
+    if await cancel(poll):
         return _ABANDONED
     return poll.result()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any, Protocol
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
+from base.backoff import exponential, half_jitter
 from base.kube import ARC_GROUP, ARC_VERSION, Kube, KubeError, KubeErrorKind
 from listener.config import MAX_INT32
 from listener.wire import JobMessage
@@ -110,8 +110,7 @@ class PatchRetry:
     def wait(self, attempt: int, error: KubeError | None) -> float:
         if error is not None and error.retry_after is not None:
             return min(error.retry_after, self.retry_after_max)
-        delay = min(self.cap, self.base * 2.0 ** max(0, attempt - 1))
-        return random.uniform(delay / 2, delay)
+        return half_jitter(exponential(attempt, base=self.base, cap=self.cap))
 
 
 def _transient(exc: BaseException) -> bool:

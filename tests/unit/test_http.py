@@ -132,10 +132,6 @@ async def test_retryable_status_exhausted_raises_not_returns(
     assert info.value.last_error.message == "busy"
 
 
-def test_backoff_is_capped() -> None:
-    assert [http._backoff(n) for n in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
-
-
 @pytest.mark.parametrize("status", [501, 400, 404, 409, 422, 401, 403])
 @respx.mock
 async def test_non_retryable_statuses_are_returned_at_once(
