@@ -11,13 +11,12 @@ prometheus_client's process-wide switch is left alone).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
-from prometheus_client.metrics_core import Metric
 
+from base.exposition import GoStyleCollector
 from capacity.model import Demand, DemandSource, HudResult, Observed, Plan, PodPhase, Role
 
 if TYPE_CHECKING:
@@ -35,23 +34,6 @@ GITHUB_CALL_RESULTS: Final = ("ok", "not_modified", "rate_limited", "error")
 
 _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _HUD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-
-
-class _NoCreated:
-    """Exposes metrics without their ``_created`` samples."""
-
-    def __init__(self, metrics: list[MetricWrapperBase]) -> None:
-        self._metrics = metrics
-
-    def describe(self) -> list[Metric]:
-        return [family for m in self._metrics for family in m.describe()]
-
-    def collect(self) -> Iterator[Metric]:
-        for metric in self._metrics:
-            for family in metric.collect():
-                created = family.name + "_created"
-                family.samples = [s for s in family.samples if s.name != created]
-                yield family
 
 
 Registry = CollectorRegistry
@@ -193,7 +175,7 @@ class CapacityMetrics:
             self.signal_changes,
         ]
         self._prime()
-        self._collector = _NoCreated(everything)
+        self._collector = GoStyleCollector(everything)
         self._registry = registry
         registry.register(self._collector)
 

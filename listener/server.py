@@ -28,7 +28,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
-from listener.metrics import GoStyleCollector
+from base.exposition import GoStyleCollector
 
 log = logging.getLogger("listener.server")
 
