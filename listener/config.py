@@ -44,6 +44,8 @@ from urllib.parse import unquote, urlsplit
 
 from cryptography import x509
 
+from listener.gojson import Fields, type_name
+
 
 class VaultError(Exception):
     """The vault config is unusable or the secret could not be read (one line, ARC's words).
@@ -319,46 +321,24 @@ def _go_quote(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _type_name(value: object) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
 def _decode_error(key: str, want: str, value: object) -> ConfigError:
     # Only the JSON type of the offending value is named, never the value: the field might
     # hold a secret.
     return ConfigError(
-        f"failed to decode config: {key} must be {want}, got {_type_name(value)}",
+        f"failed to decode config: {key} must be {want}, got {type_name(value)}",
         field=key,
         stage="read",
     )
 
 
-class _Object:
-    """A JSON object looked up the way Go's decoder matches struct fields."""
+class _Object(Fields):
+    """A config.json object: Go's field matching, ARC's decode errors."""
 
     def __init__(self, raw: Mapping[str, Any], where: str = "") -> None:
         # Go prefers an exact key match, then a case-insensitive one; for a file written by
         # the controller (exact keys, no duplicates) "last case-folded key wins" is identical.
-        self._values: dict[str, Any] = {}
-        for key, value in raw.items():
-            self._values[key.casefold()] = value
+        super().__init__(raw)
         self._where = where
-
-    def has(self, key: str) -> bool:
-        return key.casefold() in self._values
-
-    def get(self, key: str) -> Any:
-        return self._values.get(key.casefold())
 
     def name(self, key: str) -> str:
         return f"{self._where}{key}"
@@ -511,7 +491,7 @@ def _vault_credentials(obj: _Object, lookup_key: str, read_secret: VaultReader) 
         ) from None
     if not isinstance(data, dict):
         raise ConfigError(
-            f"{prefix}expected a JSON object, got {_type_name(data)}",
+            f"{prefix}expected a JSON object, got {type_name(data)}",
             field="vault_lookup_key",
             stage="read",
         )
@@ -567,7 +547,7 @@ def parse_config(
         ) from None
     if not isinstance(data, dict):
         raise ConfigError(
-            f"failed to decode config: expected a JSON object, got {_type_name(data)}",
+            f"failed to decode config: expected a JSON object, got {type_name(data)}",
             stage="read",
         )
     obj = _Object(data)

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from listener.gojson import Fields, fold_keys, type_name
+
 MESSAGE_TYPE_JOB_MESSAGES = "RunnerScaleSetJobMessages"
 """The only envelope ``messageType`` the listener accepts."""
 
@@ -132,17 +134,10 @@ def decode_json(body: bytes) -> Any:
 
     The Actions service is known to prefix bodies with a BOM (docs/wire-protocol.md §2).
     """
-    return _decode(body, fold_keys=False)
+    return _decode(body, fold=False)
 
 
-def _fold_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # Go assigns object members in document order, so when two keys differ only in case the
-    # later one wins. Folding while the pairs are still in document order reproduces that
-    # (a plain dict would keep the position of the first of two identical keys).
-    return {key.lower(): value for key, value in pairs}
-
-
-def _decode(body: bytes, *, fold_keys: bool) -> Any:
+def _decode(body: bytes, *, fold: bool) -> Any:
     if body.startswith(_UTF8_BOM):
         body = body[len(_UTF8_BOM) :]
     try:
@@ -150,7 +145,7 @@ def _decode(body: bytes, *, fold_keys: bool) -> Any:
     except UnicodeDecodeError as exc:
         raise WireError(f"response body is not UTF-8: {exc.reason} at byte {exc.start}") from None
     try:
-        return json.loads(text, object_pairs_hook=_fold_keys if fold_keys else None)
+        return json.loads(text, object_pairs_hook=fold_keys if fold else None)
     except json.JSONDecodeError as exc:
         raise WireError(
             f"response body is not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})"
@@ -162,15 +157,16 @@ class _Fields:
 
     def __init__(self, obj: object, where: str) -> None:
         if not isinstance(obj, dict):
-            raise WireError(f"{where or 'response'}: expected a JSON object, got {_kind(obj)}")
+            raise WireError(f"{where or 'response'}: expected a JSON object, got {type_name(obj)}")
         self._where = where
-        self._values: dict[str, object] = {str(k).lower(): v for k, v in obj.items()}
+        self._fields = Fields(obj)
 
     def path(self, key: str) -> str:
         return f"{self._where}.{key}" if self._where else key
 
     def raw(self, key: str) -> object:
-        return self._values.get(key.lower())
+        value: object = self._fields.get(key)
+        return value
 
     def integer(self, key: str) -> int:
         value = self.raw(key)
@@ -178,7 +174,7 @@ class _Fields:
             return 0
         # bool is an int subclass in Python but never a number in JSON.
         if isinstance(value, bool) or not isinstance(value, int):
-            raise WireError(f"{self.path(key)}: expected an integer, got {_kind(value)}")
+            raise WireError(f"{self.path(key)}: expected an integer, got {type_name(value)}")
         return value
 
     def string(self, key: str) -> str:
@@ -187,7 +183,7 @@ class _Fields:
             return ""
         if not isinstance(value, str):
             # Only the JSON type is reported, never the value: safe for secret fields too.
-            raise WireError(f"{self.path(key)}: expected a string, got {_kind(value)}")
+            raise WireError(f"{self.path(key)}: expected a string, got {type_name(value)}")
         return value
 
     def strings(self, key: str) -> tuple[str, ...]:
@@ -195,10 +191,12 @@ class _Fields:
         if value is None:
             return ()
         if not isinstance(value, list):
-            raise WireError(f"{self.path(key)}: expected an array of strings, got {_kind(value)}")
+            raise WireError(
+                f"{self.path(key)}: expected an array of strings, got {type_name(value)}"
+            )
         for i, item in enumerate(value):
             if not isinstance(item, str):
-                raise WireError(f"{self.path(key)}[{i}]: expected a string, got {_kind(item)}")
+                raise WireError(f"{self.path(key)}[{i}]: expected a string, got {type_name(item)}")
         return tuple(value)
 
     def time(self, key: str) -> datetime | None:
@@ -206,7 +204,7 @@ class _Fields:
         if value is None or value == "":
             return None  # "" is a decode error in Go; see the note above _job_id
         if not isinstance(value, str):
-            raise WireError(f"{self.path(key)}: expected an RFC 3339 time, got {_kind(value)}")
+            raise WireError(f"{self.path(key)}: expected an RFC 3339 time, got {type_name(value)}")
         return _parse_time(value, self.path(key))
 
     def object(self, key: str) -> _Fields | None:
@@ -214,25 +212,6 @@ class _Fields:
         if value is None:
             return None
         return _Fields(value, self.path(key))
-
-
-def _kind(value: object) -> str:
-    """The JSON type name of a decoded value, for error messages (never the value itself)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
 
 
 def _parse_time(value: str, where: str) -> datetime | None:
@@ -282,7 +261,9 @@ def _scale_set(fields: _Fields) -> ScaleSetInfo:
     raw_labels = fields.raw("labels")
     if raw_labels is not None:
         if not isinstance(raw_labels, list):
-            raise WireError(f"{fields.path('labels')}: expected an array, got {_kind(raw_labels)}")
+            raise WireError(
+                f"{fields.path('labels')}: expected an array, got {type_name(raw_labels)}"
+            )
         for i, item in enumerate(raw_labels):
             labels.append(_Fields(item, f"{fields.path('labels')}[{i}]").string("name"))
     return ScaleSetInfo(id=fields.integer("id"), name=fields.string("name"), labels=tuple(labels))
@@ -328,13 +309,13 @@ def _jobs(body: str) -> tuple[JobMessage, ...]:
     if body == "":
         return ()
     try:
-        items = json.loads(body.lstrip("\ufeff"), object_pairs_hook=_fold_keys)
+        items = json.loads(body.lstrip("\ufeff"), object_pairs_hook=fold_keys)
     except json.JSONDecodeError as exc:
         raise WireError(f"body: not valid JSON: {exc.msg} (column {exc.colno})") from None
     if items is None:
         return ()  # the JSON text null: Go decodes it into a nil slice, i.e. no jobs
     if not isinstance(items, list):
-        raise WireError(f"body: expected a JSON array, got {_kind(items)}")
+        raise WireError(f"body: expected a JSON array, got {type_name(items)}")
     jobs: list[JobMessage] = []
     for i, item in enumerate(items):
         fields = _Fields(item, f"body[{i}]")
@@ -350,7 +331,7 @@ def _jobs(body: str) -> tuple[JobMessage, ...]:
 
 def parse_message(body: bytes) -> Message:
     """Parse a 200 long-poll answer (docs/wire-protocol.md §4)."""
-    fields = _Fields(_decode(body, fold_keys=True), "")
+    fields = _Fields(_decode(body, fold=True), "")
     message_type = fields.string("messageType")
     if message_type != MESSAGE_TYPE_JOB_MESSAGES:
         raise WireError(f"messageType: unsupported message type {message_type[:80]!r}")
@@ -370,7 +351,7 @@ def parse_session(body: bytes, *, previous: Statistics | None = None) -> Session
     initial session must carry statistics (they seed the first desired count); ARC's loop
     never reads them from a refreshed session, so a refresh without them is not an error.
     """
-    fields = _Fields(_decode(body, fold_keys=True), "")
+    fields = _Fields(_decode(body, fold=True), "")
     raw_id = fields.string("sessionId")
     try:
         session_uuid = uuid.UUID(raw_id)
@@ -401,20 +382,20 @@ def parse_session(body: bytes, *, previous: Statistics | None = None) -> Session
 
 def parse_scale_set(body: bytes) -> ScaleSetInfo:
     """Parse a ``RunnerScaleSet`` (GET scale set by id)."""
-    return _scale_set(_Fields(_decode(body, fold_keys=True), ""))
+    return _scale_set(_Fields(_decode(body, fold=True), ""))
 
 
 def parse_acquired_jobs(body: bytes) -> list[int]:
     """Parse an acquirejobs answer ``{"count": N, "value": [ids...]}`` into the acquired ids."""
-    fields = _Fields(_decode(body, fold_keys=True), "")
+    fields = _Fields(_decode(body, fold=True), "")
     value = fields.raw("value")
     if value is None:
         return []
     if not isinstance(value, list):
-        raise WireError(f"value: expected an array of integers, got {_kind(value)}")
+        raise WireError(f"value: expected an array of integers, got {type_name(value)}")
     ids: list[int] = []
     for i, item in enumerate(value):
         if isinstance(item, bool) or not isinstance(item, int):
-            raise WireError(f"value[{i}]: expected an integer, got {_kind(item)}")
+            raise WireError(f"value[{i}]: expected an integer, got {type_name(item)}")
         ids.append(item)
     return ids

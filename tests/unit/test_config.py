@@ -381,8 +381,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "metric entry null",
         {"metrics": {"gauges": {"gha_busy_runners": None}}},
-        'failed to decode config: metrics.gauges["gha_busy_runners"] must be an object, '
-        "got NoneType",
+        'failed to decode config: metrics.gauges["gha_busy_runners"] must be an object, got null',
         'metrics.gauges["gha_busy_runners"]',
     ),
     (

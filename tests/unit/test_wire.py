@@ -264,7 +264,7 @@ def test_bad_timestamps_name_the_field(text: str) -> None:
     [
         ({"messageId": "42"}, r"^messageId: expected an integer, got string$"),
         ({"messageId": 4.2}, r"^messageId: expected an integer, got number$"),
-        ({"messageId": True}, r"^messageId: expected an integer, got boolean$"),
+        ({"messageId": True}, r"^messageId: expected an integer, got bool$"),
         ({"body": ["not", "a", "string"]}, r"^body: expected a string, got array$"),
         ({"body": '{"an": "object"}'}, r"^body: expected a JSON array, got object$"),
         ({"body": "[{"}, r"^body: not valid JSON"),
