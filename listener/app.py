@@ -9,6 +9,9 @@ Shutdown (SIGTERM from the kubelet, or SIGINT): the loop finishes the message it
 the capacity monitor and the HTTP server stop, then the session is deleted with its own short
 deadline. An unexpected error in any task ends the TaskGroup; the session is still deleted and
 the process exits non-zero so the controller recreates the pod.
+
+Size: the one place that builds and wires everything; start-up and shutdown order are the
+point of this module and read best in one file.
 """
 
 from __future__ import annotations
