@@ -38,6 +38,7 @@ from typing import Any, Generic, TypeVar
 import aiohttp
 from kubernetes_asyncio import client, config
 
+from base.arc import ARC_GROUP, ARC_VERSION
 from base.backoff import Backoff, half_jitter
 
 log = logging.getLogger("base.kube")
@@ -46,8 +47,6 @@ log = logging.getLogger("base.kube")
 logging.getLogger("kubernetes_asyncio").setLevel(logging.INFO)
 
 _MERGE_PATCH = "application/merge-patch+json"
-ARC_GROUP = "actions.github.com"
-ARC_VERSION = "v1alpha1"
 
 T = TypeVar("T")
 Json = dict[str, Any]

@@ -51,7 +51,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from base.kube import ARC_GROUP, ARC_VERSION, KubeError, RunnerSet
+from base.arc import ARC_GROUP, ARC_VERSION
+from base.kube import KubeError, RunnerSet
 from capacity import policy, specs
 from capacity.cluster import Cluster
 from capacity.demand import DemandReader, GitHubReaderFactory, HttpClient, build_reader

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from base.arc import ARC_GROUP
+
 # k8s.io/apimachinery/pkg/util/rand: the alphabet without vowels and look-alike characters.
 _ALPHANUMS = "bcdfghjklmnpqrstvwxz2456789"
 _FNV_OFFSET = 0x811C9DC5
 _FNV_PRIME = 0x01000193
-_ARC_GROUP = "actions.github.com"
 _RBAC_GROUP = "rbac.authorization.k8s.io"
 _LABELS = {
     "app.kubernetes.io/name": "capacity-listener",
@@ -73,12 +74,12 @@ def manifests(
             # create/delete to labelled pods; the program deletes only pods it found through
             # its placeholder label selector.
             _rule("", "pods", "list", "watch", "create", "delete"),
-            _rule(_ARC_GROUP, "ephemeralrunners", "list", "watch"),
+            _rule(ARC_GROUP, "ephemeralrunners", "list", "watch"),
             # The runner set, by name: ARC names it like the AutoscalingRunnerSet. The view
             # reads it with a list and a watch on fieldSelector metadata.name=<name>, which
             # resourceNames authorises (a get would be narrowed the same way).
             {
-                "apiGroups": [_ARC_GROUP],
+                "apiGroups": [ARC_GROUP],
                 "resources": ["ephemeralrunnersets"],
                 "resourceNames": [scale_set],
                 "verbs": ["list", "watch"],

@@ -21,8 +21,9 @@ from typing import Any, Protocol
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
+from base.arc import ARC_GROUP, ARC_VERSION
 from base.backoff import exponential, half_jitter
-from base.kube import ARC_GROUP, ARC_VERSION, Kube, KubeError, KubeErrorKind
+from base.kube import Kube, KubeError, KubeErrorKind
 from listener.config import MAX_INT32
 from listener.wire import JobMessage
 

@@ -12,13 +12,13 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from base.arc import ARC_GROUP, ARC_VERSION
 from tests.support.capacity_kit import read_pod, wait_running
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.testkit import PAUSE_IMAGE, eventually, pod_manifest
 
 pytestmark = pytest.mark.cluster
 
-ARC_GROUP, ARC_VERSION = "actions.github.com", "v1alpha1"
 MERGE_PATCH = "application/merge-patch+json"
 RUNNER_IMAGE = "ghcr.io/actions/actions-runner:latest"
 

@@ -18,11 +18,12 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from base.arc import ARC_GROUP, ARC_VERSION
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.testkit import PAUSE_IMAGE, eventually, placement
 
 ROOT = Path(__file__).resolve().parents[2]
-ARC_GROUP, ARC_VERSION = "actions.github.com", "v1alpha1"
+
 SCALE_SET_LABEL = "actions.github.com/scale-set-name"
 LADDER = {
     "arc-workflow": 20,
