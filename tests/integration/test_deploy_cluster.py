@@ -29,14 +29,13 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.dynamic import DynamicClient
 
+from base.arc import ARC_GROUP, ARC_VERSION
 from base.kube import Kube, KubeError, Resource
 from capacity.model import Role
 from capacity.settings import load_capacity_settings
 from capacity.specs import OwnerRef, build_template, placeholder_pod
 from capacity.view import View
 from tests.support.capacity_kit import (
-    ARC_GROUP,
-    ARC_VERSION,
     apply_ladder,
     create_ephemeral_runner,
     create_runner_set,
