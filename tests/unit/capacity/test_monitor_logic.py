@@ -15,9 +15,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from base.kube import KubeError, Resource
-from capacity.model import LABEL_ROLE, Role
+from capacity.contract import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, LABEL_ROLE
+from capacity.model import Role
 from capacity.monitor import CapacityMonitor
-from capacity.pods import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH
 from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, Resources
 from tests.support.memory_cluster import MemoryCluster
