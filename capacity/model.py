@@ -10,10 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-# ARC's kubernetes container mode names a runner's workflow pod "<runner-pod>-workflow".
-WORKFLOW_POD_SUFFIX = "-workflow"
-
-
 # --- observed state -----------------------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from capacity import contract
-from capacity.model import WORKFLOW_POD_SUFFIX, Placeholder, PodPhase, RealPod, Role
+from capacity.model import Placeholder, PodPhase, RealPod, Role
 
 Json = dict[str, Any]
 
@@ -22,6 +22,7 @@ SCALE_SET_LABEL = "actions.github.com/scale-set-name"
 RUNNER_POD_LABEL = "runner-pod"  # on workflow pods: the name of the runner pod that made it
 # The hook's job pod name: the runner pod's name cut so that "-workflow" fits in 63 chars.
 _MAX_POD_NAME = 63
+_WORKFLOW_SUFFIX = "-workflow"
 # A placeholder on a node with one of these taints is not confirmed capacity: the node is
 # being removed (Karpenter, cluster-autoscaler) or is not working.
 UNUSABLE_TAINTS = frozenset(
@@ -113,7 +114,7 @@ class WorkflowPod:
 
 def job_pod_name(runner: str) -> str:
     """The name runner-container-hooks gives the job (workflow) pod of runner pod ``runner``."""
-    return runner[: _MAX_POD_NAME - len(WORKFLOW_POD_SUFFIX)] + WORKFLOW_POD_SUFFIX
+    return runner[: _MAX_POD_NAME - len(_WORKFLOW_SUFFIX)] + _WORKFLOW_SUFFIX
 
 
 def workflow_pod_from(obj: Json) -> WorkflowPod | None:
