@@ -1,50 +1,14 @@
 """The capacity monitor's shared vocabulary: frozen values passed between the pure policy and
-the I/O modules (kube, view, hud, reconciler).
+the I/O modules (kube, view, hud, reconciler). The placeholder pods' labels and annotations
+are in ``capacity.contract``.
 
 PURE: no I/O, no clock, no asyncio. Times are epoch seconds (floats) supplied by the caller.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from enum import StrEnum
-
-# --- labels and annotations ---------------------------------------------------------------
-
-LABEL_PREFIX = "capacity-listener.dev/"
-LABEL_SCALE_SET = LABEL_PREFIX + "scale-set"
-LABEL_SLOT = LABEL_PREFIX + "slot"
-LABEL_ROLE = LABEL_PREFIX + "role"
-# Label values are capped at 63 characters, so the untruncated scale-set name is also kept in
-# an annotation for people reading the pod.
-ANNOTATION_SCALE_SET = LABEL_PREFIX + "scale-set"
-ANNOTATION_EXPIRES_AT = LABEL_PREFIX + "expires-at"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGED_BY_VALUE = "capacity-listener"
-
-# ARC's kubernetes container mode names a runner's workflow pod "<runner-pod>-workflow".
-WORKFLOW_POD_SUFFIX = "-workflow"
-
-MAX_LABEL_VALUE = 63
-_HASH_LEN = 10
-
-
-def label_value(text: str) -> str:
-    """`text` as a valid Kubernetes label value: unchanged when it fits in 63 characters,
-    otherwise a prefix plus a short hash of the whole text, so two long names that share a
-    prefix still get different values. The result is deterministic."""
-    if len(text) <= MAX_LABEL_VALUE:
-        return text
-    digest = hashlib.sha256(text.encode()).hexdigest()[:_HASH_LEN]
-    head = text[: MAX_LABEL_VALUE - _HASH_LEN - 1].rstrip("-_.")
-    return f"{head}-{digest}"
-
-
-def placeholder_selector(scale_set: str) -> str:
-    """The label selector that matches every placeholder of one scale set."""
-    return f"{LABEL_SCALE_SET}={label_value(scale_set)},{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}"
-
 
 # --- observed state -----------------------------------------------------------------------
 

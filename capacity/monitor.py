@@ -49,7 +49,6 @@ import random
 import socket
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from base.arc import ARC_GROUP, ARC_VERSION
 from base.kube import KubeError, RunnerSet
@@ -58,7 +57,6 @@ from capacity.cluster import Cluster
 from capacity.demand import DemandReader, GitHubReaderFactory, HttpClient, build_reader
 from capacity.metrics import CapacityMetrics, Registry
 from capacity.model import Demand, HudState, Params, Role
-from capacity.pods import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, fingerprint
 from capacity.reconciler import Manifest, Reconciler
 from capacity.settings import CapacitySettings, to_params
 from capacity.view import View
@@ -163,6 +161,7 @@ class CapacityMonitor:
             scale_set=self.scale_set_name,
             runner_namespace=self.runner_namespace,
             runner_pod_template={"spec": owner.pod_spec},
+            owner_uid=owner.uid,
             owner=ref,
         )
         self._template_for = (owner, template)  # only the current owner's is kept
@@ -170,22 +169,14 @@ class CapacityMonitor:
 
     def _spec_hashes(self, owner: RunnerSet) -> Mapping[Role, str]:
         template = self._template(owner)
-        return {
-            role: fingerprint(specs.placeholder_pod(role, "0", template=template, now=0)["spec"])
-            for role in Role
-        }
+        return {role: specs.spec_hash(role, template) for role in Role}
 
     def build_pair(self, slot: str, owner: RunnerSet, now: float) -> tuple[Manifest, Manifest]:
         template = self._template(owner)
-
-        def one(role: Role) -> dict[str, Any]:
-            pod = specs.placeholder_pod(role, slot, template=template, now=now)
-            annotations = pod["metadata"].setdefault("annotations", {})
-            annotations[ANNOTATION_OWNER_UID] = owner.uid
-            annotations[ANNOTATION_SPEC_HASH] = fingerprint(pod["spec"])
-            return pod
-
-        return one(Role.RUNNER), one(Role.WORKFLOW)
+        return (
+            specs.placeholder_pod(Role.RUNNER, slot, template=template, now=now),
+            specs.placeholder_pod(Role.WORKFLOW, slot, template=template, now=now),
+        )
 
     # --- loops ----------------------------------------------------------------------------
 

@@ -1,33 +1,24 @@
-"""What the capacity monitor reads from the objects it watches, and the pod contract.
+"""What the capacity monitor reads from the objects it watches, and ARC's pod contract.
 
 PURE: raw Kubernetes objects (JSON dicts, as the watch delivers them) → the few fields the
-policy needs (``capacity.model``), plus the labels, annotations and names that tie pods
-together: the scale-set label on runner pods, ``runner-pod`` and the ``<runner>-workflow``
-name on the job pod runner-container-hooks creates, and the owner-uid and spec-hash
-annotations the monitor writes on its placeholders. ``capacity.view`` applies these
-projections to its watch streams; tests and benchmarks use them directly.
+policy needs (``capacity.model``), plus the labels and names ARC and runner-container-hooks
+put on the pods of a job: the scale-set label on runner pods, ``runner-pod`` and the
+``<runner>-workflow`` name on the job pod. The placeholders' own labels and annotations
+(written by ``capacity.specs``, read here) are in ``capacity.contract``. ``capacity.view``
+applies these projections to its watch streams; tests and benchmarks use them directly.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from capacity import model
+from capacity import contract
 from capacity.model import Placeholder, PodPhase, RealPod, Role
 
 Json = dict[str, Any]
 
 SCALE_SET_LABEL = "actions.github.com/scale-set-name"
-# Written on every placeholder by the monitor: the EphemeralRunnerSet uid it was made for
-# (ownership without an ownerReference, e.g. in another namespace) and a hash of its pod
-# spec (a placeholder made from other settings or another template is not adopted).
-ANNOTATION_OWNER_UID = model.LABEL_PREFIX + "owner-uid"
-ANNOTATION_SPEC_HASH = model.LABEL_PREFIX + "spec-hash"
 RUNNER_POD_LABEL = "runner-pod"  # on workflow pods: the name of the runner pod that made it
 # The hook's job pod name: the runner pod's name cut so that "-workflow" fits in 63 chars.
 _MAX_POD_NAME = 63
@@ -50,34 +41,12 @@ _ACTIVE_RUNNER_PHASES = frozenset({"", "Pending", "Running"})
 # --- projections: raw object → the few fields kept ---------------------------------------
 
 
-def _epoch(stamp: object) -> float:
-    """An RFC 3339 timestamp (or epoch seconds) as epoch seconds; 0.0 if absent or bad."""
-    if isinstance(stamp, int | float):
-        return float(stamp)
-    if not isinstance(stamp, str) or not stamp:
-        return 0.0
-    try:
-        return float(stamp)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(stamp).timestamp()
-    except ValueError:
-        return 0.0
-
-
 def _phase(obj: Json) -> PodPhase:
     raw = (obj.get("status") or {}).get("phase") or "Pending"
     try:
         return PodPhase(raw)
     except ValueError:
         return PodPhase.UNKNOWN
-
-
-def fingerprint(pod_spec: Mapping[str, Any]) -> str:
-    """A short, stable hash of a pod spec (key order does not matter)."""
-    text = json.dumps(pod_spec, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +64,7 @@ def placeholder_from(obj: Json) -> PlaceholderPod | None:
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     try:
-        role = Role(labels.get(model.LABEL_ROLE, ""))
+        role = Role(labels.get(contract.LABEL_ROLE, ""))
     except ValueError:
         return None  # not a placeholder this code knows how to count
     annotations = meta.get("annotations") or {}
@@ -103,24 +72,25 @@ def placeholder_from(obj: Json) -> PlaceholderPod | None:
     return PlaceholderPod(
         placeholder=Placeholder(
             name=str(meta.get("name") or ""),
-            slot=str(labels.get(model.LABEL_SLOT, "")),
+            slot=str(labels.get(contract.LABEL_SLOT, "")),
             role=role,
             phase=_phase(obj),
             terminating=bool(meta.get("deletionTimestamp")),
             node_name=spec.get("nodeName") or None,
-            created_at=_epoch(meta.get("creationTimestamp")),
-            expires_at=_epoch(annotations.get(model.ANNOTATION_EXPIRES_AT)),
+            # the API's own timestamps are RFC 3339 like the expiry annotation
+            created_at=contract.parse_expiry(meta.get("creationTimestamp")),
+            expires_at=contract.parse_expiry(annotations.get(contract.ANNOTATION_EXPIRES_AT)),
         ),
         uid=str(meta.get("uid") or ""),
         owner_uids=tuple(
             uid
             for uid in (
                 *(str(o.get("uid") or "") for o in meta.get("ownerReferences") or ()),
-                str(annotations.get(ANNOTATION_OWNER_UID) or ""),
+                str(annotations.get(contract.ANNOTATION_OWNER_UID) or ""),
             )
             if uid
         ),
-        spec_hash=str(annotations.get(ANNOTATION_SPEC_HASH) or ""),
+        spec_hash=str(annotations.get(contract.ANNOTATION_SPEC_HASH) or ""),
     )
 
 

@@ -63,7 +63,6 @@ from dataclasses import dataclass, replace
 
 from capacity.model import (
     FINISHED_PHASES,
-    WORKFLOW_POD_SUFFIX,
     Claim,
     DeleteReason,
     Deletion,
@@ -82,6 +81,7 @@ from capacity.model import (
     Role,
     Sides,
 )
+from capacity.pods import job_pod_name
 
 _HOLDING_PHASES = frozenset({PodPhase.PENDING, PodPhase.RUNNING})
 
@@ -253,7 +253,7 @@ def _runners_needing_workflow_room(observed: Observed) -> int:
     a lone placeholder-workflow a little longer."""
     with_workflow = {w.name for w in observed.workflow_pods if _holds_capacity(w)}
     alive = [r for r in observed.runner_pods if not r.terminating and r.phase in _HOLDING_PHASES]
-    served = sum(1 for r in alive if r.name + WORKFLOW_POD_SUFFIX in with_workflow)
+    served = sum(1 for r in alive if job_pod_name(r.name) in with_workflow)
     return max(0, len(alive) - served, observed.active_runners - served)
 
 

@@ -1,5 +1,6 @@
 """Placeholder pod manifests (docs/capacity-model.md §7), as plain dicts ready for the
-Kubernetes API.
+Kubernetes API, with every label and annotation of the placeholder contract
+(``capacity.contract``) written here and nowhere else.
 
 PURE: no I/O, no clock. `now` is passed in.
 
@@ -12,25 +13,29 @@ the node autoscaler treat them as ordinary pods of the runner (or workflow) node
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from capacity.model import (
+from capacity.contract import (
     ANNOTATION_EXPIRES_AT,
+    ANNOTATION_OWNER_UID,
     ANNOTATION_SCALE_SET,
+    ANNOTATION_SPEC_HASH,
     LABEL_MANAGED_BY,
     LABEL_ROLE,
     LABEL_SCALE_SET,
     LABEL_SLOT,
     MANAGED_BY_VALUE,
-    Role,
+    NAME_HASH_LEN,
+    fingerprint,
+    format_expiry,
     label_value,
+    short_hash,
 )
+from capacity.model import Role
 
 if TYPE_CHECKING:  # settings reads files; this module only reads the values
     from capacity.settings import CapacitySettings
@@ -43,7 +48,6 @@ RUNNER_CONTAINER = "runner"  # ARC's runner container name in the pod template
 _ROLE_SUFFIX = {Role.RUNNER: "r", Role.WORKFLOW: "w"}
 _SLOT = re.compile(r"^[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?$")
 _NAME_CHARS = re.compile(r"[^a-z0-9-]")
-_HASH_LEN = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +83,9 @@ class HalfShape:
 
 @dataclass(frozen=True, kw_only=True)
 class PlaceholderTemplate:
-    """Everything `placeholder_pod` needs besides role, slot and time."""
+    """Everything `placeholder_pod` needs besides role, slot and time. `owner_uid` is the
+    EphemeralRunnerSet's uid, written as the owner annotation whatever `owner` (the
+    ownerReference, which may name another object) is: adoption checks it."""
 
     scale_set: str
     namespace: str
@@ -87,9 +93,12 @@ class PlaceholderTemplate:
     ttl: float
     runner: HalfShape
     workflow: HalfShape
+    owner_uid: str
     owner: OwnerRef | None = None
 
     def __post_init__(self) -> None:
+        if not self.owner_uid:
+            raise ValueError("placeholder owner_uid (the EphemeralRunnerSet's uid) is empty")
         if self.owner is not None and self.owner.namespace != self.namespace:
             raise ValueError(
                 f"placeholder owner {self.owner.kind}/{self.owner.name} is in namespace "
@@ -106,10 +115,6 @@ class PlaceholderTemplate:
 # --- names and times ----------------------------------------------------------------------
 
 
-def _short_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:_HASH_LEN]
-
-
 def pod_name(scale_set: str, slot: str, role: Role) -> str:
     """Deterministic, at most 63 characters, a valid DNS label: `<scale set>-ph-<slot>-<r|w>`.
     A scale-set name that is too long or has characters a label cannot hold is shortened
@@ -119,8 +124,9 @@ def pod_name(scale_set: str, slot: str, role: Role) -> str:
     room = MAX_POD_NAME - len(suffix)
     clean = _NAME_CHARS.sub("-", scale_set.lower()).strip("-")
     if clean != scale_set or len(clean) > room or not clean:
-        head = clean[: room - _HASH_LEN - 1].strip("-")
-        clean = f"{head}-{_short_hash(scale_set)}" if head else _short_hash(scale_set)
+        head = clean[: room - NAME_HASH_LEN - 1].strip("-")
+        digest = short_hash(scale_set, NAME_HASH_LEN)
+        clean = f"{head}-{digest}" if head else digest
     return clean + suffix
 
 
@@ -128,11 +134,6 @@ def check_slot(slot: str) -> str:
     if not _SLOT.match(slot):
         raise ValueError(f"invalid slot id {slot!r} (lowercase letters, digits, '-'; ≤ 20)")
     return slot
-
-
-def format_expiry(epoch: float) -> str:
-    """The expiry annotation's value: RFC 3339 in UTC, whole seconds."""
-    return datetime.fromtimestamp(math.ceil(epoch), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --- from settings and the runner pod template --------------------------------------------
@@ -162,6 +163,7 @@ def build_template(
     scale_set: str,
     runner_namespace: str,
     runner_pod_template: Mapping[str, Any] | None,
+    owner_uid: str,
     owner: OwnerRef | None,
 ) -> PlaceholderTemplate:
     """Resolve the settings against the scale set's runner pod template (a PodTemplateSpec as
@@ -208,6 +210,7 @@ def build_template(
         ttl=settings.placeholder_ttl,
         runner=runner,
         workflow=workflow,
+        owner_uid=owner_uid,
         owner=owner,
     )
 
@@ -221,36 +224,9 @@ def _needs_limits(resource: str) -> bool:
     return "/" in resource or resource.startswith("hugepages-")
 
 
-def placeholder_pod(
-    role: Role, slot: str, *, template: PlaceholderTemplate, now: float
-) -> dict[str, Any]:
-    """The Pod manifest for one half of slot `slot`.
-
-    Owner invariant: the owner reference must point at an object in the *same namespace* as
-    the placeholder. Kubernetes' garbage collector treats an owner reference that resolves
-    in another namespace as absent and deletes the dependent at once, so a cross-namespace
-    owner makes every placeholder vanish right after it is created. `PlaceholderTemplate`
-    refuses such an owner; with no owner, orphans are removed by the policy's ORPHAN rule
-    and the start-up sweep instead.
-    """
+def _pod_spec(role: Role, template: PlaceholderTemplate) -> dict[str, Any]:
+    """One half's pod spec: everything the spec hash covers (no slot, no time, no owner)."""
     shape = template.shape(role)
-    ttl_seconds = math.ceil(template.ttl)
-    metadata: dict[str, Any] = {
-        "name": pod_name(template.scale_set, slot, role),
-        "namespace": template.namespace,
-        "labels": {
-            LABEL_SCALE_SET: label_value(template.scale_set),
-            LABEL_SLOT: slot,
-            LABEL_ROLE: role.value,
-            LABEL_MANAGED_BY: MANAGED_BY_VALUE,
-        },
-        "annotations": {
-            ANNOTATION_SCALE_SET: template.scale_set,
-            ANNOTATION_EXPIRES_AT: format_expiry(now + template.ttl),
-        },
-    }
-    if template.owner is not None:
-        metadata["ownerReferences"] = [template.owner.to_k8s()]
     resources: dict[str, Any] = {"requests": dict(shape.requests)}
     limits = {k: v for k, v in shape.requests.items() if _needs_limits(k)}
     if limits:
@@ -272,7 +248,7 @@ def placeholder_pod(
                 "name": "placeholder",
                 "image": template.image,
                 "imagePullPolicy": "IfNotPresent",
-                "command": ["sleep", str(ttl_seconds)],
+                "command": ["sleep", str(math.ceil(template.ttl))],
                 "resources": resources,
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
@@ -288,4 +264,45 @@ def placeholder_pod(
         spec["nodeSelector"] = dict(shape.node_selector)
     if shape.tolerations:
         spec["tolerations"] = [dict(t) for t in shape.tolerations]
+    return spec
+
+
+def spec_hash(role: Role, template: PlaceholderTemplate) -> str:
+    """The spec-hash annotation every `role` placeholder built from `template` carries: the
+    value a placeholder must have to be adopted."""
+    return fingerprint(_pod_spec(role, template))
+
+
+def placeholder_pod(
+    role: Role, slot: str, *, template: PlaceholderTemplate, now: float
+) -> dict[str, Any]:
+    """The Pod manifest for one half of slot `slot`: every label and annotation of the
+    placeholder contract, the spec hash computed over the spec below.
+
+    Owner invariant: the owner reference must point at an object in the *same namespace* as
+    the placeholder. Kubernetes' garbage collector treats an owner reference that resolves
+    in another namespace as absent and deletes the dependent at once, so a cross-namespace
+    owner makes every placeholder vanish right after it is created. `PlaceholderTemplate`
+    refuses such an owner; with no owner, orphans are removed by the policy's ORPHAN rule
+    and the start-up sweep instead.
+    """
+    spec = _pod_spec(role, template)
+    metadata: dict[str, Any] = {
+        "name": pod_name(template.scale_set, slot, role),
+        "namespace": template.namespace,
+        "labels": {
+            LABEL_SCALE_SET: label_value(template.scale_set),
+            LABEL_SLOT: slot,
+            LABEL_ROLE: role.value,
+            LABEL_MANAGED_BY: MANAGED_BY_VALUE,
+        },
+        "annotations": {
+            ANNOTATION_SCALE_SET: template.scale_set,
+            ANNOTATION_EXPIRES_AT: format_expiry(now + template.ttl),
+            ANNOTATION_OWNER_UID: template.owner_uid,
+            ANNOTATION_SPEC_HASH: fingerprint(spec),
+        },
+    }
+    if template.owner is not None:
+        metadata["ownerReferences"] = [template.owner.to_k8s()]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

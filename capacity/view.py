@@ -3,7 +3,7 @@
 Five list+watch streams, all label- or field-selected on the server so unrelated pods never
 reach this process:
 
-- placeholders of this scale set (``model.placeholder_selector``) in the placeholder namespace;
+- placeholders of this scale set (``contract.placeholder_selector``) in the placeholder namespace;
 - runner pods of this scale set (``actions.github.com/scale-set-name=<scale set>``) in the
   runner namespace, minus any pod that carries the workflow label;
 - workflow pods (label ``runner-pod``, set by ARC's container hook to the runner pod's name)
@@ -16,7 +16,8 @@ reach this process:
   runner pod template.
 
 The projections from raw objects (and the labels and annotations they read) are in
-``capacity.pods``.
+``capacity.pods``, the placeholder contract (labels, annotations, selector) in
+``capacity.contract``.
 
 With node checks on, the nodes under Running placeholders are fetched one by one
 (``refresh_nodes``), never through an all-nodes informer (ci-infra #965).
@@ -45,7 +46,7 @@ from base.kube import (
     WatchEvent,
     runner_set_from,
 )
-from capacity import model
+from capacity import contract
 from capacity.cluster import Cluster
 from capacity.model import Observed, Placeholder, PodPhase, RealPod, Role
 from capacity.pods import (
@@ -157,7 +158,7 @@ class View:
         """Run every list+watch until cancelled."""
         pods_here = Resource.pods(self.placeholder_namespace)
         pods_there = Resource.pods(self.runner_namespace)
-        runner_sel = f"{SCALE_SET_LABEL}={model.label_value(self.scale_set_name)}"
+        runner_sel = f"{SCALE_SET_LABEL}={contract.label_value(self.scale_set_name)}"
         async with asyncio.TaskGroup() as tg:
             tg.create_task(
                 self._follow(
@@ -165,7 +166,7 @@ class View:
                     self.kube.informer(
                         pods_here,
                         placeholder_from,
-                        label_selector=model.placeholder_selector(self.scale_set_name),
+                        label_selector=contract.placeholder_selector(self.scale_set_name),
                     ),
                     self.placeholders,
                 )
@@ -178,7 +179,7 @@ class View:
                         real_pod_from,
                         label_selector=(
                             f"{runner_sel},!{RUNNER_POD_LABEL},"
-                            f"{model.LABEL_MANAGED_BY}!={model.MANAGED_BY_VALUE}"
+                            f"{contract.LABEL_MANAGED_BY}!={contract.MANAGED_BY_VALUE}"
                         ),
                     ),
                     self.runner_pods,

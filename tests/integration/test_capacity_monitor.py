@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
 from base.kube import Kube, KubeError
-from capacity.model import placeholder_selector
+from capacity.contract import placeholder_selector
 from capacity.monitor import CapacityMonitor
 from capacity.settings import CapacitySettings, HudSettings, Resources
 from tests.support.capacity_kit import (

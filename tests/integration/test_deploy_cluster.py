@@ -188,6 +188,7 @@ async def test_overlay_pods_pass_api_validation_and_admission(
         scale_set=f"arc-{flavour}",
         runner_namespace=namespace,
         runner_pod_template=overlay["template"],
+        owner_uid="00000000-0000-0000-0000-000000000000",  # a dry run: no runner set exists
         owner=None,
     )
     for role in Role:
@@ -449,6 +450,7 @@ async def _create_placeholder(listener: Listener) -> None:
         scale_set=SCALE_SET,
         runner_namespace=listener.namespace,
         runner_pod_template={"spec": listener.runner_set["spec"]["ephemeralRunnerSpec"]["spec"]},
+        owner_uid=owner.uid,
         owner=owner,
     )
     pod = placeholder_pod(Role.RUNNER, listener.unique("s"), template=template, now=time.time())

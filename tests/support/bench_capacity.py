@@ -37,10 +37,9 @@ from typing import Any, cast
 from prometheus_client import CollectorRegistry
 
 from base.kube import Kube, RunnerSet, connect
+from capacity.contract import LABEL_ROLE, LABEL_SLOT
 from capacity.metrics import CapacityMetrics
 from capacity.model import (
-    LABEL_ROLE,
-    LABEL_SLOT,
     Demand,
     DemandSource,
     PodPhase,

@@ -63,7 +63,7 @@ from tests.support.runner_standin import (
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PAT = "ghp_e2e_fake_token"
 HUD_TOKEN = "hud-e2e-token"
-# Placeholder labels (capacity/model.py); repeated here so this module does not import the
+# Placeholder labels (capacity/contract.py); repeated here so this module does not import the
 # product to observe it.
 PLACEHOLDER_ROLE_LABEL = "capacity-listener.dev/role"
 PLACEHOLDER_SCALE_SET_LABEL = "capacity-listener.dev/scale-set"

@@ -18,7 +18,7 @@ from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
 from base.kube import Kube
-from capacity.model import placeholder_selector
+from capacity.contract import placeholder_selector
 from capacity.monitor import CapacityMonitor
 from capacity.settings import CapacitySettings, Resources, Toleration
 from tests.support.capacity_kit import (

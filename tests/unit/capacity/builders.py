@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from capacity.model import (
-    WORKFLOW_POD_SUFFIX,
     Observed,
     Params,
     Placeholder,
@@ -14,6 +13,7 @@ from capacity.model import (
     RealPod,
     Role,
 )
+from capacity.pods import job_pod_name
 
 R = PodPhase.RUNNING
 P = PodPhase.PENDING
@@ -76,7 +76,8 @@ def runner(name: str, phase: PodPhase = R, *, bound: bool = True) -> RealPod:
 
 
 def workflow(runner_name: str, phase: PodPhase = R, *, bound: bool = True) -> RealPod:
-    return RealPod(name=runner_name + WORKFLOW_POD_SUFFIX, phase=phase, bound=bound)
+    """The job pod of runner pod `runner_name`, named as runner-container-hooks names it."""
+    return RealPod(name=job_pod_name(runner_name), phase=phase, bound=bound)
 
 
 def apply_plan(observed: Observed, plan: Plan, params: Params, now: float) -> Observed:

@@ -15,9 +15,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from base.kube import KubeError, Resource
-from capacity.model import LABEL_ROLE, Role
+from capacity.contract import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, LABEL_ROLE
+from capacity.model import Role
 from capacity.monitor import CapacityMonitor
-from capacity.pods import ANNOTATION_SPEC_HASH
 from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, Resources
 from tests.support.memory_cluster import MemoryCluster
@@ -287,6 +287,22 @@ async def test_shutdown_also_deletes_pods_being_created() -> None:
 
 
 # --- adopt and sweep ----------------------------------------------------------------------
+
+
+async def test_spec_hash_written_and_expected_is_the_one_older_listeners_wrote() -> None:
+    """Placeholders made by an earlier version are adopted only if their spec hash is the
+    same: these values were written by it for these settings and this runner set (change
+    them only with a spec change meant to sweep the old placeholders)."""
+    scene = start()
+    async with Running(scene):
+        owner = scene.monitor.view.runner_set
+        assert owner is not None
+        hashes = {Role.RUNNER: "788c592a9b491e5e", Role.WORKFLOW: "5ad5003819c28bce"}
+        assert dict(scene.monitor.view.expected_hashes()) == hashes
+        for pod, role in zip(scene.monitor.build_pair("7", owner, NOW), Role, strict=True):
+            annotations = pod["metadata"]["annotations"]
+            assert annotations[ANNOTATION_SPEC_HASH] == hashes[role]
+            assert annotations[ANNOTATION_OWNER_UID] == OWNER_UID
 
 
 async def test_start_adopts_verified_placeholders_and_sweeps_the_rest() -> None:

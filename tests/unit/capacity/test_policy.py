@@ -62,6 +62,9 @@ class Case:
     deletes: dict[str, DeleteReason] = field(default_factory=dict)
 
 
+# ARC's runner pod name (<scale set>-<id>-runner-<id>) for a 40-character scale-set name.
+LONG_RUNNER = "pytorch-linux-jammy-cuda12-8-gpu-a10g-4x-x7k2p-runner-abcde"
+
 CASES = {
     "empty-and-no-demand": Case(),
     "proactive-capacity-creates-pairs": Case(knobs={"proactive_capacity": 2}, creates=2),
@@ -121,6 +124,18 @@ CASES = {
         active=1,
         queued=1,
         advertised=2,
+    ),
+    # A runner pod name too long for "-workflow" to fit in 63 characters: the hooks cut it,
+    # and the runner is served all the same, so nothing holds slot 1's lone half for it.
+    "long-runner-name-is-served-by-its-cut-job-pod": Case(
+        placeholders=(*pair(0), ph(1, W)),
+        runners=(runner(LONG_RUNNER),),
+        workflows=(workflow(LONG_RUNNER),),
+        active=1,
+        queued=1,
+        knobs={"downscale_delay": 0.0},
+        advertised=2,
+        deletes={"ph-1-w": DeleteReason.BROKEN},
     ),
     # The workflow pod preempted slot 0's placeholder-workflow instead of its own (slot 1):
     # slot 0's runner half and slot 1's workflow half still make one spare pair.

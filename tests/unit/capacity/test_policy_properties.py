@@ -8,7 +8,6 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from capacity.model import (
-    WORKFLOW_POD_SUFFIX,
     Demand,
     DemandSource,
     Memory,
@@ -19,6 +18,7 @@ from capacity.model import (
     RealPod,
     Role,
 )
+from capacity.pods import job_pod_name
 from capacity.policy import count_sides, desired_pairs, is_ready, plan
 
 from .builders import apply_plan, ph_name
@@ -84,7 +84,7 @@ def world_st(draw: st.DrawFn) -> tuple[Observed, Params, Demand, Memory]:
         if draw(st.booleans()):
             workflow_pods.append(
                 RealPod(
-                    name=name + WORKFLOW_POD_SUFFIX,
+                    name=job_pod_name(name),
                     phase=draw(PHASES),
                     bound=draw(st.booleans()),
                     terminating=draw(st.booleans()) and draw(st.booleans()),

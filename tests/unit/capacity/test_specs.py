@@ -7,17 +7,21 @@ from typing import Any
 
 import pytest
 
-from capacity.model import (
+from capacity.contract import (
     ANNOTATION_EXPIRES_AT,
+    ANNOTATION_OWNER_UID,
     ANNOTATION_SCALE_SET,
+    ANNOTATION_SPEC_HASH,
     LABEL_MANAGED_BY,
     LABEL_ROLE,
     LABEL_SCALE_SET,
     LABEL_SLOT,
-    Role,
+    fingerprint,
+    format_expiry,
     label_value,
     placeholder_selector,
 )
+from capacity.model import Role
 from capacity.pods import placeholder_from
 from capacity.settings import load_capacity_settings
 from capacity.specs import (
@@ -25,9 +29,9 @@ from capacity.specs import (
     OwnerRef,
     PlaceholderTemplate,
     build_template,
-    format_expiry,
     placeholder_pod,
     pod_name,
+    spec_hash,
     template_requests,
 )
 
@@ -48,12 +52,15 @@ RUNNER_TEMPLATE: dict[str, Any] = {
 }
 
 
+ERS_UID = "0b6b3c0e-1111-2222-3333-444455556666"
+
+
 def owner(namespace: str = "arc-runners") -> OwnerRef:
     return OwnerRef(
         api_version="actions.github.com/v1alpha1",
         kind="EphemeralRunnerSet",
         name="linux-abcde",
-        uid="0b6b3c0e-1111-2222-3333-444455556666",
+        uid=ERS_UID,
         namespace=namespace,
     )
 
@@ -73,6 +80,7 @@ def template(**overrides: Any) -> PlaceholderTemplate:
             requests={"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
             node_selector={"pool": "gpu"},
         ),
+        "owner_uid": ERS_UID,
         "owner": owner(),
     }
     base.update(overrides)
@@ -91,8 +99,16 @@ def test_runner_half_manifest() -> None:
         LABEL_ROLE: "placeholder-runner",
         LABEL_MANAGED_BY: "capacity-listener",
     }
+    assert set(meta["annotations"]) == {
+        ANNOTATION_SCALE_SET,
+        ANNOTATION_EXPIRES_AT,
+        ANNOTATION_OWNER_UID,
+        ANNOTATION_SPEC_HASH,
+    }
     assert meta["annotations"][ANNOTATION_SCALE_SET] == "linux-x64"
     assert read_expiry(meta["annotations"][ANNOTATION_EXPIRES_AT]) == NOW + 900
+    assert meta["annotations"][ANNOTATION_OWNER_UID] == ERS_UID
+    assert meta["annotations"][ANNOTATION_SPEC_HASH] == fingerprint(spec)
     assert meta["ownerReferences"] == [
         {
             "apiVersion": "actions.github.com/v1alpha1",
@@ -141,6 +157,40 @@ def test_workflow_half_uses_workflow_shape_and_limits_extended_resources() -> No
 def test_no_owner_means_no_owner_references() -> None:
     pod = placeholder_pod(Role.RUNNER, "1", template=template(owner=None), now=NOW)
     assert "ownerReferences" not in pod["metadata"]
+    # ownership then rests on the annotation, which names the runner set all the same
+    assert pod["metadata"]["annotations"][ANNOTATION_OWNER_UID] == ERS_UID
+
+
+def test_owner_annotation_names_the_runner_set_whatever_the_reference_names() -> None:
+    role = OwnerRef(
+        api_version="rbac.authorization.k8s.io/v1",
+        kind="Role",
+        name="linux-listener",
+        uid="role-uid",
+        namespace="arc-runners",
+    )
+    pod = placeholder_pod(Role.RUNNER, "1", template=template(owner=role), now=NOW)
+    assert [ref["uid"] for ref in pod["metadata"]["ownerReferences"]] == ["role-uid"]
+    assert pod["metadata"]["annotations"][ANNOTATION_OWNER_UID] == ERS_UID
+
+
+def test_empty_owner_uid_is_refused() -> None:
+    with pytest.raises(ValueError, match="owner_uid"):
+        template(owner_uid="")
+
+
+def test_spec_hash_is_the_annotation_and_follows_the_spec_only() -> None:
+    for role in Role:
+        one = placeholder_pod(role, "1", template=template(), now=NOW)
+        other = placeholder_pod(role, "2", template=template(owner=None), now=NOW + 60)
+        expected = spec_hash(role, template())
+        assert one["metadata"]["annotations"][ANNOTATION_SPEC_HASH] == expected
+        assert other["metadata"]["annotations"][ANNOTATION_SPEC_HASH] == expected
+    assert spec_hash(Role.RUNNER, template()) != spec_hash(Role.WORKFLOW, template())
+    assert spec_hash(Role.RUNNER, template()) != spec_hash(Role.RUNNER, template(ttl=901.0))
+    assert spec_hash(Role.RUNNER, template()) != spec_hash(
+        Role.RUNNER, template(image="registry.local/pause:1")
+    )
 
 
 def test_cross_namespace_owner_is_refused() -> None:
@@ -235,6 +285,7 @@ def test_template_defaults_from_the_runner_pod_template() -> None:
         scale_set="linux",
         runner_namespace="arc-runners",
         runner_pod_template=RUNNER_TEMPLATE,
+        owner_uid=ERS_UID,
         owner=None,
     )
     assert built.namespace == "arc-runners"
@@ -257,6 +308,7 @@ def test_template_without_requests_uses_the_default_runner_size() -> None:
         scale_set="linux",
         runner_namespace="arc-runners",
         runner_pod_template={"spec": {"containers": [{"name": "runner"}]}},
+        owner_uid=ERS_UID,
         owner=None,
     )
     assert built.runner.requests == {"cpu": "750m", "memory": "512Mi"}
@@ -288,6 +340,7 @@ def test_settings_override_the_runner_template() -> None:
         scale_set="linux",
         runner_namespace="arc-runners",
         runner_pod_template=RUNNER_TEMPLATE,
+        owner_uid=ERS_UID,
         owner=owner(namespace="placeholders"),
     )
     assert built.namespace == "placeholders"
@@ -311,5 +364,6 @@ def test_owner_in_the_runner_namespace_while_placeholders_elsewhere_is_refused()
             scale_set="linux",
             runner_namespace="arc-runners",
             runner_pod_template=RUNNER_TEMPLATE,
+            owner_uid=ERS_UID,
             owner=owner(),
         )

@@ -9,14 +9,12 @@ from typing import Any, cast
 import pytest
 
 from base.kube import Kube, NodeState, RunnerSet
-from capacity import model
-from capacity.model import PodPhase, Role
+from capacity import contract
+from capacity.contract import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH
+from capacity.model import PodPhase, RealPod, Role
 from capacity.pods import (
-    ANNOTATION_OWNER_UID,
-    ANNOTATION_SPEC_HASH,
     RUNNER_POD_LABEL,
     WorkflowPod,
-    fingerprint,
     placeholder_from,
     real_pod_from,
     runner_active,
@@ -55,8 +53,8 @@ def pod(
 
 
 def placeholder_pod(name: str, slot: str, role: Role, **kw: Any) -> dict[str, Any]:
-    labels = {model.LABEL_SLOT: slot, model.LABEL_ROLE: role.value}
-    annotations = {model.ANNOTATION_EXPIRES_AT: "2026-11-22T02:15:00Z", **kw.pop("ann", {})}
+    labels = {contract.LABEL_SLOT: slot, contract.LABEL_ROLE: role.value}
+    annotations = {contract.ANNOTATION_EXPIRES_AT: "2026-11-22T02:15:00Z", **kw.pop("ann", {})}
     return pod(name, labels=labels, annotations=annotations, **kw)
 
 
@@ -97,12 +95,12 @@ def test_placeholder_projection_reads_the_owner_annotation_and_odd_values() -> N
     assert no_phase.placeholder.phase == PodPhase.PENDING
     assert no_phase.placeholder.node_name is None
     # A pod without a known role is not counted at all.
-    assert placeholder_from(pod("z", labels={model.LABEL_ROLE: "other"})) is None
+    assert placeholder_from(pod("z", labels={contract.LABEL_ROLE: "other"})) is None
 
 
 def test_missing_expiry_reads_as_already_expired() -> None:
     raw = placeholder_pod("x", "1", Role.RUNNER)
-    del raw["metadata"]["annotations"][model.ANNOTATION_EXPIRES_AT]
+    del raw["metadata"]["annotations"][contract.ANNOTATION_EXPIRES_AT]
     got = placeholder_from(raw)
     assert got is not None
     assert got.placeholder.expires_at == 0.0
@@ -110,12 +108,12 @@ def test_missing_expiry_reads_as_already_expired() -> None:
 
 def test_runner_and_workflow_pod_projections() -> None:
     runner = real_pod_from(pod("r1", node=None, phase="Pending"))
-    assert runner == model.RealPod(name="r1", phase=PodPhase.PENDING, bound=False)
+    assert runner == RealPod(name="r1", phase=PodPhase.PENDING, bound=False)
     # A workflow pod that also carries the scale-set label is not a runner.
     assert real_pod_from(pod("r1-workflow", labels={RUNNER_POD_LABEL: "r1"})) is None
     wf = workflow_pod_from(pod("r1-workflow", labels={RUNNER_POD_LABEL: "r1"}, deleting=True))
     assert wf == WorkflowPod(
-        pod=model.RealPod(name="r1-workflow", phase=PodPhase.RUNNING, bound=True, terminating=True),
+        pod=RealPod(name="r1-workflow", phase=PodPhase.RUNNING, bound=True, terminating=True),
         runner="r1",
     )
     assert workflow_pod_from(pod("lonely")) is None
@@ -154,14 +152,6 @@ def test_runner_active(status: dict[str, str], deleting: bool, active: bool) -> 
     if deleting:
         meta["deletionTimestamp"] = "2026-11-22T02:05:00Z"
     assert runner_active({"metadata": meta, "status": status}) is active
-
-
-def test_fingerprint_ignores_key_order_and_sees_values() -> None:
-    a = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}
-    b = {"containers": [{"resources": {"requests": {"memory": "1Gi", "cpu": "1"}}, "name": "c"}]}
-    c = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}]}
-    assert fingerprint(a) == fingerprint(b)
-    assert fingerprint(a) != fingerprint(c)
 
 
 # --- snapshot -----------------------------------------------------------------------------
@@ -229,10 +219,10 @@ def test_snapshot_keeps_only_our_runners_workflow_pods_and_counts_active_runners
     view = make_view()
     assert view.snapshot().synced is False
     sync(view)
-    view.runner_pods["r1"] = model.RealPod(name="r1", phase=PodPhase.RUNNING, bound=True)
+    view.runner_pods["r1"] = RealPod(name="r1", phase=PodPhase.RUNNING, bound=True)
     for runner in ("r1", "someone-elses"):
         view.workflow_pods[f"{runner}-workflow"] = WorkflowPod(
-            pod=model.RealPod(name=f"{runner}-workflow", phase=PodPhase.RUNNING, bound=True),
+            pod=RealPod(name=f"{runner}-workflow", phase=PodPhase.RUNNING, bound=True),
             runner=runner,
         )
     view.runners.update({"er1": True, "er2": True, "er3": False})
