@@ -16,7 +16,7 @@ import re
 import httpx
 import pytest
 
-from tests.support.e2e import SiteSpec, Stage, metric_value
+from tests.support.e2e_site import SiteSpec, Stage
 from tests.support.image import (
     Built,
     Container,
@@ -24,6 +24,7 @@ from tests.support.image import (
     command_stderr,
     process_uid,
 )
+from tests.support.listener_process import metric_value
 
 # A cold run bootstraps the base (mmdebstrap) and builds before the first test.
 pytestmark = pytest.mark.timeout(900)

@@ -53,21 +53,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from capacity.github_demand import GitHubDemand, GitHubScope
 from capacity.settings import GitHubDemandSettings
 from tests.support.bench_outcomes import outcomes
-from tests.support.e2e import (
-    PodEvent,
-    Pool,
-    Site,
-    SiteSpec,
-    Stage,
-    free_port,
-    local_control_plane,
-    metric_value,
-    new_workdir,
-    percentile,
-)
+from tests.support.control_plane import local_control_plane, new_workdir
+from tests.support.e2e_site import PodEvent, Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
 from tests.support.fake_github_rest import FakeGitHubRest
+from tests.support.listener_process import free_port, metric_value
 from tests.support.localcluster import LocalCluster
+from tests.support.stats import percentile
 
 PAT = "ghp_e2e_fake_token"
 LONG_POLL = 50.0

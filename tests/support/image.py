@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.e2e import ListenerProcess
+from tests.support.listener_process import ListenerProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUITE = "trixie"

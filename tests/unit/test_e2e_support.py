@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.support.e2e import metric_value
+from tests.support.listener_process import metric_value
 
 PAGE = """\
 # HELP gha_job_startup_duration_seconds Time spent waiting for workflow job to get started.
