@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ def listener_config(
     metrics_port: int | None = None,
     log_level: str = "debug",
     log_format: str = "text",
+    github_token: str = PAT,
 ) -> dict[str, Any]:
     """ARC's config.json for one scale set (PAT credentials, keys in the controller's order)."""
     return {
@@ -65,7 +66,7 @@ def listener_config(
         "github_app_id": "",
         "github_app_installation_id": 0,
         "github_app_private_key": "",
-        "github_token": PAT,
+        "github_token": github_token,
         "ephemeral_runner_set_namespace": namespace,
         "ephemeral_runner_set_name": runner_set_name,
         "max_runners": max_runners,
@@ -87,7 +88,12 @@ def _die_with_parent() -> None:
 
 
 class ListenerProcess:
-    """``python -m listener`` as a subprocess. ``start()``; ``await stop()`` sends SIGTERM."""
+    """``python -m listener`` as a subprocess. ``start()``; ``await stop()`` sends SIGTERM.
+
+    ``command`` runs another listener the same way (the conformance tier's reference).
+    ``base_env`` is the environment it starts from: by default this process's, without the
+    listener's own variables (CAPACITY_*, LISTENER_*, HUD_*); ``env`` is laid over the
+    result."""
 
     def __init__(
         self,
@@ -98,6 +104,8 @@ class ListenerProcess:
         kubeconfig: Path,
         capacity: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
+        command: Sequence[str] = LISTENER_COMMAND,
+        base_env: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         self.workdir = workdir
@@ -105,10 +113,13 @@ class ListenerProcess:
         self.kubeconfig = kubeconfig
         self.capacity = dict(capacity) if capacity is not None else None
         self.extra_env = dict(env or {})
+        self.command = list(command)
+        self.base_env = dict(base_env) if base_env is not None else None
         self.log_path = workdir / f"{name}.log"
         self.probe_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
+        self.killed = False  # stop() had to SIGKILL it
 
     @property
     def metrics_url(self) -> str | None:
@@ -130,11 +141,14 @@ class ListenerProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         config_path = self.workdir / f"{self.name}-config.json"
         config_path.write_text(json.dumps(self.config, separators=(",", ":")) + "\n")
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("CAPACITY_", "LISTENER_", "HUD_"))
-        }
+        if self.base_env is not None:
+            env = dict(self.base_env)
+        else:
+            env = {
+                k: v
+                for k, v in os.environ.items()
+                if not k.startswith(("CAPACITY_", "LISTENER_", "HUD_"))
+            }
         env.update(
             {
                 "LISTENER_CONFIG_PATH": str(config_path),
@@ -155,20 +169,30 @@ class ListenerProcess:
         return env
 
     def start(self) -> ListenerProcess:
-        env = self.environment()
+        self.launch(self.command, env=self.environment(), preexec_fn=_die_with_parent)
+        return self
+
+    def launch(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        preexec_fn: Callable[[], None] | None = None,
+        how: str = "",
+    ) -> None:
+        """Start ``argv`` with its output appended to the log, after a line saying when."""
         with self.log_path.open("ab") as log:
-            log.write(f"--- {self.name} starting at {time.strftime('%H:%M:%S')}\n".encode())
+            log.write(f"--- {self.name}{how} starting at {time.strftime('%H:%M:%S')}\n".encode())
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "listener"],
+                list(argv),
                 cwd=REPO_ROOT,
-                env=env,
+                env=None if env is None else dict(env),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
+                preexec_fn=preexec_fn,
             )
         self.started_at = time.monotonic()
-        return self
 
     def log_text(self) -> str:
         try:
@@ -202,6 +226,7 @@ class ListenerProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             if await self.wait_exit(within) is None:
+                self.killed = True
                 self.proc.kill()
                 await self.wait_exit(5.0)
         return int(self.proc.returncode)
