@@ -20,8 +20,6 @@ infrastructure for tests/image).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -31,11 +29,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.build_cache import build_once, cache_dir, locked
 from tests.support.listener_process import ListenerProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -78,8 +77,7 @@ def missing_tools() -> list[str]:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "capacity-listener" / "image-base"
+    return cache_dir("image-base")
 
 
 def mmdebstrap_argv(output: Path) -> list[str]:
@@ -120,18 +118,6 @@ def _run(argv: Sequence[str], what: str, timeout: float) -> str:
     return proc.stdout
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """One bootstrap or build at a time on this machine (they share the container storage)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def image_exists(name: str) -> bool:
     proc = subprocess.run(
         ["buildah", "inspect", "--type", "image", name],
@@ -147,16 +133,19 @@ def ensure_base(progress: Progress = _stderr) -> str:
     key = base_key()
     name = f"{BASE_REPOSITORY}:{key}"
     tarball = cache_root() / f"{key}.tar"
-    with _locked(cache_root() / "lock"):
+    # One bootstrap or build at a time on this machine (they share the container storage).
+    with locked(cache_root() / "lock"):
         if image_exists(name):
             return name
-        if not tarball.exists():
+
+        def bootstrap(staging: Path) -> None:
             progress(f"bootstrapping Debian {SUITE} with python3 (mmdebstrap)")
-            partial = tarball.with_suffix(".partial.tar")
             started = time.monotonic()
-            _run(mmdebstrap_argv(partial), "mmdebstrap", timeout=1200)
-            partial.rename(tarball)
+            # mmdebstrap reads the output format from the name: staging ends in .tar.
+            _run(mmdebstrap_argv(staging), "mmdebstrap", timeout=1200)
             progress(f"base root file system in {time.monotonic() - started:.0f}s")
+
+        build_once(tarball, Path.exists, bootstrap)
         container = _run(["buildah", "from", "scratch"], "buildah from scratch", 60).strip()
         try:
             # `add` unpacks a local tarball, as the Dockerfile instruction does.
@@ -221,7 +210,7 @@ def build_image(tag: str = IMAGE, progress: Progress = _stderr) -> Built:
     """Build the repository's Dockerfile (unchanged) on the local base."""
     base = ensure_base(progress)
     started = time.monotonic()
-    with _locked(cache_root() / "lock"):
+    with locked(cache_root() / "lock"):
         progress(f"buildah bud {tag} on {base}")
         _run(
             [
@@ -423,12 +412,7 @@ class ImageListenerProcess(ListenerProcess):
                         value = target + value.removeprefix(str(source))
                 env[key] = value
         argv = self.container.argv(self.container.entrypoint, env=env, volumes=volumes)
-        with self.log_path.open("ab") as log:
-            log.write(f"--- {self.name} (image) starting at {time.strftime('%H:%M:%S')}\n".encode())
-            self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-            )
-        self.started_at = time.monotonic()
+        self.launch(argv, how=" (image)")
         return self
 
     def main_pid(self) -> int | None:
@@ -450,6 +434,7 @@ class ImageListenerProcess(ListenerProcess):
                 raise AssertionError(f"{self.name}: no single process of uid {self.container.uid}")
             os.kill(pid, signal.SIGTERM)
             if await self.wait_exit(within) is None:
+                self.killed = True
                 os.kill(pid, signal.SIGKILL)
                 await self.wait_exit(5.0)
         return int(self.proc.returncode)
