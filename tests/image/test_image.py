@@ -17,13 +17,8 @@ import httpx
 import pytest
 
 from tests.support.e2e_site import SiteSpec, Stage
-from tests.support.image import (
-    Built,
-    Container,
-    ImageListenerProcess,
-    command_stderr,
-    process_uid,
-)
+from tests.support.image import Built, Container, command_stderr
+from tests.support.image_listener import ImageListenerProcess, process_uid
 from tests.support.listener_process import metric_value
 
 # A cold run bootstraps the base (mmdebstrap) and builds before the first test.

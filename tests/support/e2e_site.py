@@ -32,6 +32,7 @@ from tests.support.control_plane import install_priority_classes, kube_client
 from tests.support.fake_actions import FakeActions, JobState
 from tests.support.fake_github_rest import FakeGitHubRest
 from tests.support.fake_hud import FakeHUD
+from tests.support.kube_calls import watch_objects
 from tests.support.listener_process import (
     HUD_TOKEN,
     PAT,
@@ -47,7 +48,6 @@ from tests.support.runner_standin import (
     RunnerStandIn,
     StandInSpec,
     ephemeral_runner_set_manifest,
-    watch_objects,
 )
 
 # Placeholder labels (capacity/model.py); repeated here so this module does not import the
