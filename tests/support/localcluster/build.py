@@ -9,6 +9,10 @@ GOMODCACHE and GOCACHE are Go's defaults, shared with every other Go build on th
 Karpenter (``go/karpenter``: its pins, our ``main``) is a separate build with its own key and
 directory (``karpenter-<key>/``): only runs that use it pay for it, and moving its pin does not
 rebuild the control plane.
+
+Size: one build recipe for two artefacts (the control plane and Karpenter) that share the Go
+toolchain check, the module queries, the build steps and the cache layout; the cache itself
+(lock, build once) is tests/support/build_cache.py.
 """
 
 from __future__ import annotations
