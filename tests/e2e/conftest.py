@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.e2e import Stage, local_control_plane
+from tests.support.control_plane import local_control_plane
 from tests.support.e2e_karpenter import ensure_karpenter
+from tests.support.e2e_site import Stage
 from tests.support.localcluster import BuildError, ClusterError, LocalCluster
 from tests.support.localcluster.karpenter import Karpenter
 

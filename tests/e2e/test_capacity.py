@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from tests.support.e2e import Pool, Site, SiteSpec, Stage
+from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeJob, JobState
 from tests.support.fake_hud import Outage
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.e2e import Pool, Site, SiteSpec, Stage
 from tests.support.e2e_karpenter import create_site_nodepools, delete_nodepools, nodepool_name
+from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import JobState
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.karpenter import (

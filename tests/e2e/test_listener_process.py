@@ -13,7 +13,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from tests.support.e2e import Site, SiteSpec, Stage
+from tests.support.e2e_site import Site, SiteSpec, Stage
 from tests.support.fake_actions import JobState
 from tests.support.localcluster.testkit import eventually
 from tests.support.runner_standin import ARC_GROUP, ARC_VERSION, ER_PLURAL

@@ -28,8 +28,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.e2e import Pool, Site, SiteSpec, Stage, free_port
+from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeJob, JobState
+from tests.support.listener_process import free_port
 from tests.support.prometheus import TIME_SCALE, Prometheus, seconds, shortened_rules
 from tests.unit.test_deploy_static import (
     DASHBOARD,

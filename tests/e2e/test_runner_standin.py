@@ -12,7 +12,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from tests.support.e2e import Site, SiteSpec, Stage
+from tests.support.e2e_site import Site, SiteSpec, Stage
 from tests.support.fake_actions import JobState
 from tests.support.runner_standin import (
     ARC_GROUP,

@@ -15,14 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import local_cluster, stage
-from tests.support.image import (
-    Built,
-    Container,
-    ImageError,
-    ImageListenerProcess,
-    build_image,
-    missing_tools,
-)
+from tests.support.image import Built, Container, ImageError, build_image, missing_tools
+from tests.support.image_listener import ImageListenerProcess
 
 __all__ = ["local_cluster", "stage"]
 

@@ -18,12 +18,8 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes_asyncio import client
-from prometheus_client import CollectorRegistry
-from pydantic import SecretStr
 
 from base.kube import Kube, KubeError
-from capacity.contract import placeholder_selector
-from capacity.monitor import CapacityMonitor
 from capacity.settings import CapacitySettings, HudSettings, Resources
 from tests.support.capacity_kit import (
     ROOT,
@@ -35,12 +31,12 @@ from tests.support.capacity_kit import (
     runner_pod,
     runner_pod_spec,
     wait_gc_knows_runner_sets,
-    wait_running,
     workflow_pod,
 )
 from tests.support.fake_hud import FakeHUD, Outage
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.testkit import eventually
+from tests.support.monitor_scene import MonitorScene, ScaleSet
 
 pytestmark = pytest.mark.cluster
 
@@ -64,73 +60,6 @@ def settings(**overrides: Any) -> CapacitySettings:
     return CapacitySettings(**values)
 
 
-class Run:
-    """One CapacityMonitor in a task, recording every value it advertises."""
-
-    def __init__(
-        self, api: client.ApiClient, namespace: str, cfg: CapacitySettings, max_runners: int
-    ) -> None:
-        self.namespace = namespace
-        self.max_runners = max_runners
-        self.values: list[tuple[float, int]] = []
-        self.registry = CollectorRegistry()
-        self.reconciles = 0
-        self.kube = Kube(api)
-        # As load_capacity_settings does with HUD_API_TOKEN.
-        hud = cfg.hud.model_copy(update={"token": SecretStr("hud-fake-token")})
-        self.monitor = CapacityMonitor(
-            settings=cfg.model_copy(update={"hud": hud}),
-            kube=self.kube,
-            runner_namespace=namespace,
-            runner_set_name=RUNNER_SET,
-            scale_set_name=SCALE_SET,
-            runner_labels=("self-hosted", LABEL),
-            max_runners=lambda: self.max_runners,
-            set_max_capacity=self._record,
-            registry=self.registry,
-            on_reconcile=self._reconciled,
-        )
-        self.stop = asyncio.Event()
-        self.task = asyncio.create_task(self.monitor.run(self.stop))
-
-    def _record(self, value: int) -> None:
-        self.values.append((time.monotonic(), value))
-
-    def _reconciled(self) -> None:
-        self.reconciles += 1
-
-    @property
-    def advertised(self) -> int:
-        return self.values[-1][1]
-
-    def values_since(self, moment: float) -> list[int]:
-        return [v for t, v in self.values if t >= moment]
-
-    def metric(self, name: str, **labels: str) -> float:
-        value = self.registry.get_sample_value(
-            name, {"name": RUNNER_SET, "namespace": self.namespace, **labels}
-        )
-        return -1.0 if value is None else value
-
-    async def advertises(self, value: int, within: float = 60) -> None:
-        async def check() -> bool:
-            if self.task.done():
-                self.task.result()  # surface a crash at once
-            return bool(self.values) and self.advertised == value
-
-        await eventually(check, f"advertised == {value} (last {self.values[-3:]})", within)
-
-    async def close(self) -> None:
-        self.stop.set()
-        await asyncio.wait_for(self.task, 60)
-
-    async def crash(self) -> None:
-        """End the monitor the way SIGKILL would: no shutdown work at all."""
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-
-
 @pytest.fixture
 async def scene(
     kube_api: client.ApiClient, namespace: str, fake_nodes: Callable[..., dict[str, Any]]
@@ -139,52 +68,25 @@ async def scene(
     s = Scene(kube_api, namespace, fake_nodes)
     await create_runner_set(kube_api, namespace, RUNNER_SET, runner_pod_spec(namespace, **HALF))
     yield s
-    for run in s.runs:
-        if not run.task.done():
-            await run.crash()
+    await s.crash_runs()
 
 
-class Scene:
+class Scene(MonitorScene):
+    """The test's scale set on fake kwok nodes reserved for its namespace."""
+
     def __init__(
         self, api: client.ApiClient, namespace: str, fake_nodes: Callable[..., dict[str, Any]]
     ) -> None:
-        self.api = api
-        self.core = client.CoreV1Api(api)
-        self.ns = namespace
+        super().__init__(api, namespace, ScaleSet(SCALE_SET, RUNNER_SET, ("self-hosted", LABEL)))
         self.fake_nodes = fake_nodes
-        self.runs: list[Run] = []
 
     def node(self, cpu: int) -> str:
         node = self.fake_nodes(cpu=str(cpu), memory=f"{2 * cpu}Gi", pods=50)
         return str(node["metadata"]["name"])
 
-    def start(
-        self, cfg: CapacitySettings, max_runners: int = 10, api: client.ApiClient | None = None
-    ) -> Run:
-        run = Run(api or self.api, self.ns, cfg, max_runners)
-        self.runs.append(run)
-        return run
-
     async def runner_pdb(self) -> None:
         body = yaml.safe_load((ROOT / "deploy" / "pdb-runners.yaml").read_text())
         await client.PolicyV1Api(self.api).create_namespaced_pod_disruption_budget(self.ns, body)
-
-    async def placeholders(self) -> list[client.V1Pod]:
-        pods = await self.core.list_namespaced_pod(
-            self.ns, label_selector=placeholder_selector(SCALE_SET)
-        )
-        return list(pods.items)
-
-    async def running_placeholders(self) -> dict[str, str]:
-        """name → role of every Running, non-terminating placeholder."""
-        return {
-            p.metadata.name: p.metadata.labels["capacity-listener.dev/role"]
-            for p in await self.placeholders()
-            if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
-        }
-
-    async def running(self, name: str, within: float = 30) -> client.V1Pod:
-        return await wait_running(self.core, self.ns, name, within)
 
     async def victims_of(self, preemptor_uid: str) -> list[tuple[str, str]]:
         """(slot, role) of each placeholder the scheduler preempted for that pod, from its
@@ -200,9 +102,6 @@ class Scene:
             return [_slot_and_role(name) for name in names]
 
         return await eventually(found, f"preemption events for pod {preemptor_uid}")
-
-    async def create(self, manifest: dict[str, Any]) -> None:
-        await self.core.create_namespaced_pod(self.ns, manifest)
 
     async def job(self, runner: str) -> None:
         """What ARC does when a job is assigned: an EphemeralRunner and its runner pod."""
@@ -264,7 +163,7 @@ async def test_preemption_hand_off_keeps_the_value_right(scene: Scene) -> None:
     #    placeholder-workflow survives and keeps the workflow's room.
     await scene.job("r1")
     await scene.running("r1")
-    roles = await scene.running_placeholders()
+    roles = await scene.running_roles()
     assert sorted(roles.values()) == ["placeholder-workflow"]
     await run.advertises(1)
 
@@ -342,7 +241,7 @@ async def test_workflow_pod_evicting_another_slots_placeholder(scene: Scene) -> 
     values = run.values_since(start)
     assert all(value <= 2 for value in values), values
     assert run.metric("gha_capacity_pair_deletes_total", reason="broken") >= 1
-    roles = sorted((await scene.running_placeholders()).values())
+    roles = sorted((await scene.running_roles()).values())
     assert roles == ["placeholder-runner", "placeholder-workflow"]
     await run.close()
 

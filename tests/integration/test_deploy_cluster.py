@@ -698,7 +698,7 @@ async def test_live_metrics_page_exports_the_listed_series_and_every_queried_one
     dashboard panel or an alert rule queries."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from tests.support.e2e import SiteSpec, Stage
+    from tests.support.e2e_site import SiteSpec, Stage
     from tests.support.fake_actions import JobState
     from tests.unit.test_deploy_static import (
         DASHBOARD,

@@ -57,8 +57,7 @@ async def scene(
     await create_runner_set(kube_api, namespace, RUNNER_SET, runner_template(namespace, RUNNERS))
     s = Scene(kube_api, namespace, karpenter, nodepools)
     yield s
-    if s.run is not None and not s.run.task.done():
-        await s.run.crash()
+    await s.crash_runs()
 
 
 def runner_pool(scene: Scene, **kw: Any) -> str:

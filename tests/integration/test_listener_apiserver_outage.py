@@ -16,8 +16,9 @@ import httpx
 import pytest
 
 from tests.support.capacity_kit import start_apiserver, stop_apiserver
-from tests.support.e2e import Site, SiteSpec, Stage, metric_value
+from tests.support.e2e_site import Site, SiteSpec, Stage
 from tests.support.fake_actions import JobState
+from tests.support.listener_process import metric_value
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.testkit import eventually
 

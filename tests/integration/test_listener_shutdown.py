@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.e2e import SiteSpec, Stage
+from tests.support.e2e_site import SiteSpec, Stage
 from tests.support.fake_http import Fault
 from tests.support.localcluster import LocalCluster
 

@@ -25,6 +25,11 @@ the runner stand-in on the local control plane (README, "Measured"):
 * ``outcomes``: one job trace on two clusters whose nodes come from the real Karpenter, for
   stock ARC, demand-driven pairs and a warm pool (see ``bench_outcomes``); also writes one
   timeline PNG per variant (``--images``, default the work directory).
+
+Size: the catalogue ``make bench`` runs. The benchmarks share the ``Bench`` (control plane,
+work directory, fresh Stage per scenario) and a few measuring helpers, and each is one
+section of a few dozen lines; the counting proxy lives in tests/support/counting_proxy.py and
+the Karpenter trace in tests/support/bench_outcomes.py.
 """
 
 from __future__ import annotations
@@ -38,38 +43,27 @@ import platform
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import httpx
-import yaml
-from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from capacity.github_demand import GitHubDemand, GitHubScope
 from capacity.settings import GitHubDemandSettings
 from tests.support.bench_outcomes import outcomes
-from tests.support.e2e import (
-    PodEvent,
-    Pool,
-    Site,
-    SiteSpec,
-    Stage,
-    free_port,
-    local_control_plane,
-    metric_value,
-    new_workdir,
-    percentile,
-)
+from tests.support.control_plane import local_control_plane, new_workdir
+from tests.support.counting_proxy import CountingProxy, proxied_kubeconfig
+from tests.support.e2e_site import PodEvent, Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
 from tests.support.fake_github_rest import FakeGitHubRest
+from tests.support.listener_process import PAT, metric_value
 from tests.support.localcluster import LocalCluster
+from tests.support.stats import percentile
 
-PAT = "ghp_e2e_fake_token"
 LONG_POLL = 50.0
 RECONCILE_HISTOGRAM = "gha_capacity_reconcile_duration_seconds"
 ROUND = 3
@@ -109,109 +103,6 @@ async def _until(
 
 def _fake() -> FakeActions:
     return FakeActions(pats=[PAT], poll_hold=LONG_POLL, strand_grace=10.0)
-
-
-# ---------------------------------------------------------------------- the counting proxy
-
-
-class CountingProxy:
-    """Plain-HTTP proxy in front of the apiserver that records every request (watches are
-    streamed through). The listener gets a kubeconfig that points here."""
-
-    _HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "host"})
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = upstream.rstrip("/")
-        self.requests: list[tuple[float, str, str]] = []  # (monotonic, verb, resource)
-        self.open_watches: Counter[str] = Counter()  # resource -> watch streams open now
-        self._runner: web.AppRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
-        self.port = 0
-
-    async def start(self) -> str:
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=False, limit=0),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-            auto_decompress=False,
-        )
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_route("*", "/{tail:.*}", self._forward)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        self.port = free_port()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-        return f"http://127.0.0.1:{self.port}"
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
-
-    @staticmethod
-    def classify(method: str, path: str, query: Mapping[str, str]) -> tuple[str, str]:
-        parts = [p for p in path.split("/") if p]
-        # /api/v1/... or /apis/<group>/<version>/...
-        rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
-        if rest[:1] == ["namespaces"] and len(rest) >= 3:
-            rest = rest[2:]
-        resource = rest[0] if rest else "/"
-        named = len(rest) >= 2
-        if len(rest) >= 3:
-            resource = f"{resource}/{rest[2]}"  # a subresource, e.g. ephemeralrunners/status
-        verb = method.lower()
-        if method == "GET":
-            watching = query.get("watch") in ("1", "true")
-            verb = "watch" if watching else ("get" if named else "list")
-        elif method == "DELETE" and not named:
-            verb = "deletecollection"
-        elif method == "POST":
-            verb = "create"
-        return verb, resource
-
-    async def _forward(self, request: web.Request) -> web.StreamResponse:
-        assert self._session is not None
-        verb, resource = self.classify(request.method, request.path, request.query)
-        self.requests.append((time.monotonic(), verb, resource))
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in self._HOP}
-        body = await request.read()
-        if verb == "watch":
-            self.open_watches[resource] += 1
-        try:
-            async with self._session.request(
-                request.method,
-                self.upstream + request.path_qs,
-                headers=headers,
-                data=body or None,
-            ) as upstream:
-                response = web.StreamResponse(
-                    status=upstream.status,
-                    headers={
-                        k: v for k, v in upstream.headers.items() if k.lower() not in self._HOP
-                    },
-                )
-                await response.prepare(request)
-                with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
-                    async for chunk in upstream.content.iter_any():
-                        await response.write(chunk)
-                    await response.write_eof()
-                return response
-        finally:
-            if verb == "watch":
-                self.open_watches[resource] -= 1
-
-    def window(self, start: float, end: float) -> Counter[tuple[str, str]]:
-        return Counter((v, r) for t, v, r in self.requests if start <= t < end)
-
-
-def proxied_kubeconfig(cluster: LocalCluster, proxy_url: str, path: Path) -> Path:
-    """A copy of the cluster's kubeconfig whose server is the proxy (same credentials)."""
-    cfg = yaml.safe_load(cluster.kubeconfig.read_text())
-    for entry in cfg["clusters"]:
-        entry["cluster"] = {"server": proxy_url}
-    path.write_text(yaml.safe_dump(cfg))
-    path.chmod(0o600)
-    return path
 
 
 # ---------------------------------------------------------------------- benchmarks

@@ -33,7 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.support import demo_karpenter
-from tests.support.e2e import Pool, Site, SiteSpec, Stage, local_control_plane, new_workdir
+from tests.support.control_plane import local_control_plane, new_workdir
+from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
 
 PAT = "ghp_e2e_fake_token"

@@ -23,6 +23,9 @@ Jobs come from two places: jobs a test queues here (`queue_job`), and, when link
 one "in_progress", a finished one "completed"; one run per job, as that fake creates them).
 The fake can serve on its own loopback port (`start`), or from a `FakeActions` server
 (`FakeActions.mount(rest.add_routes)`), which is where a listener's GitHub API URL points.
+
+Size: one stateful fake of one API: the endpoints, their pagination, ETags, rate-limit
+accounting and fault injection all act on the same repositories and call log.
 """
 
 from __future__ import annotations

@@ -13,30 +13,28 @@ infrastructure for tests/image).
   ``localhost/capacity-listener-base:<key>``.
 * ``buildah bud --isolation chroot`` builds the repository's Dockerfile on it, with the base
   passed as the ``PYTHON_IMAGE`` build argument; ``buildah run --isolation chroot`` runs a
-  working container of the result as the image's user.
+  working container of the result as the image's user. The listener itself runs from the
+  image through tests/support/image_listener.py.
 
 ``python -m tests.support.image`` builds and prints the image's numbers as JSON.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.e2e import ListenerProcess
+from tests.support.build_cache import build_once, cache_dir, locked
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUITE = "trixie"
@@ -78,8 +76,7 @@ def missing_tools() -> list[str]:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "capacity-listener" / "image-base"
+    return cache_dir("image-base")
 
 
 def mmdebstrap_argv(output: Path) -> list[str]:
@@ -120,18 +117,6 @@ def _run(argv: Sequence[str], what: str, timeout: float) -> str:
     return proc.stdout
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """One bootstrap or build at a time on this machine (they share the container storage)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def image_exists(name: str) -> bool:
     proc = subprocess.run(
         ["buildah", "inspect", "--type", "image", name],
@@ -147,16 +132,19 @@ def ensure_base(progress: Progress = _stderr) -> str:
     key = base_key()
     name = f"{BASE_REPOSITORY}:{key}"
     tarball = cache_root() / f"{key}.tar"
-    with _locked(cache_root() / "lock"):
+    # One bootstrap or build at a time on this machine (they share the container storage).
+    with locked(cache_root() / "lock"):
         if image_exists(name):
             return name
-        if not tarball.exists():
+
+        def bootstrap(staging: Path) -> None:
             progress(f"bootstrapping Debian {SUITE} with python3 (mmdebstrap)")
-            partial = tarball.with_suffix(".partial.tar")
             started = time.monotonic()
-            _run(mmdebstrap_argv(partial), "mmdebstrap", timeout=1200)
-            partial.rename(tarball)
+            # mmdebstrap reads the output format from the name: staging ends in .tar.
+            _run(mmdebstrap_argv(staging), "mmdebstrap", timeout=1200)
             progress(f"base root file system in {time.monotonic() - started:.0f}s")
+
+        build_once(tarball, Path.exists, bootstrap)
         container = _run(["buildah", "from", "scratch"], "buildah from scratch", 60).strip()
         try:
             # `add` unpacks a local tarball, as the Dockerfile instruction does.
@@ -221,7 +209,7 @@ def build_image(tag: str = IMAGE, progress: Progress = _stderr) -> Built:
     """Build the repository's Dockerfile (unchanged) on the local base."""
     base = ensure_base(progress)
     started = time.monotonic()
-    with _locked(cache_root() / "lock"):
+    with locked(cache_root() / "lock"):
         progress(f"buildah bud {tag} on {base}")
         _run(
             [
@@ -349,110 +337,6 @@ _BUILDAH_EXIT_LINE = re.compile(
 def command_stderr(stderr: str) -> list[str]:
     """The command's stderr lines, without buildah's report of its exit status."""
     return [line for line in stderr.splitlines() if not _BUILDAH_EXIT_LINE.fullmatch(line)]
-
-
-def descendants(pid: int) -> dict[int, int]:
-    """Every process below ``pid`` and its parent, from /proc."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The command name may hold spaces and parentheses: the ppid follows the last ")".
-        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    below: dict[int, int] = {}
-    frontier = {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier}
-        below.update({child: parents[child] for child in frontier})
-    return below
-
-
-def process_uid(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("Uid:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-class ImageListenerProcess(ListenerProcess):
-    """The listener as the image runs it: its ENTRYPOINT, as its USER, in a working container
-    (``buildah run``). The directories of the config files and of the kubeconfig are bound
-    read-only at MOUNT_POINTS (a cluster mounts ConfigMaps the same way), the environment's
-    paths rewritten to match; the container shares this machine's network, so the loopback
-    fakes and the local control plane are reachable as they are for ``python -m listener``.
-
-    Stopping signals the entrypoint's process, as a container runtime signals a container's
-    main process; ``buildah run`` then exits with that process's status.
-    """
-
-    # Only these variables reach the container: the image keeps its own PATH and the rest.
-    FORWARDED = ("LISTENER_", "CAPACITY_", "HUD_")
-    FORWARDED_NAMES = frozenset({"KUBECONFIG", "NO_PROXY", "no_proxy", "PYTHONUNBUFFERED"})
-    CONFIG_DIR = "/etc/capacity-listener"
-    KUBE_DIR = "/etc/kube"
-    MOUNT_POINTS = (CONFIG_DIR, KUBE_DIR)
-
-    def __init__(self, *args: Any, container: Container, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.container = container
-
-    def start(self) -> ImageListenerProcess:
-        # The kubeconfig is root's (0600); the container user gets its own copy, as a
-        # Secret volume would give it the pod's user.
-        kube_dir = self.workdir / f"{self.name}-kube"
-        kube_dir.mkdir(parents=True, exist_ok=True)
-        kubeconfig = kube_dir / self.kubeconfig.name
-        shutil.copyfile(self.kubeconfig, kubeconfig)
-        uid, _, gid = self.container.user.partition(":")
-        os.chown(kubeconfig, int(uid), int(gid or uid))
-        kubeconfig.chmod(0o600)
-        self.kubeconfig = kubeconfig
-        volumes = [(self.workdir, self.CONFIG_DIR), (kube_dir, self.KUBE_DIR)]
-        env: dict[str, str] = {}
-        for key, value in self.environment().items():
-            if key.startswith(self.FORWARDED) or key in self.FORWARDED_NAMES:
-                for source, target in volumes:
-                    if value.startswith(f"{source}/"):
-                        value = target + value.removeprefix(str(source))
-                env[key] = value
-        argv = self.container.argv(self.container.entrypoint, env=env, volumes=volumes)
-        with self.log_path.open("ab") as log:
-            log.write(f"--- {self.name} (image) starting at {time.strftime('%H:%M:%S')}\n".encode())
-            self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-            )
-        self.started_at = time.monotonic()
-        return self
-
-    def main_pid(self) -> int | None:
-        """The entrypoint's process: the innermost process below ``buildah run`` running as
-        the image's user (buildah's exec helper, its parent, switches user first)."""
-        if self.proc is None:
-            return None
-        below = descendants(self.proc.pid)
-        mine = {p for p in below if process_uid(p) == self.container.uid}
-        leaves = [p for p in mine if not any(below[q] == p for q in mine)]
-        return leaves[0] if len(leaves) == 1 else None
-
-    async def stop(self, within: float = 30.0) -> int:
-        if self.proc is None:
-            raise RuntimeError("listener not started")
-        if self.proc.poll() is None:
-            pid = self.main_pid()
-            if pid is None:
-                raise AssertionError(f"{self.name}: no single process of uid {self.container.uid}")
-            os.kill(pid, signal.SIGTERM)
-            if await self.wait_exit(within) is None:
-                os.kill(pid, signal.SIGKILL)
-                await self.wait_exit(5.0)
-        return int(self.proc.returncode)
 
 
 def main() -> int:

@@ -15,27 +15,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes_asyncio import client
-from prometheus_client import CollectorRegistry
 
-from base.kube import Kube
-from capacity.contract import placeholder_selector
-from capacity.monitor import CapacityMonitor
 from capacity.settings import CapacitySettings, Resources, Toleration
 from tests.support.capacity_kit import (
     SCALE_SET_LABEL,
     create_ephemeral_runner,
     real_pod,
-    wait_running,
 )
 from tests.support.localcluster.karpenter import NODEPOOL_LABEL, Karpenter
-from tests.support.localcluster.testkit import OWNER_KEY, eventually
+from tests.support.localcluster.testkit import OWNER_KEY
+from tests.support.monitor_scene import ROLE_LABEL, MonitorScene, ScaleSet
 
 SCALE_SET = "linux-cpu"
 RUNNER_SET = "linux-cpu-k8rp7"
 LABEL = "linux.2xlarge"
 HALF = {"cpu": "900m", "memory": "1Gi"}
 POOL_KEY = "capacity-test/pool"
-ROLE_LABEL = "capacity-listener.dev/role"
 
 # Timings observed by the tests, printed at the end of the session (conftest).
 TIMINGS: list[dict[str, Any]] = []
@@ -117,73 +112,6 @@ def pod_on_pool(
     return pod
 
 
-class Run:
-    """One CapacityMonitor in a task, recording every value it advertises."""
-
-    def __init__(
-        self, api: client.ApiClient, namespace: str, cfg: CapacitySettings, max_runners: int
-    ) -> None:
-        self.namespace = namespace
-        self.values: list[tuple[float, int]] = []
-        self.registry = CollectorRegistry()
-        self.monitor = CapacityMonitor(
-            settings=cfg,
-            kube=Kube(api),
-            runner_namespace=namespace,
-            runner_set_name=RUNNER_SET,
-            scale_set_name=SCALE_SET,
-            runner_labels=("self-hosted", LABEL),
-            max_runners=lambda: max_runners,
-            set_max_capacity=lambda v: self.values.append((time.monotonic(), v)),
-            registry=self.registry,
-            on_reconcile=lambda: None,
-        )
-        self.stop = asyncio.Event()
-        self.task = asyncio.create_task(self.monitor.run(self.stop))
-
-    @property
-    def advertised(self) -> int:
-        return self.values[-1][1] if self.values else 0
-
-    def values_since(self, moment: float) -> list[int]:
-        return [v for t, v in self.values if t >= moment]
-
-    def first_time(self, value: int, since: float) -> float | None:
-        return next((t for t, v in self.values if t >= since and v == value), None)
-
-    def metric(self, name: str, **labels: str) -> float:
-        value = self.registry.get_sample_value(
-            name, {"name": RUNNER_SET, "namespace": self.namespace, **labels}
-        )
-        return 0.0 if value is None else value
-
-    def creates(self) -> float:
-        return self.metric("gha_capacity_pair_creates_total", result="ok")
-
-    async def advertises(self, value: int, within: float = 90) -> float:
-        """Wait until the last advertised value is ``value``; return when it was set."""
-
-        async def check() -> float | None:
-            if self.task.done():
-                self.task.result()  # surface a crash at once
-            if self.values and self.advertised == value:
-                return self.values[-1][0]
-            return None
-
-        return await eventually(
-            check, f"advertised == {value} (last {self.values[-3:]})", within, 0.1
-        )
-
-    async def close(self) -> None:
-        self.stop.set()
-        await asyncio.wait_for(self.task, 60)
-
-    async def crash(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-
-
 @dataclass
 class Sample:
     at: float
@@ -224,7 +152,7 @@ class Timeline:
     async def sample(self) -> Sample:
         s = self.scene
         at = time.monotonic()
-        advertised = s.run.advertised if s.run else 0
+        advertised = (s.run.advertised if s.run else None) or 0
         claims = await asyncio.to_thread(s.all_nodeclaims)
         self.nodeclaims_seen |= {c["metadata"]["name"] for c in claims}
         nodes = await asyncio.to_thread(s.all_nodes)
@@ -261,7 +189,7 @@ def _ready(node: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
 
 
-class Scene:
+class Scene(MonitorScene):
     """One test's runner set, NodePools and monitor on Karpenter."""
 
     def __init__(
@@ -271,13 +199,10 @@ class Scene:
         karpenter: Karpenter,
         nodepools: Callable[[dict[str, Any]], str],
     ) -> None:
-        self.api = api
-        self.core = client.CoreV1Api(api)
-        self.ns = namespace
+        super().__init__(api, namespace, ScaleSet(SCALE_SET, RUNNER_SET, ("self-hosted", LABEL)))
         self.karpenter = karpenter
         self._nodepools = nodepools
         self.pools: list[str] = []
-        self.run: Run | None = None
         self.real_jobs = 0
 
     def pool_name(self, role: str) -> str:
@@ -299,30 +224,6 @@ class Scene:
                 return str(n["metadata"]["labels"].get(NODEPOOL_LABEL))
         return None
 
-    def start(self, cfg: CapacitySettings, max_runners: int = 10) -> Run:
-        self.run = Run(self.api, self.ns, cfg, max_runners)
-        return self.run
-
-    async def placeholders(self) -> list[client.V1Pod]:
-        pods = await self.core.list_namespaced_pod(
-            self.ns, label_selector=placeholder_selector(SCALE_SET)
-        )
-        return list(pods.items)
-
-    async def running_placeholders(self) -> dict[str, client.V1Pod]:
-        return {
-            p.metadata.name: p
-            for p in await self.placeholders()
-            if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
-        }
-
-    async def running(self, name: str, within: float = 60) -> client.V1Pod:
-        return await wait_running(self.core, self.ns, name, within)
-
-    async def create(self, manifest: dict[str, Any]) -> client.V1Pod:
-        pod: client.V1Pod = await self.core.create_namespaced_pod(self.ns, manifest)
-        return pod
-
     async def job(self, runner: str, pool: str) -> None:
         """What ARC does when a job is assigned: an EphemeralRunner and its runner pod."""
         await create_ephemeral_runner(self.api, self.ns, runner, SCALE_SET, phase="Running")
@@ -335,7 +236,3 @@ class Scene:
             pod_on_pool(runner, self.ns, pool, priority_class="arc-runner", labels=labels)
         )
         self.real_jobs += 1
-
-    async def events(self, reason: str) -> list[client.CoreV1Event]:
-        found = await self.core.list_namespaced_event(self.ns)
-        return [e for e in found.items if e.reason == reason]

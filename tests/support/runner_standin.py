@@ -25,6 +25,11 @@ The stand-in survives what the tests simulate, as ARC's controllers do: every AP
 retried while the apiserver is unreachable or answers 429/5xx (it restarts, it is overloaded),
 and a runner that fails for any other reason fails its job (``complete_job(..., "failed")``)
 and is cleaned up, so no job is left "running" with nobody running it.
+
+Size: the two ARC controllers and the runner are played over one watch cache, one
+FakeActions and one set of runners, and hand each other state at every step (a runner pod's
+phase decides the runner's next move, a finished runner frees a replica). The API-call
+machinery they stand on (retries, list+watch) is in tests/support/kube_calls.py.
 """
 
 from __future__ import annotations
@@ -39,11 +44,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import aiohttp
-from kubernetes_asyncio import client, watch
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
+from tests.support.kube_calls import API_TIMEOUT, retrying, watch_objects
 
 log = logging.getLogger("tests.runner_standin")
 
@@ -70,42 +75,10 @@ PRIORITY_WORKFLOW = "arc-workflow"
 # kwok fakes the container runtime; the API server only wants an image name.
 IMAGE = "registry.k8s.io/pause:3.10"
 
-_WATCH_SECONDS = 120
-_API_TIMEOUT = 15.0
 _POLL = 0.1  # fallback re-check interval; FakeActions state changes are not pushed to us
 _LOST = frozenset({"Gone", "Terminating", "Failed", "Succeeded"})
-_RETRY_FIRST, _RETRY_MAX = 0.2, 2.0  # backoff between attempts of a failed API call
 
 T = TypeVar("T")
-
-
-def transient(exc: BaseException) -> bool:
-    """Whether an API call failed for a reason that passes by itself: no connection (the
-    apiserver restarts), a client deadline, throttling or a server error."""
-    if isinstance(exc, ApiException):
-        return exc.status in (0, 429) or (exc.status or 0) >= 500
-    return isinstance(exc, aiohttp.ClientError | OSError | TimeoutError)
-
-
-async def retrying(
-    call: Callable[[], Awaitable[T]],
-    *,
-    on_retry: Callable[[BaseException], None] = lambda _exc: None,
-    first: float = _RETRY_FIRST,
-    cap: float = _RETRY_MAX,
-) -> T:
-    """``await call()`` until it succeeds or fails for a non-transient reason (raised).
-    No attempt limit, like a controller's work queue: cancel the caller to stop."""
-    delay = first
-    while True:
-        try:
-            return await call()
-        except Exception as exc:
-            if not transient(exc):
-                raise
-            on_retry(exc)
-        await asyncio.sleep(delay)
-        delay = min(cap, delay * 2)
 
 
 @dataclass(frozen=True)
@@ -221,46 +194,6 @@ def _phase(pod: Mapping[str, Any] | None) -> str | None:
     return phase
 
 
-async def watch_objects(
-    api: client.ApiClient,
-    list_call: Callable[..., Awaitable[Any]],
-    args: tuple[Any, ...],
-    selector: Mapping[str, str],
-    on_event: Callable[[str, dict[str, Any]], None],
-    on_list: Callable[[list[dict[str, Any]]], None],
-) -> None:
-    """List, then watch from the list's resourceVersion, forever; relist when the version
-    expires (410). Objects reach the callbacks as plain dicts (camelCase keys)."""
-    while True:
-        listed = await list_call(*args, **selector, _request_timeout=_API_TIMEOUT)
-        body = listed
-        if not isinstance(body, dict):
-            body = api.sanitize_for_serialization(listed)
-        on_list(list(body.get("items") or []))
-        version = body["metadata"]["resourceVersion"]
-        while True:
-            stream = watch.Watch()
-            try:
-                async for event in stream.stream(
-                    list_call,
-                    *args,
-                    **selector,
-                    resource_version=version,
-                    timeout_seconds=_WATCH_SECONDS,
-                    allow_watch_bookmarks=True,
-                ):
-                    obj = event["raw_object"]
-                    version = obj.get("metadata", {}).get("resourceVersion", version)
-                    if event["type"] != "BOOKMARK":
-                        on_event(event["type"], obj)
-            except ApiException as exc:
-                if exc.status == 410:
-                    break  # too old: relist
-                raise
-            finally:
-                await stream.close()
-
-
 class RunnerStandIn:
     """``await start()``; ``stats()`` any time; ``await stop()`` cancels and cleans up."""
 
@@ -314,7 +247,7 @@ class RunnerStandIn:
                 self.spec.namespace,
                 label_selector=selector,
                 grace_period_seconds=0,
-                _request_timeout=_API_TIMEOUT,
+                _request_timeout=API_TIMEOUT,
             )
         with contextlib.suppress(ApiException):
             await self.custom.delete_collection_namespaced_custom_object(
@@ -323,7 +256,7 @@ class RunnerStandIn:
                 self.spec.namespace,
                 ER_PLURAL,
                 label_selector=selector,
-                _request_timeout=_API_TIMEOUT,
+                _request_timeout=API_TIMEOUT,
             )
 
     async def _guard(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
@@ -498,7 +431,7 @@ class RunnerStandIn:
             },
         }
         created = await self.custom.create_namespaced_custom_object(
-            ARC_GROUP, ARC_VERSION, spec.namespace, ER_PLURAL, body, _request_timeout=_API_TIMEOUT
+            ARC_GROUP, ARC_VERSION, spec.namespace, ER_PLURAL, body, _request_timeout=API_TIMEOUT
         )
         # ARC registers the runner (JIT config) before its pod starts, so a Pending runner
         # already has a runnerId and may be scaled down.
@@ -624,7 +557,7 @@ class RunnerStandIn:
                     self.spec.namespace,
                     ER_PLURAL,
                     runner.name,
-                    _request_timeout=_API_TIMEOUT,
+                    _request_timeout=API_TIMEOUT,
                 )
             )
         except Exception as exc:
@@ -775,7 +708,7 @@ class RunnerStandIn:
         try:
             created = await self._api(
                 lambda: self.core.create_namespaced_pod(
-                    self.spec.namespace, manifest, _request_timeout=_API_TIMEOUT
+                    self.spec.namespace, manifest, _request_timeout=API_TIMEOUT
                 )
             )
         except ApiException as exc:
@@ -783,7 +716,7 @@ class RunnerStandIn:
                 raise
             created = await self._api(
                 lambda: self.core.read_namespaced_pod(
-                    name, self.spec.namespace, _request_timeout=_API_TIMEOUT
+                    name, self.spec.namespace, _request_timeout=API_TIMEOUT
                 )
             )
         uid: str = created.metadata.uid
@@ -792,7 +725,7 @@ class RunnerStandIn:
     async def _delete_pod(self, name: str) -> None:
         await self._delete(
             lambda: self.core.delete_namespaced_pod(
-                name, self.spec.namespace, grace_period_seconds=0, _request_timeout=_API_TIMEOUT
+                name, self.spec.namespace, grace_period_seconds=0, _request_timeout=API_TIMEOUT
             )
         )
 
@@ -809,5 +742,5 @@ class RunnerStandIn:
             name,
             {"status": dict(status)},
             _content_type=MERGE_PATCH,
-            _request_timeout=_API_TIMEOUT,
+            _request_timeout=API_TIMEOUT,
         )

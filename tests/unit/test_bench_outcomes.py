@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from tests.support.bench_outcomes import _add_ratios, _placeholder_seconds, ratios_table
-from tests.support.e2e import PodEvent
 from tests.support.e2e_karpenter import Claim, NodeClaimLog
+from tests.support.e2e_site import PodEvent
 
 
 def test_claim_seconds_are_clipped_to_the_window() -> None:

@@ -9,21 +9,18 @@ workers, a developer) wait for one another, and a missing or too-old Go is one c
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from tests.support.build_cache import build_once, cache_dir
 from tests.support.localcluster.build import (
     BuildError,
     Progress,
     _first_error,
     _go_env,
     _heartbeat,
-    _locked,
     check_go,
 )
 
@@ -41,8 +38,7 @@ def _stderr(line: str) -> None:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "capacity-listener" / "conformance"
+    return cache_dir("conformance")
 
 
 def cache_key() -> str:
@@ -65,29 +61,23 @@ def ensure_built(progress: Progress = _stderr) -> Path:
         return binary
     go = check_go()
     key = cache_key()
-    with _locked(cache_root() / f"{key}.lock"):
-        if binary.is_file():  # built by another process while we waited
-            return binary
+
+    def build_into(staging: Path) -> None:
         started = time.monotonic()
         progress(f"building the ARC reference listener (actions/scaleset) into {binary.parent}")
-        tmp = Path(tempfile.mkdtemp(prefix=f"{key}.tmp-", dir=cache_root()))
+        staging.mkdir(parents=True)
         log = cache_root() / f"{key}.build.log"
-        cmd = [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / BINARY), "."]
-        try:
-            with _heartbeat(progress, "the reference listener"), log.open("w") as fh:
-                proc = subprocess.run(
-                    cmd, cwd=GO_DIR, stdout=fh, stderr=subprocess.STDOUT, env=_go_env(), check=False
-                )
-            if proc.returncode != 0:
-                first = _first_error(log.read_text())
-                raise BuildError(f"go build in {GO_DIR.name}/ failed (log {log}): {first}")
-            if binary.parent.exists():
-                shutil.rmtree(binary.parent)
-            tmp.rename(binary.parent)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        cmd = [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(staging / BINARY), "."]
+        with _heartbeat(progress, "the reference listener"), log.open("w") as fh:
+            proc = subprocess.run(
+                cmd, cwd=GO_DIR, stdout=fh, stderr=subprocess.STDOUT, env=_go_env(), check=False
+            )
+        if proc.returncode != 0:
+            first = _first_error(log.read_text())
+            raise BuildError(f"go build in {GO_DIR.name}/ failed (log {log}): {first}")
         progress(f"built in {time.monotonic() - started:.1f}s")
+
+    build_once(binary.parent, lambda root: (root / BINARY).is_file(), build_into)
     return binary
 
 

@@ -26,8 +26,6 @@ import contextlib
 import json
 import os
 import re
-import signal
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +37,7 @@ from aiohttp import web
 
 from tests.support.fake_actions import FakeActions
 from tests.support.fake_http import LoopbackServer, json_response
+from tests.support.listener_process import LISTENER_COMMAND, ListenerProcess, listener_config
 
 PAT = "ghp_conformance_pat"
 SCALE_SET_ID = 7
@@ -145,27 +144,15 @@ class FakeKube:
 
 def config_json(fake: FakeActions, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The config.json ARC's controller would write for a PAT scale set on the fake."""
-    cfg: dict[str, Any] = {
-        "configure_url": fake.configure_url("acme"),
-        "vault_type": "",
-        "vault_lookup_key": "",
-        "github_app_id": "",
-        "github_app_installation_id": 0,
-        "github_app_private_key": "",
-        "github_token": PAT,
-        "ephemeral_runner_set_namespace": NAMESPACE,
-        "ephemeral_runner_set_name": RUNNER_SET,
-        "max_runners": 10,
-        "min_runners": 0,
-        "runner_scale_set_id": SCALE_SET_ID,
-        "runner_scale_set_name": "linux",
-        "server_root_ca": "",
-        "log_level": "debug",
-        "log_format": "text",
-        "metrics_addr": "",
-        "metrics_endpoint": "",
-        "metrics": None,
-    }
+    cfg = listener_config(
+        fake,
+        namespace=NAMESPACE,
+        runner_set_name=RUNNER_SET,
+        scale_set_id=SCALE_SET_ID,
+        scale_set_name="linux",
+        max_runners=10,
+        github_token=PAT,
+    )
     cfg.update(overrides)
     return cfg
 
@@ -255,37 +242,36 @@ async def run_listener(
         scenario.script(fake)
 
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="conformance-")))
-        config_path = workdir / "config.json"
-        config_path.write_text(json.dumps(config_json(fake, scenario.config)) + "\n")
         kubeconfig = workdir / "kubeconfig"
         kubeconfig.write_text(_kubeconfig(kube.url))
-        env = {
-            "PATH": os.environ.get("PATH", ""),
-            "HOME": os.environ.get("HOME", str(workdir)),
-            "LISTENER_CONFIG_PATH": str(config_path),
-            "KUBECONFIG": str(kubeconfig),
-            "CONFORMANCE_RECORD_URL": f"{kube.url}/record",
-            # Our probes bind loopback only; the reference has none.
-            "LISTENER_PROBE_ADDR": "127.0.0.1:0",
-            # The ARC release the reference stands in for, as a deployment would declare it.
-            "LISTENER_ARC_VERSION": "0.14.2",
-            **(extra_env or {}),
-        }
-        output_path = workdir / "output.txt"
-        with output_path.open("wb") as output:
-            proc = await asyncio.create_subprocess_exec(
-                *command, env=env, stdout=output, stderr=asyncio.subprocess.STDOUT
-            )
+        listener = ListenerProcess(
+            "listener",
+            workdir,
+            config_json(fake, scenario.config),
+            kubeconfig=kubeconfig,
+            command=command,
+            # Both listeners see the same small environment, nothing of this machine's.
+            base_env={
+                "PATH": os.environ.get("PATH", ""),
+                "HOME": os.environ.get("HOME", str(workdir)),
+            },
+            env={
+                "CONFORMANCE_RECORD_URL": f"{kube.url}/record",
+                # Our probes bind loopback only; the reference has none.
+                "LISTENER_PROBE_ADDR": "127.0.0.1:0",
+                # The ARC release the reference stands in for, as a deployment would declare it.
+                "LISTENER_ARC_VERSION": "0.14.2",
+                **(extra_env or {}),
+            },
+        ).start()
         try:
-            needed_sigterm = await _play_out(fake, proc, scenario.budget)
-            if needed_sigterm:
-                proc.send_signal(signal.SIGTERM)
-            async with asyncio.timeout(EXIT_TIMEOUT):
-                exit_code = await proc.wait()
+            needed_sigterm = await _play_out(fake, listener, scenario.budget)
+            # stop() sends SIGTERM only to a process still running (needed_sigterm).
+            exit_code = await listener.stop(within=EXIT_TIMEOUT)
+            if listener.killed:
+                raise TimeoutError(f"{command[0]} still ran {EXIT_TIMEOUT:.0f}s after SIGTERM")
         finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+            listener.kill()
         session_left = fake.session(SCALE_SET_ID) is not None
         events = _request_events(fake)
         events += kube.events
@@ -298,15 +284,15 @@ async def run_listener(
             needed_sigterm=needed_sigterm,
             session_left=session_left,
             seconds=time.monotonic() - started,
-            output=output_path.read_text(errors="replace"),
+            output=listener.log_text(),
         )
 
 
-async def _play_out(fake: FakeActions, proc: asyncio.subprocess.Process, budget: float) -> bool:
+async def _play_out(fake: FakeActions, listener: ListenerProcess, budget: float) -> bool:
     """Wait until the process exits (False) or the scenario is played out (True)."""
 
     def idle() -> bool:
-        if proc.returncode is not None:
+        if listener.returncode is not None:
             return True
         session = fake.session(SCALE_SET_ID)
         return (
@@ -316,16 +302,11 @@ async def _play_out(fake: FakeActions, proc: asyncio.subprocess.Process, budget:
             and not fake.faults_pending("get_message")
         )
 
-    waiter = asyncio.ensure_future(proc.wait())
-    try:
+    with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(budget):
             await fake.wait_until(idle)
-    except TimeoutError:
-        pass
-    finally:
-        waiter.cancel()
-    return proc.returncode is None
+    return listener.returncode is None
 
 
 def our_command() -> list[str]:
-    return [sys.executable, "-m", "listener"]
+    return list(LISTENER_COMMAND)

@@ -9,12 +9,15 @@ GOMODCACHE and GOCACHE are Go's defaults, shared with every other Go build on th
 Karpenter (``go/karpenter``: its pins, our ``main``) is a separate build with its own key and
 directory (``karpenter-<key>/``): only runs that use it pay for it, and moving its pin does not
 rebuild the control plane.
+
+Size: one build recipe for two artefacts (the control plane and Karpenter) that share the Go
+toolchain check, the module queries, the build steps and the cache layout; the cache itself
+(lock, build once) is tests/support/build_cache.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -22,13 +25,14 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+
+from tests.support.build_cache import build_once, cache_dir
 
 from . import arc_crds
 
@@ -85,8 +89,7 @@ def _stderr(line: str) -> None:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "capacity-listener" / "localcluster"
+    return cache_dir("localcluster")
 
 
 def cache_key() -> str:
@@ -295,18 +298,6 @@ def _build_into(go: str, tmp: Path, log: Path, progress: Progress) -> dict[str, 
     return versions
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """One build at a time per key, across processes (CI and a developer, xdist workers)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _build_cached(
     key: str,
     root: Path,
@@ -320,28 +311,21 @@ def _build_cached(
     if art is not None:
         return art
     go = check_go()
-    with _locked(cache_root() / f"{key}.lock"):
-        art = find(root)  # another process may have finished while we waited
-        if art is not None:
-            return art
+
+    def build_into(staging: Path) -> None:
         started = time.monotonic()
         progress(f"building {what} into {root}")
-        tmp = Path(tempfile.mkdtemp(prefix=f"{key}.tmp-", dir=cache_root()))
+        staging.mkdir(parents=True)
         # The log sits beside the build directory so it survives a failed build.
         log = cache_root() / f"{key}.build.log"
         log.write_text("")
-        try:
-            versions = build(go, tmp, log, progress)
-            _manifest_path(tmp).write_text(
-                json.dumps({"key": key, "versions": versions}, indent=2) + "\n"
-            )
-            if root.exists():
-                shutil.rmtree(root)  # an incomplete earlier attempt
-            tmp.rename(root)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        versions = build(go, staging, log, progress)
+        _manifest_path(staging).write_text(
+            json.dumps({"key": key, "versions": versions}, indent=2) + "\n"
+        )
         progress(f"done in {time.monotonic() - started:.0f}s")
+
+    build_once(root, lambda r: find(r) is not None, build_into)
     art = find(root)
     if art is None:
         raise BuildError(f"build finished but {root} is incomplete")

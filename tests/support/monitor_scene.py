@@ -1,0 +1,191 @@
+"""The capacity monitor run in this process against a real cluster, for the integration tests
+that drive it directly (tests/integration/test_capacity_monitor.py on kwok nodes,
+tests/support/karpenter_kit.py on Karpenter's).
+
+* ``MonitorRun``: one CapacityMonitor in a task, recording every value it advertises (with
+  when), its reconcile passes and its metrics.
+* ``MonitorScene``: one test's namespace and scale set: starts runs and reads and creates the
+  pods the tests look at (placeholders, real pods, events). The two tests' scenes extend it
+  with their nodes: fake kwok nodes there, Karpenter NodePools here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio import client
+from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
+
+from base.kube import Kube
+from capacity.contract import placeholder_selector
+from capacity.monitor import CapacityMonitor
+from capacity.settings import CapacitySettings
+from tests.support.capacity_kit import wait_running
+from tests.support.localcluster.testkit import eventually
+
+ROLE_LABEL = "capacity-listener.dev/role"
+
+
+@dataclass(frozen=True)
+class ScaleSet:
+    """The scale set a test's monitor serves: its name, its EphemeralRunnerSet, its labels."""
+
+    name: str
+    runner_set: str
+    labels: tuple[str, ...]
+
+
+class MonitorRun:
+    """One CapacityMonitor in a task, recording every value it advertises.
+
+    ``max_runners`` may be changed while it runs (the monitor reads it on every pass)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        cfg: CapacitySettings,
+        max_runners: int,
+        scale_set: ScaleSet,
+    ) -> None:
+        self.namespace = namespace
+        self.runner_set = scale_set.runner_set
+        self.max_runners = max_runners
+        self.values: list[tuple[float, int]] = []
+        self.registry = CollectorRegistry()
+        self.reconciles = 0
+        self.kube = Kube(api)
+        # As load_capacity_settings does with HUD_API_TOKEN.
+        hud = cfg.hud.model_copy(update={"token": SecretStr("hud-fake-token")})
+        self.monitor = CapacityMonitor(
+            settings=cfg.model_copy(update={"hud": hud}),
+            kube=self.kube,
+            runner_namespace=namespace,
+            runner_set_name=scale_set.runner_set,
+            scale_set_name=scale_set.name,
+            runner_labels=scale_set.labels,
+            max_runners=lambda: self.max_runners,
+            set_max_capacity=self._record,
+            registry=self.registry,
+            on_reconcile=self._reconciled,
+        )
+        self.stop = asyncio.Event()
+        self.task = asyncio.create_task(self.monitor.run(self.stop))
+
+    def _record(self, value: int) -> None:
+        self.values.append((time.monotonic(), value))
+
+    def _reconciled(self) -> None:
+        self.reconciles += 1
+
+    @property
+    def advertised(self) -> int | None:
+        """The last value advertised; None before the first."""
+        return self.values[-1][1] if self.values else None
+
+    def values_since(self, moment: float) -> list[int]:
+        return [v for t, v in self.values if t >= moment]
+
+    def first_time(self, value: int, since: float) -> float | None:
+        return next((t for t, v in self.values if t >= since and v == value), None)
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sample of this run's series ``name``; -1 when there is none, so that no
+        assertion on a count or a gauge holds by accident."""
+        value = self.registry.get_sample_value(
+            name, {"name": self.runner_set, "namespace": self.namespace, **labels}
+        )
+        return -1.0 if value is None else value
+
+    def creates(self) -> float:
+        return self.metric("gha_capacity_pair_creates_total", result="ok")
+
+    async def advertises(self, value: int, within: float = 90) -> float:
+        """Wait until the last advertised value is ``value``; return when it was set."""
+
+        async def check() -> float | None:
+            if self.task.done():
+                self.task.result()  # surface a crash at once
+            if self.values and self.advertised == value:
+                return self.values[-1][0]
+            return None
+
+        return await eventually(
+            check, f"advertised == {value} (last {self.values[-3:]})", within, 0.1
+        )
+
+    async def close(self) -> None:
+        self.stop.set()
+        await asyncio.wait_for(self.task, 60)
+
+    async def crash(self) -> None:
+        """End the monitor the way SIGKILL would: no shutdown work at all."""
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+class MonitorScene:
+    """One test's namespace, scale set and monitor runs."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, scale_set: ScaleSet) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.ns = namespace
+        self.scale_set = scale_set
+        self.runs: list[MonitorRun] = []
+
+    @property
+    def run(self) -> MonitorRun | None:
+        """The run started last."""
+        return self.runs[-1] if self.runs else None
+
+    def start(
+        self, cfg: CapacitySettings, max_runners: int = 10, api: client.ApiClient | None = None
+    ) -> MonitorRun:
+        run = MonitorRun(api or self.api, self.ns, cfg, max_runners, self.scale_set)
+        self.runs.append(run)
+        return run
+
+    async def crash_runs(self) -> None:
+        """Teardown: end every run still going, without shutdown work."""
+        for run in self.runs:
+            if not run.task.done():
+                await run.crash()
+
+    async def placeholders(self) -> list[client.V1Pod]:
+        pods = await self.core.list_namespaced_pod(
+            self.ns, label_selector=placeholder_selector(self.scale_set.name)
+        )
+        return list(pods.items)
+
+    async def running_placeholders(self) -> dict[str, client.V1Pod]:
+        """name → pod of every Running, non-terminating placeholder."""
+        return {
+            p.metadata.name: p
+            for p in await self.placeholders()
+            if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
+        }
+
+    async def running_roles(self) -> dict[str, str]:
+        """name → role of every Running, non-terminating placeholder."""
+        return {
+            name: pod.metadata.labels[ROLE_LABEL]
+            for name, pod in (await self.running_placeholders()).items()
+        }
+
+    async def running(self, name: str, within: float = 60) -> client.V1Pod:
+        return await wait_running(self.core, self.ns, name, within)
+
+    async def create(self, manifest: dict[str, Any]) -> client.V1Pod:
+        pod: client.V1Pod = await self.core.create_namespaced_pod(self.ns, manifest)
+        return pod
+
+    async def events(self, reason: str) -> list[client.CoreV1Event]:
+        found = await self.core.list_namespaced_event(self.ns)
+        return [e for e in found.items if e.reason == reason]
