@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from tests.support.e2e_karpenter import (
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.karpenter import WORKFLOW_TYPE, Karpenter
+from tests.support.waits import wait_until
 
 PAT = "ghp_e2e_fake_token"
 LONG_POLL = 50.0
@@ -237,7 +238,7 @@ async def _run_variant(
             for site in sites:
                 await site.wait_session(60)
             if variant == "warm_pool":
-                await _until(
+                await wait_until(
                     lambda: all(s.view().pairs_running >= trace.warm_pairs for s in sites),
                     "the warm pairs Running",
                     trace.registration_delay + 90,
@@ -269,21 +270,6 @@ def _capacity(site: Site, variant: str, index: int, trace: Trace) -> dict[str, A
         placeholder_ready_timeout=f"{trace.registration_delay + 45:g}s",
         downscale_delay="10s",
     )
-
-
-async def _until(predicate: Any, what: str, within: float, sites: Sequence[Site]) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        for site in sites:
-            listener = site.listener
-            if listener is not None and listener.returncode is not None:
-                raise RuntimeError(
-                    f"{listener.name} exited ({listener.returncode}) waiting for {what}:\n"
-                    f"{listener.log_tail(20)}"
-                )
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(0.2)
 
 
 async def _play(run: VariantRun, stage: Stage, karpenter: Karpenter, trace: Trace) -> None:
