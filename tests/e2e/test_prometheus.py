@@ -9,10 +9,16 @@ scheduled (assigned, not running). Stock ARC advertises maxRunners and takes the
 the capacity monitor the runner placeholders go with the pool, the listener advertises 0 and
 the jobs stay on GitHub's queue.
 
-When the *workflow* pool is what is missing (test_capacity.py's stock scenario), the runner
-claims the job, so GitHub (and the fake) count it as running while its workflow pod stays
-Pending: the assigned − running gap stays 0 and this alert cannot see it. That case needs a
-cluster-side signal (e.g. Pending ``<runner>-workflow`` pods from kube-state-metrics).
+When the *workflow* pod is what has no node, the runner has claimed the job, so GitHub (and
+the fake) count it as running: the assigned − running gap stays 0 and StrandedJobs cannot see
+it. WorkflowPodsUnscheduled is written for that one, from the monitor's own count of
+``<runner>-workflow`` pods without a node. With the monitor on it is a stranding the monitor
+itself let through: it counted workflow capacity the workflow pod cannot use. A pod once bound
+never becomes unbound again (a lost node takes its pods with it), so the window for workflow
+capacity to vanish is between the claim and the workflow pod's creation, which the runner
+stand-in makes immediate; the scenario here uses the cause the alert's runbook names first
+instead, deterministically: ``workflow_resources`` smaller than the real workflow pods, so the
+workflow placeholder fits a node the workflow pod does not.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +54,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 ALERT = "StrandedJobs"
+UNSCHEDULED = "WorkflowPodsUnscheduled"
 EVALUATION_SECONDS = 1.0
 # Panels whose series appear only under conditions this scenario does not create.
 NO_DATA_EXPECTED = {
@@ -68,9 +76,17 @@ def spec(name: str, scale_set_id: int) -> SiteSpec:
     )
 
 
+def shortened_rule(name: str) -> dict[str, Any]:
+    rules: list[dict[str, Any]] = [
+        r for g in shortened_rules()["groups"] for r in g["rules"] if r["alert"] == name
+    ]
+    (rule,) = rules
+    return rule
+
+
 def alert_window() -> float:
     """Seconds the shortened StrandedJobs rule needs at least: its window plus its ``for``."""
-    (rule,) = [r for g in shortened_rules()["groups"] for r in g["rules"] if r["alert"] == ALERT]
+    rule = shortened_rule(ALERT)
     match = re.search(r"\[(\w+):\w+\]", rule["expr"])
     assert match, rule["expr"]
     return seconds(match.group(1)) + seconds(rule["for"])
@@ -95,6 +111,27 @@ def waiting(jobs: list[FakeJob]) -> int:
     return sum(j.state is JobState.ASSIGNED for j in jobs)
 
 
+async def until_alert(
+    prometheus: Prometheus, site: Site, name: str, want: Callable[[list[str]], bool], within: float
+) -> float:
+    """Poll alert ``name``'s states until ``want`` holds for them; the seconds it took."""
+    since = time.monotonic()
+    states = await prometheus.alert_states(name)
+    while not want(states):
+        assert time.monotonic() - since < within, (
+            f"{name}: still {states} after {within:.0f}s\n{prometheus.log_tail()}"
+        )
+        assert site.listener is not None
+        assert site.listener.returncode is None, site.listener.log_tail()
+        await asyncio.sleep(EVALUATION_SECONDS)
+        states = await prometheus.alert_states(name)
+    return time.monotonic() - since
+
+
+def firing(states: list[str]) -> bool:
+    return "firing" in states
+
+
 async def test_stranded_jobs_alert_fires_with_the_stock_static_header(
     stage: Stage, tmp_path: Path
 ) -> None:
@@ -107,19 +144,7 @@ async def test_stranded_jobs_alert_fires_with_the_stock_static_header(
         await site.remove_nodes("runner")
         jobs = stage.fake.add_jobs(6, labels=["linux"])
         await site.wait_for(lambda: waiting(jobs) > 0, "a job assigned without a runner", 30)
-        first_strand = time.monotonic()
-        budget = alert_window() + 60
-        states: list[str] = []
-        while "firing" not in states:
-            assert time.monotonic() - first_strand < budget, (
-                f"{ALERT} not firing {budget:.0f}s after the first strand: {states}\n"
-                f"{prometheus.log_tail()}"
-            )
-            states = await prometheus.alert_states(ALERT)
-            assert site.listener is not None
-            assert site.listener.returncode is None, site.listener.log_tail()
-            await asyncio.sleep(EVALUATION_SECONDS)
-        to_firing = time.monotonic() - first_strand
+        to_firing = await until_alert(prometheus, site, ALERT, firing, alert_window() + 60)
         # The jobs are still stuck: assigned to this scale set, no runner started them.
         assert waiting(jobs) == 6
         assert not any(j.state is JobState.RUNNING for j in jobs)
@@ -127,6 +152,66 @@ async def test_stranded_jobs_alert_fires_with_the_stock_static_header(
             scenario="stock",
             first_strand_to_firing_s=round(to_firing, 1),
             rule_window_plus_for_s=alert_window(),
+            test_seconds=round(time.monotonic() - started, 1),
+        )
+    finally:
+        await prometheus.stop()
+
+
+async def test_workflow_pods_unscheduled_fires_while_a_claimed_jobs_workflow_pod_has_no_node(
+    stage: Stage, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    # The workflow pods request 3 CPU; the monitor is told 1 CPU. Its workflow placeholder
+    # fits the one 2-CPU workflow node, so the pair is Running and advertised; the workflow
+    # pod of the job it lets in fits no node, and preempting the placeholder does not help.
+    site = await stage.add_site(
+        SiteSpec(
+            name="prom-unscheduled",
+            scale_set_id=93,
+            runner_pool=Pool(nodes=1, cpu="8"),
+            workflow_pool=Pool(nodes=1, cpu="2"),
+            workflow_requests={"cpu": "3", "memory": "2Gi"},
+            job_seconds=3.0,
+        )
+    )
+    settings = site.capacity_settings(
+        proactive=1, hud=True, workflow_resources={"requests": {"cpu": "1", "memory": "2Gi"}}
+    )
+    site.start_listener(capacity=settings, max_runners=4)
+    await site.wait_for(
+        lambda: site.advertised() == 1 and site.view().pairs_running == 1, "a warm pair", 60
+    )
+    prometheus = await start_prometheus(site, tmp_path / "prometheus")
+    try:
+        (job,) = stage.fake.add_jobs(1, labels=["linux"])
+        await site.wait_for(
+            lambda: job.state is JobState.RUNNING and site.view().workflow_pending == 1,
+            "the job claimed by a runner, its workflow pod Pending",
+            60,
+        )
+        hold = seconds(shortened_rule(UNSCHEDULED)["for"])
+        to_firing = await until_alert(prometheus, site, UNSCHEDULED, firing, hold + 30)
+        # Still the same stranding: claimed (running on GitHub's side), its workflow never
+        # started; the assigned − running gap StrandedJobs reads is 0, so it stays quiet.
+        assert job.state is JobState.RUNNING
+        assert job.workflow_started_at is None
+        assert site.view().workflow_pending == 1
+        assert await prometheus.alert_states(ALERT) == []
+
+        # A workflow node the pod fits: it schedules, the job runs, the alert resolves.
+        await site.add_nodes("workflow", 1, Pool(nodes=1, cpu="4"))
+        await site.wait_for(
+            lambda: job.workflow_started_at is not None, "the workflow pod Running", 60
+        )
+        to_resolved = await until_alert(prometheus, site, UNSCHEDULED, lambda s: s == [], 30)
+        await site.wait_for(lambda: job.state is JobState.COMPLETED, "the job to finish", 60)
+        assert job.result == "succeeded"
+        report(
+            scenario="workflow pod unscheduled",
+            claim_to_firing_s=round(to_firing, 1),
+            rule_for_s=hold,
+            scheduled_to_resolved_s=round(to_resolved, 1),
             test_seconds=round(time.monotonic() - started, 1),
         )
     finally:
@@ -167,6 +252,7 @@ async def test_stranded_jobs_alert_stays_quiet_with_the_monitor_and_every_query_
         hold_until = time.monotonic() + alert_window() + 15
         while time.monotonic() < hold_until:
             assert await prometheus.alert_states(ALERT) == []
+            assert await prometheus.alert_states(UNSCHEDULED) == []
             assert all(j.state is JobState.QUEUED for j in jobs)
             await asyncio.sleep(EVALUATION_SECONDS)
 
@@ -199,6 +285,14 @@ async def test_stranded_jobs_alert_stays_quiet_with_the_monitor_and_every_query_
                 if not await prometheus.query(f'{series}{{namespace="{site.namespace}"}}'):
                     empty.append(f"alert {rule['alert']}: {series}")
         assert empty == [], "queries without data:\n" + "\n".join(empty)
+        # The workflow pods of the jobs that ran were Pending only while they preempted their
+        # placeholders: WorkflowPodsUnscheduled never fired at any point of the run.
+        assert (
+            await prometheus.query(
+                f'max_over_time(ALERTS{{alertname="{UNSCHEDULED}", alertstate="firing"}}[1h])'
+            )
+            == []
+        )
         report(
             scenario="monitor",
             queries_with_data=checked,

@@ -23,8 +23,9 @@ the runner stand-in on the local control plane (README, "Measured"):
 * ``github_demand_calls``: REST calls per read of the GitHub demand source at 50 repositories,
   with and without 304s (against the fake of those endpoints; no cluster needed).
 * ``outcomes``: one job trace on two clusters whose nodes come from the real Karpenter, for
-  stock ARC, demand-driven pairs and a warm pool (see ``bench_outcomes``); also writes one
-  timeline PNG per variant (``--images``, default the work directory).
+  stock ARC, demand-driven pairs with and without demand sharding, and a warm pool (see
+  ``bench_outcomes``); also writes one timeline PNG per variant (``--images``, default the
+  work directory).
 
 Size: the catalogue ``make bench`` runs. The benchmarks share the ``Bench`` (control plane,
 work directory, fresh Stage per scenario) and a few measuring helpers, and each is one
@@ -63,6 +64,7 @@ from tests.support.fake_github_rest import FakeGitHubRest
 from tests.support.listener_process import PAT, metric_value
 from tests.support.localcluster import LocalCluster
 from tests.support.stats import percentile
+from tests.support.waits import WaitFailed, wait_until
 
 LONG_POLL = 50.0
 RECONCILE_HISTOGRAM = "gha_capacity_reconcile_duration_seconds"
@@ -83,22 +85,6 @@ def _stats(values: list[float]) -> dict[str, Any]:
         "p99_s": r(percentile(values, 99)),
         "max_s": r(max(values) if values else None),
     }
-
-
-async def _until(
-    predicate: Callable[[], bool], what: str, within: float, site: Site | None = None
-) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if site is not None and site.listener is not None and site.listener.returncode is not None:
-            raise RuntimeError(
-                f"listener exited ({site.listener.returncode}) waiting for {what}:\n"
-                f"{site.listener.log_tail(20)}"
-            )
-        if time.monotonic() > deadline:
-            view = site.view() if site is not None else ""
-            raise RuntimeError(f"timed out after {within:.0f}s waiting for {what} {view}")
-        await asyncio.sleep(0.1)
 
 
 def _fake() -> FakeActions:
@@ -136,7 +122,7 @@ class Bench:
                 log_level="info",
             )
             _say(f"latency: waiting for {pairs} pairs")
-            await _until(lambda: site.advertised() == pairs, f"{pairs} advertised", 120, site)
+            await wait_until(lambda: site.advertised() == pairs, f"{pairs} advertised", 120, [site])
             core = client.CoreV1Api(stage.api)
             # Isolated changes: a higher-priority pod preempts one placeholder (down), leaves,
             # and the monitor restores the pair (up).
@@ -144,10 +130,10 @@ class Bench:
             for cycle in range(cycles):
                 name = f"intruder-{cycle}"
                 await core.create_namespaced_pod(site.namespace, site.filler_pod(name))
-                await _until(lambda: site.advertised() == pairs - 1, "a drop", 30, site)
+                await wait_until(lambda: site.advertised() == pairs - 1, "a drop", 30, [site])
                 await asyncio.sleep(1.5)
                 await core.delete_namespaced_pod(name, site.namespace, grace_period_seconds=0)
-                await _until(lambda: site.advertised() == pairs, "recovery", 60, site)
+                await wait_until(lambda: site.advertised() == pairs, "recovery", 60, [site])
                 await asyncio.sleep(1.5)
             history = [(c.wall, c.value) for c in stage.fake.capacity_history(site.scale_set_id)]
             latencies, superseded = signal_latencies(site.placeholder_events, history, pairs)
@@ -174,11 +160,13 @@ class Bench:
                 capacity=guarded.capacity_settings(proactive=2), max_runners=8, log_level="info"
             )
             stock.start_listener(capacity=None, max_runners=8, log_level="info")
-            await _until(lambda: guarded.view().pairs_running == 2, "2 warm pairs", 90, guarded)
+            await wait_until(
+                lambda: guarded.view().pairs_running == 2, "2 warm pairs", 90, [guarded]
+            )
             _say("stranded: losing both workflow pools")
             await guarded.remove_nodes("workflow")
             await stock.remove_nodes("workflow")
-            await _until(lambda: guarded.advertised() == 0, "header 0", 30, guarded)
+            await wait_until(lambda: guarded.advertised() == 0, "header 0", 30, [guarded])
             queued = {
                 "guarded": stage.fake.add_jobs(jobs, labels=["guarded"]),
                 "stock": stage.fake.add_jobs(jobs, labels=["stock"]),
@@ -222,7 +210,7 @@ class Bench:
                     log_level="info",
                 )
                 _say(f"apiserver: waiting for {pairs} Running pairs")
-                await _until(lambda: site.advertised() == pairs, f"{pairs} pairs", 240, site)
+                await wait_until(lambda: site.advertised() == pairs, f"{pairs} pairs", 240, [site])
                 await asyncio.sleep(5.0)  # let creation settle
                 _say(f"apiserver: counting the listener's requests for {window:.0f}s while idle")
                 start = time.monotonic()
@@ -284,8 +272,8 @@ class Bench:
             started = time.monotonic()
             reached = True
             try:
-                await _until(lambda: site.advertised() == pairs, f"{pairs} pairs", 420, site)
-            except RuntimeError as exc:
+                await wait_until(lambda: site.advertised() == pairs, f"{pairs} pairs", 420, [site])
+            except WaitFailed as exc:
                 if listener.returncode is not None:
                     raise
                 _say(f"memory: {exc}")
@@ -348,13 +336,13 @@ class Bench:
             site.start_listener(capacity=capacity, max_runners=burst * 2, log_level="info")
             await site.wait_session(60)
             if settings and settings["proactive"]:
-                await _until(lambda: site.advertised() == burst, "warm pairs", 90, site)
+                await wait_until(lambda: site.advertised() == burst, "warm pairs", 90, [site])
             else:
                 await asyncio.sleep(3.0)
             _say(f"start latency: {name}")
             jobs = stage.fake.add_jobs(burst, labels=["linux"])
-            await _until(
-                lambda: all(j.workflow_started_at is not None for j in jobs), name, 120, site
+            await wait_until(
+                lambda: all(j.workflow_started_at is not None for j in jobs), name, 120, [site]
             )
             case: dict[str, Any] = _stats(_start_latencies(jobs))
             if settings is not None:
@@ -400,15 +388,15 @@ class Bench:
                 site.start_listener(capacity=settings, max_runners=jobs, log_level="info")
             for site in sites:
                 await site.wait_session(60)
-                await _until(lambda s=site: not s.placeholders, "no pairs", 60, site)  # type: ignore[misc]
+                await wait_until(lambda s=site: not s.placeholders, "no pairs", 60, [site])  # type: ignore[misc]
             _say(f"sharding: cluster_count {count}, {jobs} jobs")
             since = time.time()
             queued = stage.fake.add_jobs(jobs, labels=["linux"])
-            await _until(
+            await wait_until(
                 lambda: all(j.state is JobState.COMPLETED for j in queued),
                 "the queue to drain",
                 180,
-                sites[0],
+                sites,
             )
             drained = time.time() - since
             created = {

@@ -1,4 +1,4 @@
-"""The outcome benchmark (``make bench`` section ``outcomes``): one job trace, three listeners.
+"""The outcome benchmark (``make bench`` section ``outcomes``): one job trace, four listeners.
 
 Two clusters (two Sites on one control plane) share GitHub's queue. Each has a runner pool
 and a workflow pool, each a Karpenter NodePool with its own instance types, so every node is
@@ -9,16 +9,22 @@ insufficient-capacity error on launch). The same trace is run once per variant:
 * ``stock``: ARC's behaviour — the static header ``max_runners``, no placeholders;
 * ``demand``: ours, pairs only for queued jobs (``proactive_capacity: 0``, HUD demand, the
   queue sharded between the two clusters);
+* ``demand_unsharded``: the same without sharding: each cluster holds pairs for the whole
+  queue, so the two together hold two for every queued job (what sharding saves);
 * ``warm_pool``: ours with ``proactive_capacity: N`` idle pairs per cluster as well.
 
 Per variant: jobs stranded, queue → workflow pod Running (p50/p90/max), node-seconds per
 pool (NodeClaim lifetimes), placeholder pod-seconds, pairs created and re-created, Karpenter
-launches; every figure also as a ratio to stock from the same run. One timeline picture per
-variant (PNG) is written too.
+launches; every figure also as a ratio to stock from the same run, and the sharded demand
+variant's as a ratio to the unsharded one. One timeline picture per variant (PNG) is written
+too.
 
 What it does not model: image pulls and container start (kwok runs pods at once), real
 cloud latency and its variance (one fixed registration delay), node boot and kubelet
 registration beyond that delay, prices (node-seconds are counted, not priced).
+
+Size: one benchmark: the trace, the variants, the measurements taken while it runs and the
+figures computed from them are read together when a number looks wrong.
 """
 
 from __future__ import annotations
@@ -27,19 +33,11 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.e2e import (
-    Pool,
-    Site,
-    SiteSpec,
-    Stage,
-    metric_value,
-    percentile,
-)
 from tests.support.e2e_karpenter import (
     NodeClaimLog,
     create_site_nodepools,
@@ -48,14 +46,25 @@ from tests.support.e2e_karpenter import (
     nodepool_name,
     reset_cloud,
 )
+from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
+from tests.support.listener_process import metric_value
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.karpenter import WORKFLOW_TYPE, Karpenter
+from tests.support.stats import percentile
+from tests.support.waits import wait_until
 
 PAT = "ghp_e2e_fake_token"
 LONG_POLL = 50.0
 ROUND = 2
-VARIANTS = ("stock", "demand", "warm_pool")
+VARIANTS = ("stock", "demand", "demand_unsharded", "warm_pool")
+# Column headers of the README table.
+HEADERS = {
+    "stock": "stock",
+    "demand": "demand, sharded",
+    "demand_unsharded": "demand, unsharded",
+    "warm_pool": "warm pool (sharded)",
+}
 # Runner pods fit two to a 2-CPU node; workflow pods two to a 4-CPU node, in either cluster.
 RUNNER_REQUESTS = {"cpu": "900m", "memory": "1Gi"}
 WORKFLOW_REQUESTS = {"cpu": "1900m", "memory": "3Gi"}
@@ -182,6 +191,7 @@ async def outcomes(
     finally:
         await asyncio.to_thread(reset_cloud, karpenter)
     _add_ratios(result["variants"])
+    result["sharding"] = _sharding_ratios(result["variants"])
     written = []
     for variant, run in runs.items():
         path = images / f"outcomes-{variant}.png"
@@ -237,7 +247,7 @@ async def _run_variant(
             for site in sites:
                 await site.wait_session(60)
             if variant == "warm_pool":
-                await _until(
+                await wait_until(
                     lambda: all(s.view().pairs_running >= trace.warm_pairs for s in sites),
                     "the warm pairs Running",
                     trace.registration_delay + 90,
@@ -258,32 +268,23 @@ async def _run_variant(
 def _capacity(site: Site, variant: str, index: int, trace: Trace) -> dict[str, Any] | None:
     if variant == "stock":
         return None
+    # Each cluster provisions for its share of fresh jobs; jobs queued a minute or more are
+    # provisioned by both (the failover path when one cluster has no capacity). Unsharded,
+    # each provisions for every queued job.
+    demand: dict[str, Any] = (
+        {"cluster_count": 1}
+        if variant == "demand_unsharded"
+        else {"cluster_index": index, "cluster_count": len(SITE_NAMES), "aged_after": "1m"}
+    )
     return site.capacity_settings(
         proactive=trace.warm_pairs if variant == "warm_pool" else 0,
         hud=True,
         hud_floor=0,
-        # Each cluster provisions for its share of fresh jobs; jobs queued a minute or more
-        # are provisioned by both (the failover path when one cluster has no capacity).
-        demand={"cluster_index": index, "cluster_count": len(SITE_NAMES), "aged_after": "1m"},
+        demand=demand,
         # A pair waits for a node: registration delay plus Karpenter's batching.
         placeholder_ready_timeout=f"{trace.registration_delay + 45:g}s",
         downscale_delay="10s",
     )
-
-
-async def _until(predicate: Any, what: str, within: float, sites: Sequence[Site]) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        for site in sites:
-            listener = site.listener
-            if listener is not None and listener.returncode is not None:
-                raise RuntimeError(
-                    f"{listener.name} exited ({listener.returncode}) waiting for {what}:\n"
-                    f"{listener.log_tail(20)}"
-                )
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(0.2)
 
 
 async def _play(run: VariantRun, stage: Stage, karpenter: Karpenter, trace: Trace) -> None:
@@ -454,19 +455,33 @@ def _get(figures: Mapping[str, Any], path: tuple[str, ...]) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def _ratios(base: Mapping[str, Any], figures: Mapping[str, Any]) -> dict[str, float | None]:
+    """Each of ``figures`` divided by ``base``'s (None where the base is 0 or missing)."""
+    ratios: dict[str, float | None] = {}
+    for path in _RATIO_KEYS:
+        under, value = _get(base, path), _get(figures, path)
+        ratios[".".join(path)] = (
+            None if under in (None, 0.0) or value is None else round(value / under, 3)
+        )
+    return ratios
+
+
 def _add_ratios(variants: dict[str, dict[str, Any]]) -> None:
-    """Every figure divided by stock's (None where stock's is 0 or missing)."""
+    """Every figure divided by stock's."""
     stock = variants.get("stock")
     if stock is None:
         return
     for figures in variants.values():
-        ratios: dict[str, float | None] = {}
-        for path in _RATIO_KEYS:
-            base, value = _get(stock, path), _get(figures, path)
-            ratios[".".join(path)] = (
-                None if base in (None, 0.0) or value is None else round(value / base, 3)
-            )
-        figures["ratio_to_stock"] = ratios
+        figures["ratio_to_stock"] = _ratios(stock, figures)
+
+
+def _sharding_ratios(variants: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
+    """The sharded demand variant's figures divided by the unsharded one's: below 1 is what
+    sharding saves."""
+    sharded, unsharded = variants.get("demand"), variants.get("demand_unsharded")
+    if sharded is None or unsharded is None:
+        return {}
+    return _ratios(unsharded, sharded)
 
 
 # ---------------------------------------------------------------------- the picture
@@ -545,8 +560,13 @@ def _draw(run: VariantRun, trace: Trace, path: Path) -> None:
     plt.close(fig)
 
 
-def ratios_table(variants: Mapping[str, Mapping[str, Any]]) -> str:
-    """A Markdown table of the figures (for the README), from the benchmark's JSON."""
+def ratios_table(
+    variants: Mapping[str, Mapping[str, Any]],
+    sharding: Mapping[str, float | None] | None = None,
+) -> str:
+    """A Markdown table of the figures (for the README), from the benchmark's JSON: each
+    variant's figures with its ratio to stock, and, given ``sharding``, a last column with the
+    sharded demand variant's ratio to the unsharded one."""
     rows = [
         ("jobs stranded (claimed, workflow pod waited > grace)", ("jobs_stranded",)),
         ("claim → workflow pod Running max (s)", ("claim_to_workflow_running_s", "max")),
@@ -562,9 +582,10 @@ def ratios_table(variants: Mapping[str, Mapping[str, Any]]) -> str:
         ("Karpenter launches", ("karpenter_launches",)),
     ]
     names = [v for v in VARIANTS if v in variants]
+    headers = [HEADERS[n] for n in names] + (["sharded / unsharded"] if sharding else [])
     lines = [
-        "| | " + " | ".join(names) + " |",
-        "|---|" + "---|" * len(names),
+        "| | " + " | ".join(headers) + " |",
+        "|---|" + "---|" * len(headers),
     ]
     for label, key in rows:
         cells = []
@@ -575,6 +596,9 @@ def ratios_table(variants: Mapping[str, Mapping[str, Any]]) -> str:
             if name != "stock" and ratio is not None:
                 text += f" ({ratio:g}×)"
             cells.append(text)
+        if sharding:
+            ratio = sharding.get(".".join(key))
+            cells.append("–" if ratio is None else f"{ratio:g}×")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -585,4 +609,4 @@ if __name__ == "__main__":  # print the README table from a saved JSON document
     with contextlib.suppress(BrokenPipeError):
         doc = json.loads(Path(sys.argv[1]).read_text())
         section = doc.get("outcomes", doc)
-        print(ratios_table(section["variants"]))
+        print(ratios_table(section["variants"], section.get("sharding")))

@@ -36,13 +36,10 @@ from tests.support import demo_karpenter
 from tests.support.control_plane import local_control_plane, new_workdir
 from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
+from tests.support.waits import WaitFailed, wait_until
 
 PAT = "ghp_e2e_fake_token"
 WORKFLOW_SLOTS = 8  # 2 workflow nodes x 4 CPU, workflow pods request 1 CPU
-
-
-class DemoFailed(Exception):
-    pass
 
 
 def _out(line: str = "") -> None:
@@ -80,19 +77,6 @@ class Demo:
         while True:
             _out(self.line())
             await asyncio.sleep(1.0)
-
-    async def until(self, predicate: Callable[[], bool], what: str, within: float) -> None:
-        listener = self.site.listener
-        deadline = time.monotonic() + within
-        while not predicate():
-            if listener is not None and listener.returncode is not None:
-                raise DemoFailed(
-                    f"the listener exited with {listener.returncode} while waiting for {what}:\n"
-                    f"{listener.log_tail()}"
-                )
-            if time.monotonic() > deadline:
-                raise DemoFailed(f"timed out after {within:.0f}s waiting for {what}")
-            await asyncio.sleep(0.2)
 
 
 def _all_done(jobs: list[FakeJob]) -> Callable[[], bool]:
@@ -138,19 +122,22 @@ async def run_demo(workdir: Path, *, burst: int, job_seconds: float) -> int:
 async def _story(demo: Demo, stage: Stage, site: Site, burst: int) -> int:
     fake = stage.fake
     demo.phase = "warm-up"
-    await demo.until(
-        lambda: site.advertised() == 2 and site.view().pairs_running == 2, "2 warm pairs", 90
+    await wait_until(
+        lambda: site.advertised() == 2 and site.view().pairs_running == 2,
+        "2 warm pairs",
+        90,
+        [demo.site],
     )
 
     demo.phase = "burst"
     _out(f"--- burst: {burst} jobs for {WORKFLOW_SLOTS} workflow slots")
     burst_jobs = fake.add_jobs(burst, labels=["linux"])
-    await demo.until(_all_done(burst_jobs), "the burst to finish", 150)
+    await wait_until(_all_done(burst_jobs), "the burst to finish", 150, [demo.site])
 
     demo.phase = "capacity-loss"
     _out("--- capacity loss: the workflow pool is reclaimed (no replacement available)")
     await site.remove_nodes("workflow")
-    await demo.until(lambda: site.advertised() == 0, "the header to drop to 0", 30)
+    await wait_until(lambda: site.advertised() == 0, "the header to drop to 0", 30, [demo.site])
     late = fake.add_jobs(4, labels=["linux"])
     _out("--- 4 more jobs arrive while there is no capacity")
     await asyncio.sleep(10.0)
@@ -159,7 +146,7 @@ async def _story(demo: Demo, stage: Stage, site: Site, burst: int) -> int:
     demo.phase = "recovered"
     _out("--- capacity is back: 2 new workflow nodes")
     await site.add_nodes("workflow", 2)
-    await demo.until(_all_done(late), "the late jobs to finish", 90)
+    await wait_until(_all_done(late), "the late jobs to finish", 90, [demo.site])
     _out(demo.line())
     return _summary(demo, stage, site, burst_jobs + late, held_queued)
 
@@ -217,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         code = asyncio.run(story)
         _out("all demo processes stopped")
         return code
-    except (DemoFailed, demo_karpenter.DemoFailed) as exc:
+    except WaitFailed as exc:
         _out(f"demo failed: {exc}")
         return 1
     except KeyboardInterrupt:

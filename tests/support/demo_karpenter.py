@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.e2e import Pool, Site, SiteSpec, Stage, local_control_plane
+from tests.support.control_plane import local_control_plane
 from tests.support.e2e_karpenter import (
     NodeClaimLog,
     create_site_nodepools,
@@ -35,6 +35,7 @@ from tests.support.e2e_karpenter import (
     nodepool_name,
     reset_cloud,
 )
+from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
 from tests.support.localcluster.karpenter import (
     NODECLAIMS,
@@ -42,6 +43,7 @@ from tests.support.localcluster.karpenter import (
     WORKFLOW_TYPE,
     Karpenter,
 )
+from tests.support.waits import wait_until
 
 PAT = "ghp_e2e_fake_token"
 REGISTRATION_DELAY = "10s"
@@ -51,10 +53,6 @@ SITE_TYPES = (
     {"runner": ("c-2x",), "workflow": (WORKFLOW_TYPE,)},
     {"runner": ("c-2x",), "workflow": ("c-4x",)},
 )
-
-
-class DemoFailed(Exception):
-    pass
 
 
 def _out(line: str = "") -> None:
@@ -100,20 +98,6 @@ class KarpenterDemo:
         while True:
             _out(self.line())
             await asyncio.sleep(2.0)
-
-    async def until(self, predicate: Callable[[], bool], what: str, within: float) -> None:
-        deadline = time.monotonic() + within
-        while not predicate():
-            for site in self.sites:
-                listener = site.listener
-                if listener is not None and listener.returncode is not None:
-                    raise DemoFailed(
-                        f"{listener.name} exited with {listener.returncode} while waiting for "
-                        f"{what}:\n{listener.log_tail()}"
-                    )
-            if time.monotonic() > deadline:
-                raise DemoFailed(f"timed out after {within:.0f}s waiting for {what}")
-            await asyncio.sleep(0.2)
 
 
 def _all_done(jobs: list[FakeJob]) -> Callable[[], bool]:
@@ -190,17 +174,18 @@ async def _story(
 ) -> int:
     fake = stage.fake
     a = sites[0]
-    await demo.until(
+    await wait_until(
         lambda: all(s.advertised() == 1 for s in sites),
         "one warm pair Running per cluster (Karpenter launches nodes for them)",
         90,
+        demo.sites,
     )
     warm_at = time.monotonic() - demo.started
 
     demo.phase = "burst"
     _out(f"--- burst: {burst} jobs; HUD sees them, pairs are created, Karpenter launches nodes")
     burst_jobs = fake.add_jobs(burst, labels=["linux"])
-    await demo.until(_all_done(burst_jobs), "the burst to finish", 150)
+    await wait_until(_all_done(burst_jobs), "the burst to finish", 150, demo.sites)
 
     demo.phase = "shortage"
     _out(f"--- site-a: its workflow nodes are reclaimed and {WORKFLOW_TYPE} has no capacity")
@@ -212,11 +197,11 @@ async def _story(
         NODECLAIMS,
         params={"labelSelector": f"{NODEPOOL_LABEL}={nodepool_name(a, 'workflow')}"},
     )
-    await demo.until(lambda: a.advertised() == 0, "site-a's header to drop to 0", 60)
+    await wait_until(lambda: a.advertised() == 0, "site-a's header to drop to 0", 60, demo.sites)
     shortage_started = time.time()
     late = fake.add_jobs(6, labels=["linux"])
     _out("--- 6 more jobs arrive while site-a has no workflow capacity")
-    await demo.until(_all_done(late), "the late jobs to finish", 120)
+    await wait_until(_all_done(late), "the late jobs to finish", 120, demo.sites)
     failed_launches = sum(
         1
         for c in demo.log.claims.values()
@@ -230,9 +215,11 @@ async def _story(
     _out(f"--- {WORKFLOW_TYPE} capacity is back; Karpenter consolidates idle nodes")
     karpenter.set_capacity()
     peak = demo.max_nodes
-    await demo.until(lambda: a.advertised() == 1, "site-a's warm pair again", 60)
+    await wait_until(lambda: a.advertised() == 1, "site-a's warm pair again", 60, demo.sites)
     busy = _live_nodes(demo)
-    await demo.until(lambda: _live_nodes(demo) < busy, "Karpenter to remove an idle node", 90)
+    await wait_until(
+        lambda: _live_nodes(demo) < busy, "Karpenter to remove an idle node", 90, demo.sites
+    )
     await _settle(demo, quiet=10.0, within=45.0)
     _out(demo.line())
     return _summary(demo, stage, burst_jobs, late, warm_at, failed_launches, peak)

@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.bench_outcomes import _add_ratios, _placeholder_seconds, ratios_table
+from tests.support.bench_outcomes import (
+    _add_ratios,
+    _placeholder_seconds,
+    _sharding_ratios,
+    ratios_table,
+)
 from tests.support.e2e_karpenter import Claim, NodeClaimLog
 from tests.support.e2e_site import PodEvent
 
@@ -77,3 +82,20 @@ def test_ratios_to_stock_skip_a_zero_base() -> None:
     assert variants["stock"]["ratio_to_stock"]["jobs_stranded"] == 1.0
     table = ratios_table(variants)
     assert "| queue → workflow pod Running p90 (s) | 80 | 20 (0.25×) |" in table
+
+
+def test_sharding_is_the_sharded_demand_variant_over_the_unsharded_one() -> None:
+    variants: dict[str, dict[str, Any]] = {
+        "stock": {"node_seconds": {"total": 2000.0}, "pairs_created": 0},
+        "demand": {"node_seconds": {"total": 1800.0}, "pairs_created": 18},
+        "demand_unsharded": {"node_seconds": {"total": 2400.0}, "pairs_created": 36},
+    }
+    _add_ratios(variants)
+    sharding = _sharding_ratios(variants)
+    assert sharding["node_seconds.total"] == 0.75
+    assert sharding["pairs_created"] == 0.5
+    assert _sharding_ratios({"stock": variants["stock"]}) == {}
+    table = ratios_table(variants, sharding).splitlines()
+    assert table[0] == ("| | stock | demand, sharded | demand, unsharded | sharded / unsharded |")
+    assert "| pairs created | 0 | 18 | 36 | 0.5× |" in table
+    assert "| node-seconds, total | 2000 | 1800 (0.9×) | 2400 (1.2×) | 0.75× |" in table
