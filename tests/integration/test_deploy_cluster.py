@@ -700,6 +700,7 @@ async def test_live_metrics_page_exports_the_listed_series_and_every_queried_one
 
     from tests.support.e2e_site import SiteSpec, Stage
     from tests.support.fake_actions import JobState
+    from tests.unit.capacity.test_reconciler_metrics import FIRST_WRITTEN_WHEN_USED
     from tests.unit.test_deploy_static import (
         DASHBOARD,
         alert_rules,
@@ -738,12 +739,12 @@ async def test_live_metrics_page_exports_the_listed_series_and_every_queried_one
         exported[name] = (family.type, labels)
         samples |= {s.name for s in family.samples}
 
-    # Exactly the listed families, each with its type and (where it has samples) labels.
-    # Never-incremented labelled counters without samples still show their HELP/TYPE.
-    assert set(exported) == set(listed), (
-        f"on the page, not listed: {sorted(set(exported) - set(listed))}; "
-        f"listed, not on the page: {sorted(set(listed) - set(exported))}"
-    )
+    # Exactly the listed families, each with its type and (where it has samples) labels. As
+    # in Go, a vector with extra labels is written once it has a child: those this run does
+    # not use (no GitHub demand, no Kubernetes error) may be missing, no other.
+    missing = set(listed) - set(exported)
+    assert set(exported) <= set(listed), sorted(set(exported) - set(listed))
+    assert missing <= FIRST_WRITTEN_WHEN_USED, sorted(missing - FIRST_WRITTEN_WHEN_USED)
     for name, (kind, labels) in exported.items():
         assert kind == listed[name].type, name
         assert not labels or labels == set(listed[name].labels), (name, labels)
@@ -758,7 +759,9 @@ async def test_live_metrics_page_exports_the_listed_series_and_every_queried_one
     page_series = samples | {
         name for name, (kind, _) in exported.items() if kind in ("gauge", "counter")
     }
-    assert queried <= page_series, sorted(queried - page_series)
+    # (Those written once used are on the page whenever they have a value to query.)
+    unseen = queried - page_series
+    assert unseen <= FIRST_WRITTEN_WHEN_USED, sorted(unseen - FIRST_WRITTEN_WHEN_USED)
 
 
 # --- 5. the least-privilege RBAC printed by `ghalistener rbac` ------------------------------
