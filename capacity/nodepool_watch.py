@@ -51,13 +51,13 @@ class NodePoolLimits:
         *,
         metrics: CapacityMetrics,
         on_change: Callable[[], None],
-        resource: Resource = RESOURCE,
+        resource: Resource | None = None,
     ) -> None:
         self.kube = kube
         self.settings = settings
         self.metrics = metrics
         self.on_change = on_change
-        self.resource = resource
+        self.resource = resource or RESOURCE
         self.pools: dict[str, NodePool] = {}
         self.state = "starting"
         self.memory = PoolMemory()

@@ -499,13 +499,17 @@ def nodepool_room(
         free   = Σ (limit − used)                 room for new nodes
                + Σ (peak − holding) × request     room freed on existing nodes
                − Σ waiting × request              taken by placeholders still Pending
-        pairs  = ⌊ free / pair's request ⌋        the smallest over those resources
+        ours   = Σ limit − Σ (holding + waiting) × request
+        pairs  = ⌊ min(free, ours) / pair's request ⌋, the smallest over those resources
 
-    ``used`` is the pools' ``status.resources`` (node capacity Karpenter has launched).
-    Room on existing nodes is not visible without reading every node, so it is estimated
-    from the halves themselves: ``peak`` is the most halves seen holding room since the
-    pools last lost capacity (a node removed), and the room a half freed when it went (its
-    TTL, a job that finished) is taken as still there. The count is therefore an upper
+    ``used`` is the pools' ``status.resources`` (node capacity Karpenter has launched); it
+    sees other workloads in the pools, but trails Karpenter's launches by a second or two.
+    ``ours`` needs no status (every half takes its request out of some node's capacity,
+    and all the nodes together stay within the limit), so it holds while the status
+    trails. Room on existing nodes is not visible without reading every node, so it is
+    estimated from the halves themselves: ``peak`` is the most halves seen holding room
+    since the pools last lost capacity (a node removed), and the room a half freed when it
+    went (its TTL, a job that finished) is taken as still there. The count is an upper
     bound on what can be placed: a pair it admits may still wait (a node type larger than
     what is left, another pod took the room), as before; a pair it refuses could not have
     been given a node. A half that no known pool admits is not limited here.
@@ -543,10 +547,12 @@ def nodepool_room(
             left = [p.remaining(resource) for p in members.values()]
             if any(amount is None for amount in left):
                 continue  # some pool does not limit it: no bound from this resource
+            limit = sum((p.limits[resource] for p in members.values()), Fraction(0))
             free = sum((a for a in left if a is not None), Fraction(0))
             for role in roles:
                 each = requests.get(role, {}).get(resource, Fraction(0))
+                limit -= (bound[role] + waiting[role]) * each
                 free += (peak[role] - bound[role]) * each - waiting[role] * each
-            pairs = max(0, math.floor(free / need))
+            pairs = max(0, math.floor(min(limit, free) / need))
             room = pairs if room is None else min(room, pairs)
     return room, new_memory
