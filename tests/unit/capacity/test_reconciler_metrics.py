@@ -46,6 +46,12 @@ NAMES = {
     "gha_capacity_reconcile_last_success_timestamp_seconds": "gauge",
     "gha_capacity_signal_changes_total": "counter",
     "gha_capacity_kube_errors_total": "counter",
+    "gha_capacity_nodepool_limit": "gauge",
+    "gha_capacity_nodepool_used": "gauge",
+    "gha_capacity_nodepool_headroom": "gauge",
+    "gha_capacity_nodepool_pair_room": "gauge",
+    "gha_capacity_nodepool_held_pairs": "gauge",
+    "gha_capacity_nodepool_state": "gauge",
 }
 
 
