@@ -13,20 +13,34 @@ The observed numbers are printed at the end of the run ("karpenter timings").
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes_asyncio import client
 
 from base.kube import Resource
 from capacity import nodepool_watch
 from capacity.nodepools import nodepool_from
 from capacity.settings import CapacitySettings, NodePoolSettings
 from tests.integration import test_karpenter
+from tests.integration.test_deploy_cluster import (
+    DEPLOY,
+    apply,
+    bind_to,
+    docs,
+    dynamic,
+    impersonating,
+    our_role,
+)
 from tests.integration.test_karpenter import WORKFLOWS, runner_pool, workflow_pool
 from tests.support.karpenter_kit import Run, Scene, Timeline, record_timings, settings
+from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.karpenter import NODEPOOLS
 from tests.support.localcluster.testkit import eventually
 
@@ -128,41 +142,85 @@ async def test_pairs_stay_within_the_limits_and_follow_a_raise(scene: Scene) -> 
     await run.close()
 
 
-@pytest.mark.parametrize("how", ["setting off", "no NodePool resource (404)"])
+@contextlib.asynccontextmanager
+async def without_nodepool_rbac(
+    cluster: LocalCluster, admin: client.ApiClient, namespace: str, tmp_path: Path
+) -> AsyncIterator[client.ApiClient]:
+    """A client acting as a listener's ServiceAccount with deploy/rbac's Role and binding in
+    the runner namespace, and no NodePool ClusterRole."""
+    controller = cluster.create_namespace("ctl")
+    try:
+        bodies = [
+            our_role(),
+            bind_to(docs(DEPLOY / "rbac" / "rolebinding.yaml")[0], controller),
+        ]
+        async with dynamic(admin, tmp_path) as dyn:
+            for body in bodies:
+                await apply(dyn, body, namespace, dry_run=False)
+        user = f"system:serviceaccount:{controller}:arc-cpu-754b578d-listener"
+        async with impersonating(cluster, user, f"system:serviceaccounts:{controller}") as api:
+            yield api
+    finally:
+        cluster.delete_namespace(controller)
+
+
+@pytest.mark.parametrize(
+    "how", ["setting off", "no NodePool resource (404)", "no NodePool RBAC (403)"]
+)
 async def test_without_the_limits_pairs_beyond_them_wait_and_time_out(
-    scene: Scene, how: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    scene: Scene,
+    how: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    local_cluster: LocalCluster,
+    tmp_path: Path,
 ) -> None:
     """Today's behaviour, and exactly it when the NodePools cannot be read: pairs beyond the
     limit are created, stay Pending, are deleted at the ready timeout, and are created
     again. An unreadable NodePool resource costs one log line."""
     runner_pool(scene, limits={"cpu": "4"})
     workflow_pool(scene)
-    if how == "setting off":
-        pools = NodePoolSettings()
-    else:
+    pools = NodePoolSettings(enabled=how != "setting off")
+    if how == "no NodePool resource (404)":
         # Served by no apiserver: the answer a cluster without Karpenter's CRDs gives (this
         # cluster has them, for the other tests).
         monkeypatch.setattr(
             nodepool_watch, "RESOURCE", Resource.cluster("karpenter.sh", "v0", "nodepools")
         )
-        pools = NodePoolSettings(enabled=True)
     caplog.set_level(logging.INFO, logger="capacity.nodepools")
-    run = scene.start(config(scene, pools))
-    seen = await settle(scene, run)
+    async with contextlib.AsyncExitStack() as stack:
+        if how == "no NodePool RBAC (403)":
+            api = await stack.enter_async_context(
+                without_nodepool_rbac(local_cluster, scene.api, scene.ns, tmp_path)
+            )
+            scene.run = Run(api, scene.ns, config(scene, pools), 10)
+        else:
+            scene.start(config(scene, pools))
+        assert scene.run is not None
+        run = scene.run
+        seen = await settle(scene, run)
+        states = {
+            s: run.metric("gha_capacity_nodepool_state", state=s) for s in ("absent", "forbidden")
+        }
+        await run.close()
     record_timings(f"nodepool limits: {how}", **seen)
 
     assert seen["max_advertised"] == FITS  # never counted what did not run
     assert seen["creates_in_window"] >= 2  # pairs beyond the limit, again and again
     assert seen["timeouts_in_window"] >= 2
     assert seen["max_placeholders"] > 2 * FITS
-    lines = [r for r in caplog.records if r.name == "capacity.nodepools"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "capacity.nodepools"]
     if how == "setting off":
         assert lines == []
-        assert run.metric("gha_capacity_nodepool_state", state="absent") == 0
-    else:
-        assert [r.getMessage() for r in lines] == [
-            "NodePool limits off: the cluster has no Karpenter NodePool resource; "
-            "placeholders are created as without them"
-        ]
-        assert run.metric("gha_capacity_nodepool_state", state="absent") == 1
-    await run.close()
+        assert states == {"absent": 0, "forbidden": 0}
+        return
+    state, reason = (
+        ("absent", "the cluster has no Karpenter NodePool resource")
+        if "404" in how
+        else (
+            "forbidden",
+            "the listener may not read them (bind deploy/rbac/clusterrole-nodepools.yaml)",
+        )
+    )
+    assert lines == [f"NodePool limits off: {reason}; placeholders are created as without them"]
+    assert states[state] == 1
