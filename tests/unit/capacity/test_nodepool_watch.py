@@ -199,3 +199,38 @@ async def test_other_failures_are_retried_and_hold_creates() -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+# --- the monitor with the reader ------------------------------------------------------------
+
+
+async def test_the_monitor_creates_only_what_the_limits_hold_then_more_after_a_raise() -> None:
+    """The wiring: settings → reader → reconciler → plan. Both halves (runner 500m from the
+    runner template, workflow 1 CPU) land on the one NodePool: 1.5 CPU a pair."""
+    from tests.unit.capacity.test_monitor_logic import NS, Running, start
+
+    cluster = MemoryCluster()
+    cluster.add(RESOURCE, nodepool("any", "2"))
+    scene = start(cluster, proactive=4, nodepools=NodePoolSettings(enabled=True))
+    limits = scene.monitor.nodepools
+    assert limits is not None
+    async with Running(scene):
+        await scene.reconciler.reconcile_once()
+        assert scene.placeholders() == []  # the NodePools are not read yet: nothing
+
+        task = asyncio.create_task(limits.run())
+        try:
+            await scene.settle()
+            assert limits.state == "watching"
+            plan = await scene.reconciler.reconcile_once()
+            assert len(plan.creates) == 1  # 2 CPU hold one pair
+            assert plan.held_by_nodepools == 3
+            cluster.add(RESOURCE, nodepool("any", "4"))  # raised
+            await scene.settle()
+            plan = await scene.reconciler.reconcile_once()
+            assert len(plan.creates) == 1  # 4 CPU hold two pairs in all
+            assert plan.held_by_nodepools == 2
+            assert len(scene.cluster.pods(NS)) == 4
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
