@@ -154,8 +154,11 @@ class CapacityMonitor:
         if self.nodepools is None:
             return None
         owner = self.view.runner_set
-        template = self._template(owner) if owner is not None else None
-        return self.nodepools.room(observed, template, commit=commit)
+        if owner is None:
+            return self.nodepools.room(observed, None, commit=commit)
+        template = self._template(owner)
+        shapes = {role: template.shape(role) for role in Role}
+        return self.nodepools.room(observed, shapes, commit=commit)
 
     # --- placeholder manifests ------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from capacity.nodepools import (
     resolve,
 )
 from capacity.settings import NodePoolSettings
-from capacity.specs import PlaceholderTemplate
+from capacity.specs import HalfShape
 
 log = logging.getLogger("capacity.nodepools")
 
@@ -116,32 +116,30 @@ class NodePoolLimits:
         self.on_change()
         return True
 
-    def placement(self, template: PlaceholderTemplate) -> dict[Role, tuple[NodePool, ...]]:
+    def placement(self, shapes: Mapping[Role, HalfShape]) -> dict[Role, tuple[NodePool, ...]]:
         """The pools each half can land on (named in the settings, else resolved)."""
         named: Mapping[Role, list[str] | None] = {
             Role.RUNNER: self.settings.runner,
             Role.WORKFLOW: self.settings.workflow,
         }
-        out: dict[Role, tuple[NodePool, ...]] = {}
-        for role in Role:
-            shape = template.shape(role)
-            out[role] = resolve(
-                self.pools.values(), shape.node_selector, shape.tolerations, named[role]
-            )
-        return out
+        return {
+            role: resolve(self.pools.values(), shape.node_selector, shape.tolerations, named[role])
+            for role, shape in shapes.items()
+        }
 
     def room(
-        self, observed: Observed, template: PlaceholderTemplate | None, *, commit: bool
+        self, observed: Observed, shapes: Mapping[Role, HalfShape] | None, *, commit: bool
     ) -> int | None:
-        """New pairs the limits admit (None: no cap). ``commit`` (a reconcile pass, not the
-        signal path) keeps the check's memory and records the metrics."""
+        """New pairs the limits admit (None: no cap). ``shapes`` are the two halves' requests
+        and scheduling (None: not known yet, no runner set). ``commit`` (a reconcile pass,
+        not the signal path) keeps the check's memory and records the metrics."""
         if self.state == "starting":
             return 0  # not known yet: create nothing the limits might refuse
-        if self.state != "watching" or template is None:
+        if self.state != "watching" or shapes is None:
             return None
-        placement = self.placement(template)
+        placement = self.placement(shapes)
         requests: dict[Role, dict[str, Fraction]] = {
-            role: requests_of(template.shape(role).requests) for role in Role
+            role: requests_of(shape.requests) for role, shape in shapes.items()
         }
         room, memory = policy.nodepool_room(placement, requests, observed, self.memory)
         if commit:

@@ -15,8 +15,8 @@ from base.kube import Failed, KubeError, Projection, Resource, WatchEvent
 from capacity.metrics import CapacityMetrics
 from capacity.model import Observed, Role
 from capacity.nodepool_watch import RESOURCE, NodePoolLimits
-from capacity.settings import CapacitySettings, NodePoolSettings, Resources
-from capacity.specs import build_template
+from capacity.settings import NodePoolSettings
+from capacity.specs import HalfShape
 from tests.support.memory_cluster import MemoryCluster
 
 T = TypeVar("T")
@@ -60,18 +60,12 @@ def nodepool(name: str, cpu: str, *, used: str = "0", pool: str = "runners") -> 
     }
 
 
-def template(**overrides: Any) -> Any:
-    settings = CapacitySettings(
-        enabled=True,
-        workflow_resources=Resources(requests={"cpu": "1"}),
-        runner_resources=Resources(requests={"cpu": "1"}),
-        node_selector={"pool": "runners"},
-        workflow_node_selector={"pool": "workflows"},
-        **overrides,
-    )
-    return build_template(
-        settings, scale_set="arc", runner_namespace="ns", runner_pod_template=None, owner=None
-    )
+def template() -> dict[Role, HalfShape]:
+    """The two halves' shapes: 1 CPU each, runner pool and workflow pool by label."""
+    return {
+        Role.RUNNER: HalfShape(requests={"cpu": "1"}, node_selector={"pool": "runners"}),
+        Role.WORKFLOW: HalfShape(requests={"cpu": "1"}, node_selector={"pool": "workflows"}),
+    }
 
 
 class Pokes(list[int]):
