@@ -155,8 +155,8 @@ _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """A namespaced collection: ``path`` is its URL path, ``plural`` names it in messages
-    and RBAC hints."""
+    """A collection: ``path`` is its URL path, ``plural`` names it in messages and RBAC
+    hints; ``namespace`` is empty for a cluster-scoped one."""
 
     path: str
     plural: str
@@ -173,7 +173,14 @@ class Resource:
             f"/apis/{ARC_GROUP}/{ARC_VERSION}/namespaces/{namespace}/{plural}", plural, namespace
         )
 
+    @classmethod
+    def cluster(cls, group: str, version: str, plural: str) -> Resource:
+        """A cluster-scoped custom resource (e.g. Karpenter's nodepools)."""
+        return cls(f"/apis/{group}/{version}/{plural}", f"{plural}.{group}", "")
+
     def rbac(self, verb: str) -> str:
+        if not self.namespace:
+            return f"'{verb}' on {self.plural} (a ClusterRole)"
         return f"'{verb}' on {self.plural} in namespace {self.namespace}"
 
 

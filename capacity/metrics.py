@@ -11,6 +11,9 @@ prometheus_client's process-wide switch is left alone).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
+from fractions import Fraction
 from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -18,6 +21,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from base.exposition import GoStyleCollector
 from capacity.model import Demand, DemandSource, HudResult, Observed, Plan, PodPhase, Role
+from capacity.nodepools import NodePool
 
 if TYPE_CHECKING:
     from capacity.demand import Reading
@@ -31,6 +35,7 @@ CREATE_EXISTS: Final = "exists"
 # this peer plans for (share + aged).
 DEMAND_PARTS: Final = ("total", "aged", "fresh", "share", "claimed")
 GITHUB_CALL_RESULTS: Final = ("ok", "not_modified", "rate_limited", "error")
+NODEPOOL_STATES: Final = ("off", "starting", "watching", "forbidden", "absent")
 
 _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _HUD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -151,6 +156,43 @@ class CapacityMetrics:
             "gha_capacity_signal_changes",
             "Times the advertised capacity changed.",
         )
+        # NodePool limits (settings nodepools.enabled): the pools the placeholders can land
+        # on. cpu in cores, memory and storage in bytes, as Kubernetes quantities mean them.
+        self.nodepool_limit = gauge(
+            "gha_capacity_nodepool_limit",
+            "A NodePool's spec.limits, per resource (pools the placeholders can land on).",
+            "nodepool",
+            "resource",
+        )
+        self.nodepool_used = gauge(
+            "gha_capacity_nodepool_used",
+            "A NodePool's status.resources (capacity Karpenter has launched), per limited "
+            "resource.",
+            "nodepool",
+            "resource",
+        )
+        self.nodepool_headroom = gauge(
+            "gha_capacity_nodepool_headroom",
+            "A NodePool's limit minus its usage (never below 0): room for new nodes.",
+            "nodepool",
+            "resource",
+        )
+        self.nodepool_pair_room = gauge(
+            "gha_capacity_nodepool_pair_room",
+            "New placeholder pairs the NodePools' limits still admit (absent while no limit "
+            "applies).",
+        )
+        self.nodepool_held_pairs = gauge(
+            "gha_capacity_nodepool_held_pairs",
+            "Pairs wanted but not created at the last pass because the NodePools' limits "
+            "cannot hold them (each would have waited Pending until its ready timeout).",
+        )
+        self.nodepool_state = gauge(
+            "gha_capacity_nodepool_state",
+            "The NodePool reader (1 for the current state): off, starting, watching, "
+            "forbidden (no RBAC), absent (no Karpenter CRD).",
+            "state",
+        )
         everything: list[MetricWrapperBase] = [
             self.advertised,
             self.desired_pairs,
@@ -173,7 +215,14 @@ class CapacityMetrics:
             self.reconcile_duration,
             self.last_success,
             self.signal_changes,
+            self.nodepool_limit,
+            self.nodepool_used,
+            self.nodepool_headroom,
+            self.nodepool_pair_room,
+            self.nodepool_held_pairs,
+            self.nodepool_state,
         ]
+        self._pool_series: set[tuple[str, str]] = set()
         self._prime()
         self._collector = GoStyleCollector(everything)
         self._registry = registry
@@ -252,6 +301,43 @@ class CapacityMetrics:
                 self.placeholder_pods.labels(**b, role=role.value, phase=phase.value).set(
                     counts.get((role.value, phase.value), 0)
                 )
+
+    def record_nodepool_state(self, state: str) -> None:
+        """The NodePool reader's state (one of NODEPOOL_STATES)."""
+        for each in NODEPOOL_STATES:
+            self.nodepool_state.labels(**self._base, state=each).set(1 if each == state else 0)
+
+    def record_nodepools(self, pools: Iterable[NodePool], pair_room: int | None) -> None:
+        """Limit, usage and headroom of the pools the placeholders can land on; series of
+        pools no longer among them are removed."""
+        b = self._base
+        seen: set[tuple[str, str]] = set()
+        for pool in pools:
+            for resource, limit in pool.limits.items():
+                used = pool.used.get(resource, Fraction(0))
+                self.nodepool_limit.labels(**b, nodepool=pool.name, resource=resource).set(
+                    float(limit)
+                )
+                self.nodepool_used.labels(**b, nodepool=pool.name, resource=resource).set(
+                    float(used)
+                )
+                self.nodepool_headroom.labels(**b, nodepool=pool.name, resource=resource).set(
+                    float(max(Fraction(0), limit - used))
+                )
+                seen.add((pool.name, resource))
+        for nodepool, resource in self._pool_series - seen:
+            for gauge in (self.nodepool_limit, self.nodepool_used, self.nodepool_headroom):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(b[NAME], b[NAMESPACE], nodepool, resource)
+        self._pool_series = seen
+        if pair_room is None:
+            with contextlib.suppress(KeyError):
+                self.nodepool_pair_room.remove(b[NAME], b[NAMESPACE])
+        else:
+            self.nodepool_pair_room.labels(**b).set(pair_room)
+
+    def record_held(self, pairs: int) -> None:
+        self.nodepool_held_pairs.labels(**self._base).set(pairs)
 
     def record_advertised(self, value: int, *, changed: bool) -> None:
         self.advertised.labels(**self._base).set(value)

@@ -253,6 +253,7 @@ class Plan:
     running_pairs: int = 0  # pairs with both halves Running (and usable)
     pending_pairs: int = 0  # pairs with a half still Pending
     broken: int = 0  # lone halves (the other half is gone)
+    held_by_nodepools: int = 0  # pairs not created: the NodePools' limits cannot hold them
 
 
 @dataclass(frozen=True, kw_only=True)

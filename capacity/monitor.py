@@ -56,7 +56,8 @@ from capacity import policy, specs
 from capacity.cluster import Cluster
 from capacity.demand import DemandReader, GitHubReaderFactory, HttpClient, build_reader
 from capacity.metrics import CapacityMetrics, Registry
-from capacity.model import Demand, HudState, Params, Role
+from capacity.model import Demand, HudState, Observed, Params, Role
+from capacity.nodepool_watch import NodePoolLimits
 from capacity.reconciler import Manifest, Reconciler
 from capacity.settings import CapacitySettings, to_params
 from capacity.view import View
@@ -116,6 +117,12 @@ class CapacityMonitor:
             spec_hashes=self._spec_hashes,
         )
         self.metrics = CapacityMetrics(registry, name=runner_set_name, namespace=runner_namespace)
+        # Karpenter NodePool limits (optional, off by default).
+        self.nodepools = (
+            NodePoolLimits(kube, settings.nodepools, metrics=self.metrics, on_change=self.view.poke)
+            if settings.nodepools.enabled
+            else None
+        )
         self.reconciler = Reconciler(
             view=self.view,
             kube=kube,
@@ -127,6 +134,7 @@ class CapacityMonitor:
             metrics=self.metrics,
             on_reconcile=on_reconcile,
             interval=settings.recalculate_interval,
+            pool_room=self._pool_room if self.nodepools is not None else None,
         )
         # Nothing is confirmed yet: advertise 0 until the view has synced and a pass has
         # counted verified capacity (set here, before the listener's first poll can start).
@@ -140,6 +148,16 @@ class CapacityMonitor:
 
     def demand(self, now: float) -> Demand:
         return policy.resolve_demand(self.hud_state, now, self.params())
+
+    def _pool_room(self, observed: Observed, commit: bool) -> int | None:
+        if self.nodepools is None:
+            return None
+        owner = self.view.runner_set
+        if owner is None:
+            return self.nodepools.room(observed, None, commit=commit)
+        template = self._template(owner)
+        shapes = {role: template.shape(role) for role in Role}
+        return self.nodepools.room(observed, shapes, commit=commit)
 
     # --- placeholder manifests ------------------------------------------------------------
 
@@ -264,6 +282,8 @@ class CapacityMonitor:
                     tg.create_task(self.reconciler.reconcile_loop(), name="capacity-reconcile"),
                     tg.create_task(self._hud_loop(), name="capacity-hud"),
                 ]
+                if self.nodepools is not None:
+                    loops.append(tg.create_task(self.nodepools.run(), name="capacity-nodepools"))
                 await stop.wait()
                 for task in loops:
                     task.cancel()

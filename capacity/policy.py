@@ -45,7 +45,10 @@ The plan, in order:
    `max_pending_pairs` — the cap is on pairs *in flight*, not in existence, so a long queue
    drains (ci-infra #606) — and (b) placeholder-runners plus active real runners never
    exceed `max_runners` (ci-infra #528). Consequence of (b): a pool sized exactly at the cap
-   renews by letting a pair expire first (a short dip) rather than going over the cap.
+   renews by letting a pair expire first (a short dip) rather than going over the cap;
+   and (c), with NodePool limits read, within the pairs the pools can still hold
+   (`nodepool_room`): a pair that no node may be launched for would only wait Pending until
+   its ready timeout.
 
 Slot ids are decimal strings chosen by the policy: above every numeric slot observed and above
 `Memory.next_slot`, so ids are not reused while a process lives and never collide with a pod
@@ -58,8 +61,10 @@ place, so its invariants (checked by the Hypothesis properties) can be read toge
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
 from capacity.model import (
     FINISHED_PHASES,
@@ -81,6 +86,7 @@ from capacity.model import (
     Role,
     Sides,
 )
+from capacity.nodepools import NodePool, PoolMemory
 from capacity.pods import job_pod_name
 
 _HOLDING_PHASES = frozenset({PodPhase.PENDING, PodPhase.RUNNING})
@@ -273,10 +279,17 @@ def _next_slot(observed: Observed, memory: Memory) -> int:
 
 
 def plan(
-    observed: Observed, demand: Demand, params: Params, memory: Memory, now: float
+    observed: Observed,
+    demand: Demand,
+    params: Params,
+    memory: Memory,
+    now: float,
+    *,
+    pool_room: int | None = None,
 ) -> tuple[Plan, Memory]:
     """One reconcile pass (see the module docstring). Before the view has synced, only the
-    counts are computed: no creates, no deletes, memory unchanged."""
+    counts are computed: no creates, no deletes, memory unchanged. ``pool_room`` caps the
+    new pairs by what the NodePools' limits still admit (``nodepool_room``; None: no cap)."""
     sides = count_sides(observed, params)
     desired = desired_pairs(params, demand, observed.active_runners)
     if not observed.synced:
@@ -403,6 +416,10 @@ def plan(
         0,
         min(desired - kept_fresh, room - kept_total, params.max_pending_pairs - kept_pending),
     )
+    held = 0
+    if pool_room is not None:
+        held = max(0, count - max(0, pool_room))
+        count -= held
     first = _next_slot(observed, memory)
     creates = tuple(str(first + i) for i in range(count))
 
@@ -419,6 +436,123 @@ def plan(
         running_pairs=running_pairs,
         pending_pairs=len(pairs) - running_pairs,
         broken=len(lone_runners) + len(lone_workflows),
+        held_by_nodepools=held,
     )
     memory = Memory(desired_window=window, next_slot=first + count, lone_since=tuple(lone_since))
     return result, memory
+
+
+# --- NodePool limits ----------------------------------------------------------------------
+
+
+def _halves_holding_room(observed: Observed) -> tuple[dict[Role, int], dict[Role, int]]:
+    """Per role: halves that hold room on a node (placeholders with a node, bound real pods
+    of that half) and placeholders still waiting for one."""
+    bound = {
+        Role.RUNNER: sum(1 for p in observed.runner_pods if _holds_capacity(p)),
+        Role.WORKFLOW: sum(1 for p in observed.workflow_pods if _holds_capacity(p)),
+    }
+    waiting = {Role.RUNNER: 0, Role.WORKFLOW: 0}
+    for p in observed.placeholders:
+        if p.terminating or p.phase not in _HOLDING_PHASES:
+            continue
+        if p.node_name:
+            bound[p.role] += 1
+        else:
+            waiting[p.role] += 1
+    return bound, waiting
+
+
+def _usage(placement: Mapping[Role, tuple[NodePool, ...]]) -> tuple[tuple[str, str, Fraction], ...]:
+    pools = {pool.name: pool for found in placement.values() for pool in found}
+    return tuple(
+        sorted(
+            (name, resource, amount)
+            for name, p in pools.items()
+            for resource, amount in p.used.items()
+        )
+    )
+
+
+def _only_grew(
+    before: tuple[tuple[str, str, Fraction], ...], after: tuple[tuple[str, str, Fraction], ...]
+) -> bool:
+    """The same pools and resources, none used less: nodes were only added."""
+    old = {(name, resource): amount for name, resource, amount in before}
+    new = {(name, resource): amount for name, resource, amount in after}
+    return old.keys() == new.keys() and all(new[k] >= v for k, v in old.items())
+
+
+def nodepool_room(
+    placement: Mapping[Role, tuple[NodePool, ...]],
+    requests: Mapping[Role, Mapping[str, Fraction]],
+    observed: Observed,
+    memory: PoolMemory,
+) -> tuple[int | None, PoolMemory]:
+    """How many more pairs the NodePools' limits admit (None: no limit applies), and the
+    memory for the next pass (docs/capacity-model.md §9).
+
+    ``placement`` maps each half to the NodePools it can land on, ``requests`` to its
+    requests. For the pools of a half (the two halves' pools taken together when they
+    share one), on every resource the pools all limit and the pair requests::
+
+        free   = Σ (limit − used)                 room for new nodes
+               + Σ (peak − holding) × request     room freed on existing nodes
+               − Σ waiting × request              taken by placeholders still Pending
+        ours   = Σ limit − Σ (holding + waiting) × request
+        pairs  = ⌊ min(free, ours) / pair's request ⌋, the smallest over those resources
+
+    ``used`` is the pools' ``status.resources`` (node capacity Karpenter has launched); it
+    sees other workloads in the pools, but trails Karpenter's launches by a second or two.
+    ``ours`` needs no status (every half takes its request out of some node's capacity,
+    and all the nodes together stay within the limit), so it holds while the status
+    trails. Room on existing nodes is not visible without reading every node, so it is
+    estimated from the halves themselves: ``peak`` is the most halves seen holding room
+    since the pools last lost capacity (a node removed), and the room a half freed when it
+    went (its TTL, a job that finished) is taken as still there. The count is an upper
+    bound on what can be placed: a pair it admits may still wait (a node type larger than
+    what is left, another pod took the room), as before; a pair it refuses could not have
+    been given a node. A half that no known pool admits is not limited here.
+    """
+    bound, waiting = _halves_holding_room(observed)
+    usage = _usage(placement)
+    last_peak = dict(memory.peak)
+    keep = memory.used == usage or (bool(memory.used) and _only_grew(memory.used, usage))
+    peak = {role: max(bound[role], last_peak.get(role.value, 0) if keep else 0) for role in Role}
+    new_memory = PoolMemory(
+        used=usage, peak=tuple(sorted((role.value, n) for role, n in peak.items()))
+    )
+
+    groups: list[tuple[set[Role], dict[str, NodePool]]] = []
+    for role in Role:
+        pools = {p.name: p for p in placement.get(role, ())}
+        if not pools:
+            continue
+        for roles, members in groups:
+            if members.keys() & pools.keys():
+                roles.add(role)
+                members.update(pools)
+                break
+        else:
+            groups.append(({role}, pools))
+
+    room: int | None = None
+    for roles, members in groups:
+        per_pair: dict[str, Fraction] = {}
+        for role in roles:
+            for resource, amount in requests.get(role, {}).items():
+                if amount > 0:
+                    per_pair[resource] = per_pair.get(resource, Fraction(0)) + amount
+        for resource, need in per_pair.items():
+            left = [p.remaining(resource) for p in members.values()]
+            if any(amount is None for amount in left):
+                continue  # some pool does not limit it: no bound from this resource
+            limit = sum((p.limits[resource] for p in members.values()), Fraction(0))
+            free = sum((a for a in left if a is not None), Fraction(0))
+            for role in roles:
+                each = requests.get(role, {}).get(resource, Fraction(0))
+                limit -= (bound[role] + waiting[role]) * each
+                free += (peak[role] - bound[role]) * each - waiting[role] * each
+            pairs = max(0, math.floor(min(limit, free) / need))
+            room = pairs if room is None else min(room, pairs)
+    return room, new_memory

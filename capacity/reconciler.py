@@ -153,6 +153,7 @@ class Reconciler:
         expectation_ttl: float = 60.0,
         concurrency: int = 16,
         clock: Callable[[], float] = time.time,
+        pool_room: Callable[[Observed, bool], int | None] | None = None,
     ) -> None:
         self.view = view
         self.kube = kube
@@ -167,6 +168,8 @@ class Reconciler:
         self.expectations = Expectations(ttl=expectation_ttl)
         self.memory = Memory()
         self.clock = clock
+        # NodePool limits (optional): (snapshot, commit) → new pairs admitted, None: no cap.
+        self.pool_room = pool_room
         self.published: int | None = None
         self.passes = 0
         self._gate = _CreateGate()
@@ -175,14 +178,17 @@ class Reconciler:
 
     # --- planning -------------------------------------------------------------------------
 
-    def evaluate(self, now: float) -> tuple[Plan, Memory, Observed, Demand, Params]:
+    def evaluate(
+        self, now: float, *, commit: bool = False
+    ) -> tuple[Plan, Memory, Observed, Demand, Params]:
         """Plan on the view plus expectations (pure apart from settling expectations)."""
         seen = self.view.snapshot()
         self.expectations.settle({p.name: p for p in seen.placeholders}, now)
         observed = self.expectations.overlay(seen)
         params = self.params()
         demand = self.demand(now)
-        plan, memory = policy.plan(observed, demand, params, self.memory, now)
+        room = self.pool_room(observed, commit) if self.pool_room is not None else None
+        plan, memory = policy.plan(observed, demand, params, self.memory, now, pool_room=room)
         return plan, memory, observed, demand, params
 
     def publish(self, value: int) -> None:
@@ -239,12 +245,14 @@ class Reconciler:
         now = self.clock()
         if self.view.node_checks:
             await self._check_nodes(now)
-        plan, memory, observed, demand, params = self.evaluate(now)
+        plan, memory, observed, demand, params = self.evaluate(now, commit=True)
         self.memory = memory
         self.passes += 1
         # First the signal: the value must not wait for the cluster calls below.
         self.publish(plan.advertised)
         self.metrics.record_pass(plan, observed, demand, proactive=params.proactive_capacity)
+        if self.pool_room is not None:
+            self.metrics.record_held(plan.held_by_nodepools)
         if plan.deletes or plan.creates:
             log.info(
                 "reconcile",
@@ -254,6 +262,7 @@ class Reconciler:
                     "advertised": plan.advertised,
                     "desired": plan.desired_pairs,
                     "target": plan.target_pairs,
+                    "held_by_nodepools": plan.held_by_nodepools,
                 },
             )
         await self._delete(plan.deletes, observed, now)

@@ -256,6 +256,32 @@ class GitHubDemandSettings(BaseModel):
         return list(dict.fromkeys(value))
 
 
+class NodePoolSettings(BaseModel):
+    """Karpenter NodePool limits: read the NodePools the placeholders can land on and create
+    no pair their remaining `limits` cannot hold (needs deploy/rbac/clusterrole-nodepools.yaml;
+    without it, or without Karpenter, the monitor logs one line and works as before)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    # NodePool names per half. None: every NodePool whose template (labels, requirements,
+    # taints) admits the half's node selector and tolerations.
+    runner: list[str] | None = None
+    workflow: list[str] | None = None
+
+    @field_validator("runner", "workflow")
+    @classmethod
+    def _check_names(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("must name at least one NodePool (leave it unset to resolve)")
+        for name in value:
+            if not isinstance(name, str) or not _DNS_SUBDOMAIN.match(name):
+                raise ValueError(f"invalid NodePool name {name!r}")
+        return list(dict.fromkeys(value))
+
+
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -298,6 +324,7 @@ class CapacitySettings(BaseSettings):
     hud: HudSettings = Field(default_factory=HudSettings)
     demand: DemandSettings = Field(default_factory=DemandSettings)
     github: GitHubDemandSettings = Field(default_factory=GitHubDemandSettings)
+    nodepools: NodePoolSettings = Field(default_factory=NodePoolSettings)
 
     @property
     def demand_source(self) -> DemandSourceName:
@@ -354,6 +381,10 @@ class CapacitySettings(BaseSettings):
                 f"demand.aged_after: HUD counts queue time in whole minutes, got "
                 f"{demand.aged_after:g}s"
             )
+        pools = self.nodepools
+        if not pools.enabled and (pools.runner is not None or pools.workflow is not None):
+            named = "nodepools.runner" if pools.runner is not None else "nodepools.workflow"
+            raise ValueError(f"{named}: set, but nodepools.enabled is false")
         if self.demand_source == "none" and demand.cluster_count > 1:
             raise ValueError(
                 "demand.cluster_count: sharding needs a demand source (demand.source: hud or "

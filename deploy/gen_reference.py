@@ -106,6 +106,16 @@ DESCRIPTIONS: dict[str, str] = {
     "value this long, then fall back to the floor.",
     "github.failure_base_capacity": "The floor while the source is failing: desired pairs = "
     "`proactive_capacity` + this.",
+    "nodepools": "Karpenter NodePool limits (below): create no pair the pools' remaining "
+    "`limits` cannot hold.",
+    "nodepools.enabled": "Read the NodePools the placeholders can land on (a watch; needs "
+    "`deploy/rbac/clusterrole-nodepools.yaml`) and create no pair their remaining `limits` "
+    "cannot hold. Without the RBAC or without Karpenter: one log line, no cap.",
+    "nodepools.runner": "NodePools the runner placeholders land on. Unset: every NodePool "
+    "whose template (labels, requirements, taints) admits their node selector and "
+    "tolerations.",
+    "nodepools.workflow": "NodePools the workflow placeholders land on. Unset: resolved like "
+    "`nodepools.runner`, from the workflow placeholders' node selector and tolerations.",
 }
 
 LISTENER_ENV: dict[str, tuple[str, str]] = {

@@ -480,9 +480,59 @@ def job_timings() -> list[PanelBuilder]:
     ]
 
 
+def nodepools() -> list[PanelBuilder]:
+    """NodePool limits (settings nodepools.enabled; empty without it)."""
+    return [
+        timeseries(
+            "NodePool CPU: limit, used, headroom",
+            "For each Karpenter NodePool the placeholders can land on: spec.limits.cpu, "
+            "status.resources.cpu (capacity Karpenter launched) and the headroom between "
+            "them, in cores. No pair is created that the headroom (and the room its own "
+            "placeholders left on existing nodes) cannot hold.",
+            Query(
+                f'max by (nodepool) (gha_capacity_nodepool_limit{{{SEL}, resource="cpu"}})',
+                "{{nodepool}} limit",
+            ),
+            Query(
+                f'max by (nodepool) (gha_capacity_nodepool_used{{{SEL}, resource="cpu"}})',
+                "{{nodepool}} used",
+            ),
+            Query(
+                f'max by (nodepool) (gha_capacity_nodepool_headroom{{{SEL}, resource="cpu"}})',
+                "{{nodepool}} headroom",
+            ),
+        ),
+        timeseries(
+            "Pairs held back by NodePool limits",
+            "Pairs wanted but not created because the NodePools' limits cannot hold them (each "
+            "would only have waited Pending until placeholder_ready_timeout), and the pairs "
+            "the limits still admit. Raise the NodePool's limits, or accept the cap.",
+            by_name("gha_capacity_nodepool_held_pairs", "held back"),
+            by_name("gha_capacity_nodepool_pair_room", "room", agg="min"),
+        ),
+        timeseries(
+            "NodePool headroom by resource",
+            "Every limited resource of every NodePool the placeholders can land on (cpu in "
+            "cores, memory in bytes).",
+            Query(
+                f"max by (nodepool, resource) (gha_capacity_nodepool_headroom{{{SEL}}})",
+                "{{nodepool}} {{resource}}",
+            ),
+        ),
+        timeseries(
+            "NodePool reader state",
+            "1 for the reader's state: watching (limits applied), starting (no pair created "
+            "until the first list), forbidden (RBAC: deploy/rbac/clusterrole-nodepools.yaml) "
+            "or absent (no Karpenter); the last two cost one log line and impose no cap.",
+            Query(f"max by (state) (gha_capacity_nodepool_state{{{SEL}}})", "{{state}}"),
+        ),
+    ]
+
+
 SECTIONS = (
     ("Jobs: assigned vs running", jobs),
     ("Capacity", capacity),
+    ("NodePool limits (Karpenter)", nodepools),
     ("Demand (HUD or GitHub)", demand),
     ("Reconcile health", reconcile),
     ("Job timings", job_timings),

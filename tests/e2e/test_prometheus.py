@@ -64,6 +64,12 @@ NO_DATA_EXPECTED = {
     "this scenario reads demand from HUD",
     "GitHub rate limit remaining": "set from the GitHub demand source's answers; this "
     "scenario reads demand from HUD",
+    # NodePool limits are off here (no Karpenter); tests/integration/
+    # test_karpenter_nodepool_limits.py checks these series against a real NodePool.
+    "NodePool CPU: limit, used, headroom": "NodePool limits are off in this scenario",
+    "Pairs held back by NodePool limits": "NodePool limits are off in this scenario",
+    "NodePool headroom by resource": "NodePool limits are off in this scenario",
+    "NodePool reader state": "NodePool limits are off in this scenario",
 }
 
 

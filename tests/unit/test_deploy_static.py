@@ -256,6 +256,7 @@ def test_deploy_has_yaml_files() -> None:
         "rbac/role.yaml",
         "rbac/rolebinding.yaml",
         "rbac/clusterrole-node-checks.yaml",
+        "rbac/clusterrole-nodepools.yaml",
         "pdb-runners.yaml",
         "prometheus/alerts.yaml",
     }
@@ -321,6 +322,10 @@ def test_rbac_grants_exactly_the_listed_operations() -> None:
         ("rbac.authorization.k8s.io", "roles", "get"),
     }
     assert rules("clusterrole-node-checks.yaml") == {("", "nodes", "get")}
+    # capacity/nodepool_watch.py: one list+watch of NodePools (test_nodepool_rbac.py).
+    assert rules("clusterrole-nodepools.yaml") == {
+        ("karpenter.sh", "nodepools", v) for v in ("get", "list", "watch")
+    }
 
 
 # --- metrics: every query reads exported series ------------------------------------------------
@@ -337,7 +342,7 @@ def test_metric_list_has_arc_series_and_capacity_family() -> None:
     assert arc <= families.keys()
     assert {"gha_available_jobs", "gha_acquired_jobs"} <= families.keys()
     capacity = {name for name in families if name.startswith("gha_capacity_")}
-    assert len(capacity) == 21, sorted(capacity)
+    assert len(capacity) == 27, sorted(capacity)
     for name in capacity:
         assert {"name", "namespace"} <= families[name].labels, name
 
@@ -752,6 +757,8 @@ REFERENCE_CONTEXT: dict[str, dict[str, str]] = {
         "CAPACITY_DEMAND__SOURCE": "github",
     },
     "demand.cluster_count": {"CAPACITY_DEMAND__SOURCE": "github"},
+    "nodepools.runner": {"CAPACITY_NODEPOOLS__ENABLED": "true"},
+    "nodepools.workflow": {"CAPACITY_NODEPOOLS__ENABLED": "true"},
 }
 
 

@@ -46,6 +46,12 @@ NAMES = {
     "gha_capacity_reconcile_last_success_timestamp_seconds": "gauge",
     "gha_capacity_signal_changes_total": "counter",
     "gha_capacity_kube_errors_total": "counter",
+    "gha_capacity_nodepool_limit": "gauge",
+    "gha_capacity_nodepool_used": "gauge",
+    "gha_capacity_nodepool_headroom": "gauge",
+    "gha_capacity_nodepool_pair_room": "gauge",
+    "gha_capacity_nodepool_held_pairs": "gauge",
+    "gha_capacity_nodepool_state": "gauge",
 }
 
 
@@ -57,13 +63,20 @@ def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None
     return registry.get_sample_value(name, {**BASE, **labels})
 
 
-# Vectors with a label beyond name/namespace: like a Go vector, not written until a first
-# child exists (a family without samples tells Prometheus nothing).
+# Vectors with a label beyond name/namespace, or set only when a feature is on: like a Go
+# vector, not written until a first child exists (a family without samples tells
+# Prometheus nothing).
 FIRST_WRITTEN_WHEN_USED = {
     "gha_capacity_demand_github_calls_total",
     "gha_capacity_demand_github_rate_limit_remaining",
     "gha_capacity_kube_errors_total",
     "gha_capacity_pair_deletes_total",
+    "gha_capacity_nodepool_limit",
+    "gha_capacity_nodepool_used",
+    "gha_capacity_nodepool_headroom",
+    "gha_capacity_nodepool_pair_room",
+    "gha_capacity_nodepool_held_pairs",
+    "gha_capacity_nodepool_state",
 }
 
 

@@ -1,0 +1,149 @@
+"""Karpenter NodePools, watched, for the limit check (settings ``nodepools``; optional).
+
+One cluster-scoped list+watch of ``nodepools.karpenter.sh`` (``base.kube``'s informer; a
+handful of objects, so no selector is needed). Every change pokes the view, so a raised
+limit leads to new pairs within one reconcile pass, without polling.
+
+Never required: a 403 (the ClusterRole in deploy/rbac/clusterrole-nodepools.yaml is not
+bound) or a 404 (no Karpenter, so no such resource) is logged once, the watch stops, and the
+monitor plans exactly as without the setting. Other failures (apiserver trouble) are retried
+by the informer; until the first list has answered, no pair is created, so a start-up never
+creates pairs the limits would have refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from fractions import Fraction
+
+from base.kube import Failed, KubeError, Removed, Reset, Resource, Upserted
+from capacity import policy
+from capacity.cluster import Cluster
+from capacity.metrics import CapacityMetrics
+from capacity.model import Observed, Role
+from capacity.nodepools import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    NodePool,
+    PoolMemory,
+    nodepool_from,
+    requests_of,
+    resolve,
+)
+from capacity.settings import NodePoolSettings
+from capacity.specs import HalfShape
+
+log = logging.getLogger("capacity.nodepools")
+
+RESOURCE = Resource.cluster(GROUP, VERSION, PLURAL)
+_NOT_THERE = {403: "forbidden", 404: "absent"}
+
+
+class NodePoolLimits:
+    """The NodePools as last seen, and the room their limits leave for new pairs."""
+
+    def __init__(
+        self,
+        kube: Cluster,
+        settings: NodePoolSettings,
+        *,
+        metrics: CapacityMetrics,
+        on_change: Callable[[], None],
+        resource: Resource | None = None,
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.metrics = metrics
+        self.on_change = on_change
+        self.resource = resource or RESOURCE
+        self.pools: dict[str, NodePool] = {}
+        self.state = "starting"
+        self.memory = PoolMemory()
+        metrics.record_nodepool_state(self.state)
+
+    def _set_state(self, state: str) -> None:
+        self.state = state
+        self.metrics.record_nodepool_state(state)
+
+    async def run(self) -> None:
+        """Follow the NodePools until cancelled, or until they turn out not to be readable."""
+        events = self.kube.informer(self.resource, nodepool_from)
+        try:
+            async for event in events:
+                if isinstance(event, Failed):
+                    if self._unreadable(event.error):
+                        return
+                    continue
+                if isinstance(event, Reset):
+                    changed = self.pools != event.items or self.state != "watching"
+                    self.pools = dict(event.items)
+                    if self.state != "watching":
+                        log.info("reading NodePool limits", extra={"nodepools": len(self.pools)})
+                        self._set_state("watching")
+                elif isinstance(event, Upserted):
+                    changed = self.pools.get(event.name) != event.item
+                    self.pools[event.name] = event.item
+                elif isinstance(event, Removed):
+                    changed = self.pools.pop(event.name, None) is not None
+                if changed:
+                    self.on_change()
+        finally:
+            close = getattr(events, "aclose", None)  # end the watch stream now, not at GC
+            if close is not None:
+                await close()
+
+    def _unreadable(self, error: KubeError) -> bool:
+        """403 or 404: say so once and stop; anything else: count it, the informer retries."""
+        state = _NOT_THERE.get(error.status)
+        if state is None:
+            self.metrics.record_kube_error(f"watch {self.resource.plural}", error.kind.value)
+            log.warning("NodePool watch failed, retrying", extra={"error": str(error)})
+            return False
+        reason = (
+            "the listener may not read them (bind deploy/rbac/clusterrole-nodepools.yaml)"
+            if state == "forbidden"
+            else "the cluster has no Karpenter NodePool resource"
+        )
+        log.warning(
+            f"NodePool limits off: {reason}; placeholders are created as without them",
+            extra={"status": error.status},
+        )
+        self.pools.clear()
+        self._set_state(state)
+        self.metrics.record_nodepools((), None)
+        self.on_change()
+        return True
+
+    def placement(self, shapes: Mapping[Role, HalfShape]) -> dict[Role, tuple[NodePool, ...]]:
+        """The pools each half can land on (named in the settings, else resolved)."""
+        named: Mapping[Role, list[str] | None] = {
+            Role.RUNNER: self.settings.runner,
+            Role.WORKFLOW: self.settings.workflow,
+        }
+        return {
+            role: resolve(self.pools.values(), shape.node_selector, shape.tolerations, named[role])
+            for role, shape in shapes.items()
+        }
+
+    def room(
+        self, observed: Observed, shapes: Mapping[Role, HalfShape] | None, *, commit: bool
+    ) -> int | None:
+        """New pairs the limits admit (None: no cap). ``shapes`` are the two halves' requests
+        and scheduling (None: not known yet, no runner set). ``commit`` (a reconcile pass,
+        not the signal path) keeps the check's memory and records the metrics."""
+        if self.state == "starting":
+            return 0  # not known yet: create nothing the limits might refuse
+        if self.state != "watching" or shapes is None:
+            return None
+        placement = self.placement(shapes)
+        requests: dict[Role, dict[str, Fraction]] = {
+            role: requests_of(shape.requests) for role, shape in shapes.items()
+        }
+        room, memory = policy.nodepool_room(placement, requests, observed, self.memory)
+        if commit:
+            self.memory = memory
+            relevant = {p.name: p for found in placement.values() for p in found}
+            self.metrics.record_nodepools([relevant[name] for name in sorted(relevant)], room)
+        return room

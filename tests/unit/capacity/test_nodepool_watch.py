@@ -1,0 +1,230 @@
+"""The NodePool reader (``capacity.nodepool_watch``) on an in-memory cluster: it follows the
+watch, caps nothing until it knows, and on 403/404 says so once and caps nothing ever."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from base.kube import Failed, KubeError, Projection, Resource, WatchEvent
+from capacity.metrics import CapacityMetrics
+from capacity.model import Observed, Role
+from capacity.nodepool_watch import RESOURCE, NodePoolLimits
+from capacity.settings import NodePoolSettings
+from capacity.specs import HalfShape
+from tests.support.memory_cluster import MemoryCluster
+
+T = TypeVar("T")
+LABELS = {"name": "arc", "namespace": "ns"}
+
+
+class FailingCluster(MemoryCluster):
+    """NodePool list+watch answers with ``errors`` (one Failed each), then as usual."""
+
+    def __init__(self, *errors: KubeError) -> None:
+        super().__init__()
+        self.errors = list(errors)
+
+    async def informer(
+        self,
+        resource: Resource,
+        project: Projection[T],
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> AsyncIterator[WatchEvent[T]]:
+        while self.errors:
+            yield Failed(self.errors.pop(0), 0.0)
+            await asyncio.sleep(0)
+        async for event in super().informer(
+            resource, project, label_selector=label_selector, field_selector=field_selector
+        ):
+            yield event
+
+
+def nodepool(name: str, cpu: str, *, used: str = "0", pool: str = "runners") -> dict[str, Any]:
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {"metadata": {"labels": {"pool": pool}}, "spec": {}},
+            "limits": {"cpu": cpu},
+        },
+        "status": {"resources": {"cpu": used}},
+    }
+
+
+def template() -> dict[Role, HalfShape]:
+    """The two halves' shapes: 1 CPU each, runner pool and workflow pool by label."""
+    return {
+        Role.RUNNER: HalfShape(requests={"cpu": "1"}, node_selector={"pool": "runners"}),
+        Role.WORKFLOW: HalfShape(requests={"cpu": "1"}, node_selector={"pool": "workflows"}),
+    }
+
+
+class Pokes(list[int]):
+    """on_change calls, with an event to wait on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.event = asyncio.Event()
+
+    def __call__(self) -> None:
+        self.append(1)
+        self.event.set()
+
+    async def until(self, check: Any, within: float = 2.0) -> None:
+        async with asyncio.timeout(within):
+            while not check():
+                self.event.clear()
+                await self.event.wait()
+
+
+Reader = tuple[NodePoolLimits, CollectorRegistry, Pokes]
+
+
+def reader(cluster: MemoryCluster, **settings: Any) -> Reader:
+    registry = CollectorRegistry()
+    pokes = Pokes()
+    limits = NodePoolLimits(
+        cluster,
+        NodePoolSettings(enabled=True, **settings),
+        metrics=CapacityMetrics(registry, name="arc", namespace="ns"),
+        on_change=pokes,
+    )
+    return limits, registry, pokes
+
+
+async def test_it_caps_nothing_until_the_first_list_then_follows_the_watch() -> None:
+    cluster = MemoryCluster()
+    cluster.add(RESOURCE, nodepool("runners", "4"))
+    limits, registry, pokes = reader(cluster)
+    assert limits.room(Observed(), template(), commit=True) == 0  # not known yet
+    task = asyncio.create_task(limits.run())
+    try:
+        await pokes.until(lambda: limits.state == "watching")
+        assert limits.room(Observed(), template(), commit=True) == 4
+        assert (
+            registry.get_sample_value(
+                "gha_capacity_nodepool_headroom",
+                {**LABELS, "nodepool": "runners", "resource": "cpu"},
+            )
+            == 4
+        )
+        before = len(pokes)
+        cluster.add(RESOURCE, nodepool("runners", "6"))  # the limit is raised
+        await pokes.until(lambda: len(pokes) > before)
+        assert limits.room(Observed(), template(), commit=True) == 6
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_named_pools_win_over_resolution() -> None:
+    cluster = MemoryCluster()
+    cluster.add(RESOURCE, nodepool("runners", "4"))
+    cluster.add(RESOURCE, nodepool("other", "2", pool="elsewhere"))
+    limits, _, pokes = reader(cluster, runner=["other"])
+    task = asyncio.create_task(limits.run())
+    try:
+        await pokes.until(lambda: limits.state == "watching")
+        placement = limits.placement(template())
+        assert [p.name for p in placement[Role.RUNNER]] == ["other"]
+        assert placement[Role.WORKFLOW] == ()  # nothing admits pool=workflows
+        assert limits.room(Observed(), template(), commit=True) == 2
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.mark.parametrize(
+    ("status", "state", "line"),
+    [
+        (
+            403,
+            "forbidden",
+            "NodePool limits off: the listener may not read them (bind "
+            "deploy/rbac/clusterrole-nodepools.yaml); placeholders are created as without them",
+        ),
+        (
+            404,
+            "absent",
+            "NodePool limits off: the cluster has no Karpenter NodePool resource; "
+            "placeholders are created as without them",
+        ),
+    ],
+)
+async def test_unreadable_nodepools_cost_one_line_and_no_cap(
+    status: int, state: str, line: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="capacity.nodepools")
+    cluster = FailingCluster(KubeError("list nodepools", status, "nope"))
+    limits, registry, pokes = reader(cluster)
+    async with asyncio.timeout(2):
+        await limits.run()  # it stops by itself
+    assert [r.getMessage() for r in caplog.records] == [line]
+    assert limits.state == state
+    assert limits.room(Observed(), template(), commit=True) is None
+    assert pokes  # the reconciler re-plans without the cap at once
+    assert registry.get_sample_value("gha_capacity_nodepool_state", {**LABELS, "state": state}) == 1
+    assert registry.get_sample_value("gha_capacity_nodepool_pair_room", LABELS) is None
+
+
+async def test_other_failures_are_retried_and_hold_creates() -> None:
+    cluster = FailingCluster(KubeError("list nodepools", 0, "connection refused"))
+    cluster.add(RESOURCE, nodepool("runners", "4"))
+    limits, registry, pokes = reader(cluster)
+    task = asyncio.create_task(limits.run())
+    try:
+        await pokes.until(lambda: limits.state == "watching")
+        assert (
+            registry.get_sample_value(
+                "gha_capacity_kube_errors_total",
+                {**LABELS, "operation": "watch nodepools.karpenter.sh", "kind": "transport"},
+            )
+            == 1
+        )
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+# --- the monitor with the reader ------------------------------------------------------------
+
+
+async def test_the_monitor_creates_only_what_the_limits_hold_then_more_after_a_raise() -> None:
+    """The wiring: settings → reader → reconciler → plan. Both halves (runner 500m from the
+    runner template, workflow 1 CPU) land on the one NodePool: 1.5 CPU a pair."""
+    from tests.unit.capacity.test_monitor_logic import NS, Running, start
+
+    cluster = MemoryCluster()
+    cluster.add(RESOURCE, nodepool("any", "2"))
+    scene = start(cluster, proactive=4, nodepools=NodePoolSettings(enabled=True))
+    limits = scene.monitor.nodepools
+    assert limits is not None
+    async with Running(scene):
+        await scene.reconciler.reconcile_once()
+        assert scene.placeholders() == []  # the NodePools are not read yet: nothing
+
+        task = asyncio.create_task(limits.run())
+        try:
+            await scene.settle()
+            assert limits.state == "watching"
+            plan = await scene.reconciler.reconcile_once()
+            assert len(plan.creates) == 1  # 2 CPU hold one pair
+            assert plan.held_by_nodepools == 3
+            cluster.add(RESOURCE, nodepool("any", "4"))  # raised
+            await scene.settle()
+            plan = await scene.reconciler.reconcile_once()
+            assert len(plan.creates) == 1  # 4 CPU hold two pairs in all
+            assert plan.held_by_nodepools == 2
+            assert len(scene.cluster.pods(NS)) == 4
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
