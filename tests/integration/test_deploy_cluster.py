@@ -376,14 +376,24 @@ async def listener(
             await rbac_api.delete_cluster_role(role["metadata"]["name"])
 
 
-async def watch_status(api: client.ApiClient, path: str, query: dict[str, str]) -> int:
-    """Open a watch (ended by the server after 1 s) and return its HTTP status."""
-    params = [*query.items(), ("watch", "true"), ("timeoutSeconds", "1")]
+async def status_of(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: dict[str, str] | None = None,
+    body: Any = None,
+) -> int:
+    """The HTTP status of one raw request (a body is sent as a merge patch)."""
     resp = await api.call_api(
         path,
-        "GET",
-        query_params=params,
-        header_params={"Accept": "application/json"},
+        method,
+        query_params=list((query or {}).items()),
+        header_params={
+            "Accept": "application/json",
+            "Content-Type": "application/merge-patch+json",
+        },
+        body=body,
         auth_settings=["BearerToken"],
         _preload_content=False,
         _request_timeout=15,
@@ -393,6 +403,13 @@ async def watch_status(api: client.ApiClient, path: str, query: dict[str, str]) 
         return int(resp.status)
     finally:
         resp.release()
+
+
+async def watch_status(api: client.ApiClient, path: str, query: dict[str, str]) -> int:
+    """Open a watch (ended by the server after 1 s) and return its HTTP status."""
+    return await status_of(
+        api, "GET", path, query={**query, "watch": "true", "timeoutSeconds": "1"}
+    )
 
 
 class Forbidden(Exception):

@@ -30,6 +30,7 @@ from tests.integration.test_deploy_cluster import (
     docs,
     dynamic,
     impersonating,
+    status_of,
     watch_status,
 )
 from tests.support.localcluster import LocalCluster
@@ -107,26 +108,6 @@ async def as_listener(cluster: LocalCluster, controller_ns: str) -> AsyncIterato
         yield api
 
 
-async def status_of(api: client.ApiClient, method: str, path: str, body: Any = None) -> int:
-    resp = await api.call_api(
-        path,
-        method,
-        header_params={
-            "Accept": "application/json",
-            "Content-Type": "application/merge-patch+json",
-        },
-        body=body,
-        auth_settings=["BearerToken"],
-        _preload_content=False,
-        _request_timeout=15,
-    )
-    try:
-        await resp.read()
-        return int(resp.status)
-    finally:
-        resp.release()
-
-
 def reader(api: client.ApiClient) -> tuple[NodePoolLimits, list[int]]:
     pokes: list[int] = []
     metrics = CapacityMetrics(CollectorRegistry(), name="arc-cpu", namespace="arc-runners")
@@ -192,7 +173,7 @@ async def test_it_grants_no_writes(
 
         await eventually(allowed, "get nodepools allowed", within=15)
         patch = {"spec": {"limits": {"cpu": "100"}}}
-        assert await status_of(api, "PATCH", f"{RESOURCE.path}/{pool}", patch) == 403
+        assert await status_of(api, "PATCH", f"{RESOURCE.path}/{pool}", body=patch) == 403
         assert await status_of(api, "DELETE", f"{RESOURCE.path}/{pool}") == 403
 
 
