@@ -6,15 +6,18 @@ limit leads to new pairs within one reconcile pass, without polling.
 
 Never required: a 403 (the ClusterRole in deploy/rbac/clusterrole-nodepools.yaml is not
 bound) or a 404 (no Karpenter, so no such resource) is logged once, the watch stops, and the
-monitor plans exactly as without the setting. Other failures (apiserver trouble) are retried
-by the informer; until the first list has answered, no pair is created, so a start-up never
-creates pairs the limits would have refused.
+monitor plans exactly as without the setting. The NodePools are looked at again every
+``RECHECK`` seconds, so a ClusterRole bound or Karpenter installed later takes effect without
+restarting the listener (logged once more, when it does). Other failures (apiserver trouble)
+are retried by the informer; until the first list has answered, no pair is created, so a
+start-up never creates pairs the limits would have refused.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from fractions import Fraction
 
 from base.kube import Failed, KubeError, Removed, Reset, Resource, Upserted
@@ -38,6 +41,9 @@ from capacity.specs import HalfShape
 log = logging.getLogger("capacity.nodepools")
 
 RESOURCE = Resource.cluster(GROUP, VERSION, PLURAL)
+# Seconds between looks at NodePools that could not be read: cheap (one list), and soon
+# enough after an operator binds the ClusterRole.
+RECHECK = 300.0
 _NOT_THERE = {403: "forbidden", 404: "absent"}
 
 
@@ -52,12 +58,16 @@ class NodePoolLimits:
         metrics: CapacityMetrics,
         on_change: Callable[[], None],
         resource: Resource | None = None,
+        recheck: float = RECHECK,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.kube = kube
         self.settings = settings
         self.metrics = metrics
         self.on_change = on_change
         self.resource = resource or RESOURCE
+        self.recheck = recheck
+        self._sleep = sleep
         self.pools: dict[str, NodePool] = {}
         self.state = "starting"
         self.memory = PoolMemory()
@@ -68,6 +78,13 @@ class NodePoolLimits:
         self.metrics.record_nodepool_state(state)
 
     async def run(self) -> None:
+        """Follow the NodePools until cancelled; while they cannot be read, look again every
+        ``recheck`` seconds."""
+        while True:
+            await self._follow()
+            await self._sleep(self.recheck)
+
+    async def _follow(self) -> None:
         """Follow the NodePools until cancelled, or until they turn out not to be readable."""
         events = self.kube.informer(self.resource, nodepool_from)
         try:
@@ -101,6 +118,8 @@ class NodePoolLimits:
             self.metrics.record_kube_error(f"watch {self.resource.plural}", error.kind.value)
             log.warning("NodePool watch failed, retrying", extra={"error": str(error)})
             return False
+        if state == self.state:
+            return True  # a look again, answered as before: nothing new to say or re-plan
         reason = (
             "the listener may not read them (bind deploy/rbac/clusterrole-nodepools.yaml)"
             if state == "forbidden"

@@ -1,5 +1,6 @@
 """The NodePool reader (``capacity.nodepool_watch``) on an in-memory cluster: it follows the
-watch, caps nothing until it knows, and on 403/404 says so once and caps nothing ever."""
+watch, caps nothing until it knows, and on 403/404 says so once, caps nothing and looks again
+now and then."""
 
 from __future__ import annotations
 
@@ -89,7 +90,28 @@ class Pokes(list[int]):
 Reader = tuple[NodePoolLimits, CollectorRegistry, Pokes]
 
 
-def reader(cluster: MemoryCluster, **settings: Any) -> Reader:
+class Rechecks:
+    """The reader's sleep between looks at unreadable NodePools: recorded, and held until
+    the test lets the next look happen."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+        self.asked = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.asked.set()
+        await self.go.wait()
+        self.go.clear()
+
+    async def next_wait(self) -> None:
+        async with asyncio.timeout(2):
+            await self.asked.wait()
+        self.asked.clear()
+
+
+def reader(cluster: MemoryCluster, rechecks: Rechecks | None = None, **settings: Any) -> Reader:
     registry = CollectorRegistry()
     pokes = Pokes()
     limits = NodePoolLimits(
@@ -97,6 +119,7 @@ def reader(cluster: MemoryCluster, **settings: Any) -> Reader:
         NodePoolSettings(enabled=True, **settings),
         metrics=CapacityMetrics(registry, name="arc", namespace="ns"),
         on_change=pokes,
+        sleep=rechecks or Rechecks(),
     )
     return limits, registry, pokes
 
@@ -164,16 +187,47 @@ async def test_unreadable_nodepools_cost_one_line_and_no_cap(
     status: int, state: str, line: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="capacity.nodepools")
-    cluster = FailingCluster(KubeError("list nodepools", status, "nope"))
-    limits, registry, pokes = reader(cluster)
-    async with asyncio.timeout(2):
-        await limits.run()  # it stops by itself
-    assert [r.getMessage() for r in caplog.records] == [line]
+    cluster = FailingCluster(*[KubeError("list nodepools", status, "nope")] * 3)
+    rechecks = Rechecks()
+    limits, registry, pokes = reader(cluster, rechecks)
+    task = asyncio.create_task(limits.run())
+    try:
+        await rechecks.next_wait()  # the watch stopped; it will look again later
+        rechecks.go.set()
+        await rechecks.next_wait()  # looked again: still unreadable
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert rechecks.waits == [300.0, 300.0]
+    assert [r.getMessage() for r in caplog.records] == [line]  # once, not per look
+    assert len(pokes) == 1
     assert limits.state == state
     assert limits.room(Observed(), template(), commit=True) is None
     assert pokes  # the reconciler re-plans without the cap at once
     assert registry.get_sample_value("gha_capacity_nodepool_state", {**LABELS, "state": state}) == 1
     assert registry.get_sample_value("gha_capacity_nodepool_pair_room", LABELS) is None
+
+
+async def test_a_role_bound_later_is_picked_up_without_a_restart(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="capacity.nodepools")
+    cluster = FailingCluster(KubeError("list nodepools", 403, "forbidden"))
+    cluster.add(RESOURCE, nodepool("runners", "4"))
+    rechecks = Rechecks()
+    limits, _, pokes = reader(cluster, rechecks)
+    task = asyncio.create_task(limits.run())
+    try:
+        await rechecks.next_wait()
+        assert limits.state == "forbidden"
+        assert limits.room(Observed(), template(), commit=True) is None
+        rechecks.go.set()  # meanwhile, the ClusterRole was bound
+        await pokes.until(lambda: limits.state == "watching")
+        assert limits.room(Observed(), template(), commit=True) == 4
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert [r.getMessage() for r in caplog.records][-1] == "reading NodePool limits"
 
 
 async def test_other_failures_are_retried_and_hold_creates() -> None:
