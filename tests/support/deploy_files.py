@@ -40,7 +40,8 @@ def load_script(path: Path) -> ModuleType:
     return module
 
 
-def yaml_docs(path: Path) -> list[Any]:
+def yaml_docs(path: Path) -> list[dict[str, Any]]:
+    """The non-empty documents of a YAML file (mappings, under deploy/: test_yaml_parses)."""
     return [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
 
 

@@ -13,13 +13,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.support.deploy_files import (
-    LOCK,
-    ROOT,
-)
-from tests.support.dockerfile import (
-    parse_dockerfile,
-)
+from tests.support.deploy_files import LOCK, ROOT
+from tests.support.dockerfile import parse_dockerfile
 
 
 def locked_versions() -> dict[str, str]:

@@ -8,11 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.deploy_files import (
-    ALERTS,
-    DEPLOY,
-    yaml_docs,
-)
+from tests.support.deploy_files import ALERTS, DEPLOY, yaml_docs
 
 YAML_FILES = sorted(DEPLOY.rglob("*.yaml"))
 MANIFESTS = [

@@ -4,10 +4,7 @@ tests/integration/test_shipped_rbac.py."""
 
 from __future__ import annotations
 
-from tests.support.deploy_files import (
-    DEPLOY,
-    yaml_docs,
-)
+from tests.support.deploy_files import DEPLOY, yaml_docs
 
 
 def test_rbac_rules_are_each_explained() -> None:

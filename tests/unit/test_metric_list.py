@@ -4,10 +4,7 @@ catches what it is meant to catch."""
 
 from __future__ import annotations
 
-from tests.support.deploy_files import (
-    analyse,
-    read_metric_list,
-)
+from tests.support.deploy_files import analyse, read_metric_list
 
 
 def test_metric_list_has_arc_series_and_capacity_family() -> None:

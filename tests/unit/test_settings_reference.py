@@ -6,10 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tests.support.deploy_files import (
-    DEPLOY,
-    load_script,
-)
+from tests.support.deploy_files import DEPLOY, load_script
 
 
 def test_settings_reference_matches_generator() -> None:
