@@ -30,7 +30,7 @@ def test_rbac_grants_exactly_the_listed_operations() -> None:
 
     arc = "actions.github.com"
     # Exactly the calls base/kube.py makes for the view and the reconciler (proven
-    # sufficient on a real API server in tests/integration/test_deploy_cluster.py).
+    # sufficient on a real API server in tests/integration/test_shipped_rbac.py).
     assert rules("role.yaml") == {
         *(("", "pods", v) for v in ("list", "watch", "create", "delete")),
         *((arc, "ephemeralrunners", v) for v in ("list", "watch")),
