@@ -35,11 +35,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
-from tests.support.fake_actions import FakeJob, JobState
-from tests.support.listener_process import free_port
-from tests.support.prometheus import TIME_SCALE, Prometheus, seconds, shortened_rules
-from tests.unit.test_deploy_static import (
+from tests.support.deploy_files import (
     DASHBOARD,
     alert_rules,
     analyse,
@@ -47,6 +43,10 @@ from tests.unit.test_deploy_static import (
     read_metric_list,
     series_family,
 )
+from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
+from tests.support.fake_actions import FakeJob, JobState
+from tests.support.listener_process import free_port
+from tests.support.prometheus import TIME_SCALE, Prometheus, seconds, shortened_rules
 
 pytestmark = pytest.mark.skipif(
     Prometheus.binary() is None and not os.environ.get("CI"),

@@ -92,6 +92,15 @@ def namespace(local_cluster: LocalCluster) -> Iterator[str]:
 
 
 @pytest.fixture
+def controller_namespace(local_cluster: LocalCluster) -> Iterator[str]:
+    """A namespace standing in for ARC's controller namespace, where the listener's
+    ServiceAccount lives (the RBAC tests bind deploy/rbac to it)."""
+    name = local_cluster.create_namespace("ctl")
+    yield name
+    local_cluster.delete_namespace(name)
+
+
+@pytest.fixture
 def fake_nodes(
     local_cluster: LocalCluster, namespace: str
 ) -> Iterator[Callable[..., dict[str, Any]]]:

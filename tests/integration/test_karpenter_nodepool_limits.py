@@ -29,16 +29,9 @@ from capacity import nodepool_watch
 from capacity.nodepools import nodepool_from
 from capacity.settings import CapacitySettings, NodePoolSettings
 from tests.integration import test_karpenter
-from tests.integration.test_deploy_cluster import (
-    DEPLOY,
-    apply,
-    bind_to,
-    docs,
-    dynamic,
-    impersonating,
-    our_role,
-)
 from tests.integration.test_karpenter import WORKFLOWS, runner_pool, workflow_pool
+from tests.support.deploy_cluster_kit import apply, bind_to, dynamic, impersonating, our_role
+from tests.support.deploy_files import DEPLOY, yaml_docs
 from tests.support.karpenter_kit import Scene, Timeline, record_timings, settings
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.karpenter import NODEPOOLS
@@ -153,7 +146,7 @@ async def without_nodepool_rbac(
     try:
         bodies = [
             our_role(),
-            bind_to(docs(DEPLOY / "rbac" / "rolebinding.yaml")[0], controller),
+            bind_to(yaml_docs(DEPLOY / "rbac" / "rolebinding.yaml")[0], controller),
         ]
         async with dynamic(admin, tmp_path) as dyn:
             for body in bodies:

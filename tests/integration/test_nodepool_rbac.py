@@ -1,5 +1,5 @@
 """deploy/rbac/clusterrole-nodepools.yaml on the real control plane with Karpenter's CRDs,
-impersonating a listener's ServiceAccount (as in test_deploy_cluster.py): the reader of
+impersonating a listener's ServiceAccount (as in test_shipped_rbac.py): the reader of
 NodePool limits works with it, each verb is needed, it grants no writes, and without it the
 reader says so in one line and imposes no cap."""
 
@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +23,15 @@ from capacity.metrics import CapacityMetrics
 from capacity.model import Observed
 from capacity.nodepool_watch import RESOURCE, NodePoolLimits
 from capacity.settings import NodePoolSettings
-from tests.integration.test_deploy_cluster import (
-    DEPLOY,
+from tests.support.deploy_cluster_kit import (
     apply,
     bind_to,
-    docs,
     dynamic,
     impersonating,
     status_of,
     watch_status,
 )
+from tests.support.deploy_files import DEPLOY, yaml_docs
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.karpenter import GENERAL_TYPES, Karpenter, nodepool_manifest
 from tests.support.localcluster.testkit import eventually
@@ -43,7 +42,7 @@ VERBS = ("get", "list", "watch")
 
 
 def shipped() -> tuple[dict[str, Any], dict[str, Any]]:
-    role, binding = docs(DEPLOY / "rbac" / "clusterrole-nodepools.yaml")
+    role, binding = yaml_docs(DEPLOY / "rbac" / "clusterrole-nodepools.yaml")
     return role, binding
 
 
@@ -58,13 +57,6 @@ def per_test(controller_ns: str, verbs: tuple[str, ...] = VERBS) -> list[dict[st
     binding["metadata"]["name"] += f"-{controller_ns}"
     binding["roleRef"]["name"] = role["metadata"]["name"]
     return [role, binding]
-
-
-@pytest.fixture
-def controller_namespace(local_cluster: LocalCluster) -> Iterator[str]:
-    name = local_cluster.create_namespace("ctl")
-    yield name
-    local_cluster.delete_namespace(name)
 
 
 @pytest.fixture

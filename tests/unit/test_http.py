@@ -1,4 +1,9 @@
-"""listener.http: client factory (TLS, proxies, User-Agent) and ARC's retry policy."""
+"""listener.http: client factory (TLS, proxies, User-Agent) and ARC's retry policy.
+
+Size: the tests of one module, listener/http.py: the client factory (User-Agent, TLS, proxies)
+and the one retry layer (the retry policy, the bounded 409 retry, error bodies and the error
+tree it raises), a test per behaviour on shared respx fixtures.
+"""
 
 from __future__ import annotations
 
