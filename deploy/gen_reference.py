@@ -2,7 +2,7 @@
 
 Names, environment variables, types, defaults and limits come from the model itself; only the
 one-line descriptions live here, keyed by setting. Generation fails when a setting has no
-description or a description names no setting, and tests/unit/test_deploy_static.py fails when
+description or a description names no setting, and tests/unit/test_settings_reference.py fails when
 the committed file differs from this output. Regenerate with
 ``python deploy/gen_reference.py``.
 """

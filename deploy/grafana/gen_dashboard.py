@@ -2,7 +2,7 @@
 
 Built with grafana-foundation-sdk, Grafana's typed dashboard builders (a development
 dependency, never in the image). Edit this file, then run
-``python deploy/grafana/gen_dashboard.py``. tests/unit/test_deploy_static.py fails when the
+``python deploy/grafana/gen_dashboard.py``. tests/unit/test_dashboard.py fails when the
 committed JSON differs from this output, and checks every query against deploy/metrics.txt;
 tests/e2e/test_prometheus.py runs every query on a real Prometheus scraping the listener.
 

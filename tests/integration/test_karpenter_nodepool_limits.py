@@ -64,12 +64,12 @@ async def settle(scene: Scene, run: MonitorRun) -> dict[str, Any]:
     timeline = Timeline(scene).start()
     await run.advertises(FITS)
     creates_before = run.creates()
-    timeouts_before = run.metric("gha_capacity_pair_deletes_total", reason="timeout")
+    timeouts_before = run.count("gha_capacity_pair_deletes_total", reason="timeout")
     await asyncio.sleep(WINDOW)  # an observation window, not a wait for a condition
     await timeline.stop()
     return {
         "creates_in_window": run.creates() - creates_before,
-        "timeouts_in_window": run.metric("gha_capacity_pair_deletes_total", reason="timeout")
+        "timeouts_in_window": run.count("gha_capacity_pair_deletes_total", reason="timeout")
         - timeouts_before,
         "max_placeholders": max(sum(x.running.values()) + x.pending for x in timeline.samples),
         "max_advertised": max(v for _, v in run.values),
@@ -92,7 +92,7 @@ async def test_pairs_stay_within_the_limits_and_follow_a_raise(scene: Scene) -> 
     # Exactly the pairs that fit were ever created, and none timed out.
     assert run.creates() == FITS
     assert seen["creates_in_window"] == 0
-    assert run.metric("gha_capacity_pair_deletes_total", reason="timeout") == 0
+    assert run.count("gha_capacity_pair_deletes_total", reason="timeout") == 0
     assert seen["max_placeholders"] <= 2 * FITS
     assert seen["max_advertised"] == FITS
     assert len(scene.karpenter.nodes(runners)) == 2
@@ -123,7 +123,7 @@ async def test_pairs_stay_within_the_limits_and_follow_a_raise(scene: Scene) -> 
     created = time.monotonic()
     rose = await run.advertises(WANTED, within=90)
     assert run.creates() == WANTED
-    assert run.metric("gha_capacity_pair_deletes_total", reason="timeout") == 0
+    assert run.count("gha_capacity_pair_deletes_total", reason="timeout") == 0
     assert run.metric("gha_capacity_nodepool_held_pairs") == 0
     assert run.metric("gha_capacity_nodepool_limit", **labels) == 6
     assert len(scene.karpenter.nodes(runners)) == 3

@@ -102,6 +102,11 @@ class MonitorRun:
         )
         return -1.0 if value is None else value
 
+    def count(self, name: str, **labels: str) -> float:
+        """A counter of this run: 0 until its series is first written (a vector's child
+        appears on first use, as in Go)."""
+        return max(0.0, self.metric(name, **labels))
+
     def creates(self) -> float:
         return self.metric("gha_capacity_pair_creates_total", result="ok")
 
