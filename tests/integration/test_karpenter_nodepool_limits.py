@@ -110,7 +110,7 @@ async def test_pairs_stay_within_the_limits_and_follow_a_raise(scene: Scene) -> 
     assert run.metric("gha_capacity_nodepool_headroom", **labels) == float(Fraction(4) - used)
     # The unlimited workflow pool has no limit series (nothing to run out of).
     workflows = scene.pool_name(WORKFLOWS)
-    assert run.metric("gha_capacity_nodepool_limit", nodepool=workflows, resource="cpu") == 0
+    assert run.metric("gha_capacity_nodepool_limit", nodepool=workflows, resource="cpu") == -1
 
     # Raise the limit: one more node's worth (two runner halves) fits, through the watch.
     scene.karpenter.patch_nodepool(runners, {"spec": {"limits": {"cpu": "6"}}})
@@ -206,7 +206,7 @@ async def test_without_the_limits_pairs_beyond_them_wait_and_time_out(
     lines = [r.getMessage() for r in caplog.records if r.name == "capacity.nodepools"]
     if how == "setting off":
         assert lines == []
-        assert states == {"absent": 0, "forbidden": 0}
+        assert states == {"absent": -1, "forbidden": -1}  # no reader, no state series
         return
     state, reason = (
         ("absent", "the cluster has no Karpenter NodePool resource")
