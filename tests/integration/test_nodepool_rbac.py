@@ -112,16 +112,25 @@ def reader(api: client.ApiClient) -> tuple[NodePoolLimits, list[int]]:
     return limits, pokes
 
 
-async def test_the_reader_works_with_the_cluster_role(
-    local_cluster: LocalCluster, controller_namespace: str, pool: str, grant: Any
-) -> None:
+@contextlib.asynccontextmanager
+async def granted_listener(
+    cluster: LocalCluster, controller_ns: str, pool: str, grant: Any
+) -> AsyncIterator[client.ApiClient]:
+    """The listener's identity once the ClusterRole is bound and in force."""
     await grant()
-    async with as_listener(local_cluster, controller_namespace) as api:
+    async with as_listener(cluster, controller_ns) as api:
 
         async def allowed() -> bool:
             return await status_of(api, "GET", f"{RESOURCE.path}/{pool}") == 200
 
         await eventually(allowed, "get nodepools allowed", within=15)
+        yield api
+
+
+async def test_the_reader_works_with_the_cluster_role(
+    local_cluster: LocalCluster, controller_namespace: str, pool: str, grant: Any
+) -> None:
+    async with granted_listener(local_cluster, controller_namespace, pool, grant) as api:
         assert await watch_status(api, RESOURCE.path, {}) == 200
         limits, pokes = reader(api)
         task = asyncio.create_task(limits.run())
@@ -157,13 +166,7 @@ async def test_the_reader_works_with_the_cluster_role(
 async def test_it_grants_no_writes(
     local_cluster: LocalCluster, controller_namespace: str, pool: str, grant: Any
 ) -> None:
-    await grant()
-    async with as_listener(local_cluster, controller_namespace) as api:
-
-        async def allowed() -> bool:
-            return await status_of(api, "GET", f"{RESOURCE.path}/{pool}") == 200
-
-        await eventually(allowed, "get nodepools allowed", within=15)
+    async with granted_listener(local_cluster, controller_namespace, pool, grant) as api:
         patch = {"spec": {"limits": {"cpu": "100"}}}
         assert await status_of(api, "PATCH", f"{RESOURCE.path}/{pool}", body=patch) == 403
         assert await status_of(api, "DELETE", f"{RESOURCE.path}/{pool}") == 403
@@ -209,8 +212,18 @@ async def test_without_it_the_reader_logs_one_line_and_caps_nothing(
 
             await eventually(listed, "list nodepools allowed", within=15)
         limits, _ = reader(api)
-        async with asyncio.timeout(30):
-            await limits.run()  # returns: the reader gives up on 403
+        task = asyncio.create_task(limits.run())
+        try:
+
+            async def gave_up() -> bool:
+                return limits.state == "forbidden"
+
+            # It stops watching on 403 and only looks again minutes later.
+            await eventually(gave_up, "the reader to give up on 403", within=30)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     assert limits.state == "forbidden"
     assert limits.room(Observed(), None, commit=True) is None
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
