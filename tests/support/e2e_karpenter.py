@@ -31,6 +31,7 @@ from tests.support.localcluster.karpenter import (
     start_karpenter,
 )
 from tests.support.localcluster.rest import KubeError
+from tests.support.sampling import Sampler
 
 POOLS = ("runner", "workflow")
 
@@ -175,7 +176,7 @@ class Claim:
 
 
 @dataclass
-class NodeClaimLog:
+class NodeClaimLog(Sampler):
     """Samples the NodeClaims of some NodePools every ``interval`` seconds (in a thread: the
     REST client blocks). ``counts`` keeps (wall, {pool: NodeClaims}) for timelines."""
 
@@ -184,24 +185,14 @@ class NodeClaimLog:
     interval: float = 1.0
     claims: dict[str, Claim] = field(default_factory=dict)
     counts: list[tuple[float, dict[str, int]]] = field(default_factory=list)
-    _task: asyncio.Task[None] | None = None
-
-    def start(self) -> NodeClaimLog:
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="nodeclaims")
-        return self
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self.sample()
+        await super().stop()
+        await self.sample()  # the final state, for lifetimes that end now
 
-    async def _loop(self) -> None:
-        while True:
-            with contextlib.suppress(KubeError, OSError):
-                await self.sample()
-            await asyncio.sleep(self.interval)
+    async def _sample_once(self) -> None:
+        with contextlib.suppress(KubeError, OSError):  # a missed sample; the next one counts
+            await self.sample()
 
     async def sample(self) -> None:
         selector = f"{NODEPOOL_LABEL} in ({','.join(self.pools)})"

@@ -8,7 +8,6 @@ Every placeholder half and every real pod asks for 900m CPU / 1Gi: the general 2
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from tests.support.capacity_kit import (
 from tests.support.localcluster.karpenter import NODEPOOL_LABEL, Karpenter
 from tests.support.localcluster.testkit import OWNER_KEY
 from tests.support.monitor_scene import ROLE_LABEL, MonitorScene, ScaleSet
+from tests.support.sampling import Sampler
 
 SCALE_SET = "linux-cpu"
 RUNNER_SET = "linux-cpu-k8rp7"
@@ -123,7 +123,7 @@ class Sample:
 
 
 @dataclass
-class Timeline:
+class Timeline(Sampler):
     """Samples the cluster every ``interval`` s while a test runs: what the monitor
     advertises (read first), then NodeClaims, Ready nodes and placeholders of the test."""
 
@@ -132,22 +132,6 @@ class Timeline:
     samples: list[Sample] = field(default_factory=list)
     nodeclaims_seen: set[str] = field(default_factory=set)
     placeholders_seen: set[str] = field(default_factory=set)
-    _task: asyncio.Task[None] | None = None
-
-    def start(self) -> Timeline:
-        self._task = asyncio.create_task(self._loop())
-        return self
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _loop(self) -> None:
-        while True:
-            await self.sample()
-            await asyncio.sleep(self.interval)
 
     async def sample(self) -> Sample:
         s = self.scene
