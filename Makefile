@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 CLUSTER := $(PY) -m tests.support.localcluster
 
 .PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
-        typecheck check coverage cluster-build cluster-up cluster-down cluster-status bench \
+        typecheck check coverage lint-only cluster-build cluster-up cluster-down cluster-status bench \
         clean conformance-build test-conformance
 
 help:
@@ -31,7 +31,9 @@ demo: venv cluster-build
 # Static checks. mypy covers tests/ too; import-linter holds ARCHITECTURE.md's import rules
 # ([tool.importlinter] in pyproject.toml); vulture finds code production never calls
 # ([tool.vulture]).
-lint: venv
+lint: venv lint-only
+
+lint-only:
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -66,9 +68,10 @@ image: venv
 test-conformance: venv conformance-build
 	$(VENV)/bin/pytest tests/conformance
 
-# The one test command (README, CI): static checks, then every test tier.
-test: lint cluster-build conformance-build
-	$(VENV)/bin/pytest tests
+# The one test command (README, CI): the fast gate (lint, unit) first, then the Go builds,
+# then every slow tier; a per-tier timing summary at the end (tests/tiers.sh).
+test: venv
+	VENV=$(VENV) bash tests/tiers.sh
 
 check: test
 

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# `make test`: every check, the fast gate first.
+#
+#   gate:  lint (ruff, mypy, import-linter, vulture) and the unit tier — no cluster, no Go;
+#          a failure here stops the run within minutes, before any build.
+#   build: the local control plane, Karpenter and the conformance reference (cached under
+#          ~/.cache/capacity-listener; only a fresh machine pays for them).
+#   slow:  every other directory of tests/ (integration, e2e, conformance, image, and any
+#          tier added later), each its own pytest run, all run even if one fails.
+#
+# Ends with one line per tier: name, wall seconds, result. Exit 1 if any tier failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PY="$VENV/bin/python"
+
+rows=()
+failed=0
+tier() {
+  local name=$1
+  shift
+  local start=$SECONDS rc
+  echo "=== tier $name: $*"
+  "$@"
+  rc=$?
+  local took=$((SECONDS - start))
+  if [ "$rc" -eq 0 ]; then
+    rows+=("$(printf '%-14s %6ds  ok' "$name" "$took")")
+  else
+    rows+=("$(printf '%-14s %6ds  FAILED (exit %d)' "$name" "$took" "$rc")")
+    failed=1
+  fi
+  return "$rc"
+}
+summary() {
+  echo
+  echo "=== tiers (wall seconds)"
+  printf '%s\n' "${rows[@]}"
+  printf '%-14s %6ds\n' "total" "$SECONDS"
+}
+
+# The fast gate: stop at the first failure.
+if ! tier lint make --no-print-directory lint-only \
+  || ! tier unit "$VENV/bin/pytest" tests/unit -q; then
+  summary
+  exit 1
+fi
+
+if ! tier build make --no-print-directory cluster-build conformance-build; then
+  summary
+  exit 1
+fi
+
+# The slow tiers in a fixed order, then any other test directory (so a new tier cannot be
+# left out of `make test` by forgetting this file).
+ordered=(integration e2e conformance image)
+others=()
+for dir in tests/*/; do
+  name=$(basename "$dir")
+  case " unit support ${ordered[*]} " in
+    *" $name "*) ;;
+    *) ls "$dir"test_*.py >/dev/null 2>&1 && others+=("$name") ;;
+  esac
+done
+for name in "${ordered[@]}" "${others[@]}"; do
+  [ -d "tests/$name" ] || continue
+  tier "$name" "$VENV/bin/pytest" "tests/$name" -q
+done
+
+summary
+exit "$failed"
