@@ -52,14 +52,14 @@ from collections.abc import Callable, Mapping
 
 from base.arc import ARC_GROUP, ARC_VERSION
 from base.kube import KubeError, RunnerSet
-from capacity import policy, specs
+from capacity import policy, specs, warm_pool
 from capacity.cluster import Cluster
 from capacity.demand import DemandReader, GitHubReaderFactory, HttpClient, build_reader
 from capacity.metrics import CapacityMetrics, Registry
-from capacity.model import Demand, HudState, Observed, Params, Role
+from capacity.model import Demand, DemandSource, HudState, Observed, Params, Role
 from capacity.nodepool_watch import NodePoolLimits
 from capacity.reconciler import Manifest, Reconciler
-from capacity.settings import CapacitySettings, to_params
+from capacity.settings import CapacitySettings, to_params, to_warm_pool
 from capacity.view import View
 
 log = logging.getLogger("capacity.monitor")
@@ -97,6 +97,9 @@ class CapacityMonitor:
         self._base_params = to_params(settings, 0)
         self._registry = registry
         self.hud_state = HudState()
+        # Pairs held beyond demand (settings warm_pool), fed by what each pass sees.
+        self.warm_pool = to_warm_pool(settings)
+        self._arrivals = warm_pool.ArrivalCounter()
         # HUD, GitHub's REST API or nothing (settings.demand_source).
         self._demand: DemandReader | None = build_reader(
             settings, runner_labels, github=github_demand, hud_client=hud_client
@@ -135,7 +138,9 @@ class CapacityMonitor:
             on_reconcile=on_reconcile,
             interval=settings.recalculate_interval,
             pool_room=self._pool_room if self.nodepools is not None else None,
+            warm_pool=self._warm_target,
         )
+        self.metrics.record_warm_pool_mode(settings.warm_pool.mode)
         # Nothing is confirmed yet: advertise 0 until the view has synced and a pass has
         # counted verified capacity (set here, before the listener's first poll can start).
         self.reconciler.publish(0)
@@ -148,6 +153,25 @@ class CapacityMonitor:
 
     def demand(self, now: float) -> Demand:
         return policy.resolve_demand(self.hud_state, now, self.params())
+
+    def _warm_target(self, now: float, demand: Demand, observed: Observed, commit: bool) -> int:
+        """Pairs to hold beyond demand. A committed pass (the reconcile loop) feeds the pool
+        the arrivals it saw and records the estimate; the signal path only asks."""
+        if commit:
+            live = demand.source in (DemandSource.HUD, DemandSource.GITHUB)
+            arrived = self._arrivals.count(
+                demand.queued if live else None, (p.name for p in observed.runner_pods)
+            )
+            self.warm_pool.observe(now, demand.queued, arrived)
+        target = self.warm_pool.target(now)
+        if commit:
+            estimates = (
+                self.warm_pool.estimates(now)
+                if isinstance(self.warm_pool, warm_pool.AdaptivePool)
+                else None
+            )
+            self.metrics.record_warm_pool(target, estimates)
+        return target
 
     def _pool_room(self, observed: Observed, commit: bool) -> int | None:
         if self.nodepools is None:

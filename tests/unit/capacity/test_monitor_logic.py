@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -20,6 +19,7 @@ from capacity.model import Role
 from capacity.monitor import CapacityMonitor
 from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, Resources
+from capacity.warm_pool import FixedPool
 from tests.support.memory_cluster import MemoryCluster
 
 NS = "arc-runners"
@@ -249,7 +249,7 @@ async def test_expected_deletes_are_not_counted_as_capacity() -> None:
         assert scene.values[-1] == 1
         scene.cluster.hold_events = asyncio.Event()
         # Demand drops to 0 (as if the operator set proactive_capacity: 0).
-        scene.monitor._base_params = replace(scene.monitor._base_params, proactive_capacity=0)
+        scene.monitor.warm_pool = FixedPool(0)
         scene.clock.now = NOW + 1  # past the (zero) downscale delay
         await scene.reconciler.reconcile_once()  # deletes the pair; the watch lags
         assert len(scene.cluster.deletes) == 2
