@@ -17,6 +17,7 @@ from base.kube import KubeError, Resource
 from capacity.contract import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, LABEL_ROLE
 from capacity.model import Role
 from capacity.monitor import CapacityMonitor
+from capacity.pods import SCALE_SET_LABEL
 from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, Resources
 from capacity.warm_pool import FixedPool
@@ -394,3 +395,68 @@ async def test_signal_loop_waits_for_the_view_to_sync() -> None:
     finally:
         signal.cancel()
         await asyncio.gather(signal, return_exceptions=True)
+
+
+# --- warm pools ---------------------------------------------------------------------------
+
+
+def runner_pod(name: str) -> dict[str, Any]:
+    """A real runner pod of the scale set, Running on a node (a job that was assigned)."""
+    return {
+        "metadata": {"name": name, "labels": {SCALE_SET_LABEL: SCALE_SET}},
+        "spec": {"nodeName": "node-1"},
+        "status": {"phase": "Running"},
+    }
+
+
+def warm_target(scene: Scene) -> float | None:
+    return scene.registry.get_sample_value(
+        "gha_capacity_warm_pool_target", {"name": RUNNER_SET, "namespace": NS}
+    )
+
+
+async def test_scheduled_floor_rises_at_the_window_start_and_pairs_follow() -> None:
+    # NOW is Friday 2027-01-15 08:00 UTC; the window opens at 08:30 UTC (09:30 in Berlin).
+    scene = start(
+        proactive=0,
+        warm_pool={
+            "mode": "scheduled",
+            "schedule": [{"window": "Mon-Fri 09:30-18:00 Europe/Berlin", "floor": 3}],
+        },
+    )
+    async with Running(scene):
+        scene.clock.now = NOW + 1799
+        await scene.reconciler.reconcile_once()
+        assert scene.placeholders() == []
+        assert warm_target(scene) == 0
+        scene.clock.now = NOW + 1800
+        plan = await scene.reconciler.reconcile_once()
+        assert len(plan.creates) == 3
+        assert len(scene.placeholders(Role.RUNNER)) == 3
+        assert warm_target(scene) == 3
+        mode = {"name": RUNNER_SET, "namespace": NS, "mode": "scheduled"}
+        assert scene.registry.get_sample_value("gha_capacity_warm_pool_mode", mode) == 1
+
+
+async def test_adaptive_pool_grows_after_a_burst_of_arrivals() -> None:
+    scene = start(proactive=0, warm_pool={"mode": "adaptive", "max": 8})
+    async with Running(scene):
+        for i in range(4):  # two quiet minutes
+            scene.clock.now = NOW + 30 * i
+            await scene.reconciler.reconcile_once()
+        assert scene.placeholders() == []
+        # A workflow run's matrix: six jobs get runner pods between two passes.
+        for i in range(6):
+            scene.cluster.add(Resource.pods(NS), runner_pod(f"{SCALE_SET}-runner-{i}"))
+        await scene.settle()
+        scene.clock.now = NOW + 120
+        plan = await scene.reconciler.reconcile_once()
+        target = warm_target(scene)
+        assert target is not None
+        assert 1 <= target <= 8
+        assert len(plan.creates) == target
+        labels = {"name": RUNNER_SET, "namespace": NS, "estimate": "fast"}
+        assert scene.registry.get_sample_value("gha_capacity_warm_pool_batch_size", labels) == 6
+        assert (
+            scene.registry.get_sample_value("gha_capacity_warm_pool_batch_rate", labels) or 0
+        ) > 0
