@@ -59,6 +59,7 @@ from datetime import datetime
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+PROFILE_VERSION = 1
 MAX_GAP = 300.0  # seconds between two observations still counted as watched
 _DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
@@ -372,6 +373,49 @@ class AdaptivePool:
         returns is remembered, so a pair asked for now is held for `hold` seconds."""
         self.recent = self._slide(now, self.raw_target(now))
         return min(self.config.ceiling, max(v for _, v in self.recent))
+
+    def profile_data(self) -> dict[str, object]:
+        """The hour-of-week profile as plain JSON values (what survives a restart; the fast
+        estimate and the hold are minutes long and start again)."""
+        return {
+            "version": PROFILE_VERSION,
+            "timezone": self.config.profile_zone.key,
+            "hours": [
+                [week, b.batches, b.size, b.size2, b.exposure]
+                for week, b in zip(self.profile_week, self.profile, strict=True)
+            ],
+        }
+
+    def load_profile(self, data: object) -> bool:
+        """Take a profile written by `profile_data`; False (and nothing changed) when it is
+        not one, or was kept in another time zone (its hours are other hours)."""
+        if not isinstance(data, dict) or data.get("version") != PROFILE_VERSION:
+            return False
+        hours = data.get("hours")
+        if data.get("timezone") != self.config.profile_zone.key or not isinstance(hours, list):
+            return False
+        if len(hours) != len(self.profile):
+            return False
+        weeks: list[int] = []
+        sums: list[_Sums] = []
+        for row in hours:
+            if not isinstance(row, list) or len(row) != 5:
+                return False
+            week, *values = row
+            if not isinstance(week, int) or isinstance(week, bool) or week < 0:
+                return False
+            if not all(
+                isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and math.isfinite(v)
+                and v >= 0
+                for v in values
+            ):
+                return False
+            weeks.append(week)
+            sums.append(_Sums(*(float(v) for v in values)))
+        self.profile_week, self.profile = weeks, sums
+        return True
 
     def target(self, now: float) -> int:
         base = self.floor.target(now) if self.floor is not None else 0

@@ -539,6 +539,17 @@ def warm_pool() -> list[PanelBuilder]:
             "queued jobs they come on top of.",
             by_name("gha_capacity_warm_pool_target", "target"),
             by_name("gha_capacity_queued_jobs", "queued"),
+            width=8,
+        ),
+        timeseries(
+            "Warm pool mode",
+            "1 for the configured warm_pool.mode: fixed (proactive_capacity), scheduled "
+            "(time windows) or adaptive (follows the arrivals).",
+            Query(
+                f"max by (name, mode) (gha_capacity_warm_pool_mode{{{SEL}}}) == 1",
+                "{{name}} {{mode}}",
+            ),
+            width=4,
         ),
         timeseries(
             "Adaptive: job batches per minute",

@@ -4,8 +4,11 @@ break-even hold (Hypothesis properties), and the arrival counter."""
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -323,3 +326,42 @@ def test_arrivals_are_queue_rises_plus_new_runners() -> None:
     assert count.count(None, ["a", "b", "c", "d", "e"]) == 1  # source down: runners only
     assert count.count(2, ["e"]) == 0  # back: no rise to compare with yet
     assert count.count(1, ["e"]) == 0  # never negative
+
+
+# --- the profile across restarts ----------------------------------------------------------
+
+
+def busy_pool(zone: str = "UTC") -> AdaptivePool:
+    pool = AdaptivePool(AdaptiveConfig(profile_zone=ZoneInfo(zone)))
+    for i in range(240):
+        pool.observe(T0 + 30 * i, 0, 3 if i % 5 == 0 else 0)
+    return pool
+
+
+def test_profile_round_trips_through_json() -> None:
+    pool = busy_pool()
+    fresh = AdaptivePool(AdaptiveConfig())
+    assert fresh.load_profile(json.loads(json.dumps(pool.profile_data())))
+    assert fresh.profile == pool.profile
+    assert fresh.estimates(T0 + 3600)[1] == pool.estimates(T0 + 3600)[1]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d.update(version=2),
+        lambda d: d.update(timezone="Europe/Berlin"),  # other hours: not used
+        lambda d: d.update(hours=d["hours"][:-1]),
+        lambda d: d["hours"][3].__setitem__(1, -1.0),
+        lambda d: d["hours"][3].__setitem__(1, float("nan")),
+        lambda d: d["hours"][3].__setitem__(0, "week"),
+        lambda d: d["hours"].__setitem__(5, [1, 2]),
+    ],
+)
+def test_an_unusable_profile_changes_nothing(change: Callable[[dict[str, Any]], None]) -> None:
+    data = busy_pool().profile_data()
+    change(data)
+    fresh = AdaptivePool(AdaptiveConfig())
+    assert not fresh.load_profile(data)
+    assert fresh.profile == AdaptivePool(AdaptiveConfig()).profile
+    assert not fresh.load_profile("not a mapping")
