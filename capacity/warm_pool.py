@@ -47,6 +47,9 @@ seconds per pair.
 
 A schedule combines with the adaptive pool as a floor: `target = max(floor(now), adaptive)`,
 and the ceiling `max` bounds only the adaptive part (an explicit floor is the operator's).
+
+Size: every warm pool behind the one interface, with what they share (windows, the cover,
+the arrival counter), so the monitor and a simulator drive the same objects from one file.
 """
 
 from __future__ import annotations
