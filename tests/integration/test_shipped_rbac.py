@@ -197,6 +197,7 @@ async def _patch_config_map(listener: Listener) -> None:
         listener.kube.patch_config_map(listener.namespace, name, {"k": "v"}), "patch configmap"
     )
     assert patched
+    assert await Kube(listener.admin).get_config_map(listener.namespace, name) == {"k": "v"}
 
 
 def _pods(listener: Listener) -> Resource:
