@@ -396,6 +396,53 @@ class Kube:
             return None
         return str((json.loads(data).get("metadata") or {}).get("uid") or "") or None
 
+    async def get_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A ConfigMap's ``data``, or None if it does not exist."""
+        status, data = await self._call(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/configmaps/{name}",
+            action="get configmaps",
+            rbac=f"'get' on configmaps in namespace {namespace}",
+            ok_statuses=frozenset({404}),
+        )
+        if status == 404:
+            return None
+        found = json.loads(data).get("data") or {}
+        return {str(k): str(v) for k, v in found.items()}
+
+    async def patch_config_map(self, namespace: str, name: str, data: Mapping[str, str]) -> bool:
+        """Merge ``data`` into a ConfigMap's data; ``False`` if it does not exist."""
+        status, _ = await self._call(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/configmaps/{name}",
+            action="patch configmaps",
+            rbac=f"'patch' on configmaps in namespace {namespace}",
+            body={"data": dict(data)},
+            content_type=_MERGE_PATCH,
+            ok_statuses=frozenset({404}),
+        )
+        return status != 404
+
+    async def create_config_map(
+        self, namespace: str, name: str, data: Mapping[str, str], labels: Mapping[str, str]
+    ) -> bool:
+        """Create a ConfigMap; ``False`` if one of that name exists already."""
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+            "data": dict(data),
+        }
+        status, _ = await self._call(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/configmaps",
+            action="create configmaps",
+            rbac=f"'create' on configmaps in namespace {namespace}",
+            body=manifest,
+            ok_statuses=frozenset({409}),
+        )
+        return status != 409
+
     async def get_node(self, name: str) -> NodeState | None:
         """A node's schedulability, or None if it does not exist."""
         status, data = await self._call(

@@ -40,6 +40,21 @@ class Cluster(Protocol):
         it does not exist; KubeError else (e.g. 403 without the RBAC rule)."""
         ...
 
+    async def get_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A ConfigMap's data, None if it does not exist; KubeError else."""
+        ...
+
+    async def patch_config_map(self, namespace: str, name: str, data: Mapping[str, str]) -> bool:
+        """Merge data into a ConfigMap: True if done, False if it does not exist; KubeError
+        else."""
+        ...
+
+    async def create_config_map(
+        self, namespace: str, name: str, data: Mapping[str, str], labels: Mapping[str, str]
+    ) -> bool:
+        """Create a ConfigMap: True if created, False if it exists; KubeError else."""
+        ...
+
     def informer(
         self,
         resource: Resource,

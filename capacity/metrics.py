@@ -22,6 +22,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from base.exposition import GoStyleCollector
 from capacity.model import Demand, DemandSource, HudResult, Observed, Plan, PodPhase, Role
 from capacity.nodepools import NodePool
+from capacity.warm_pool import Estimate
 
 if TYPE_CHECKING:
     from capacity.demand import Reading
@@ -36,6 +37,8 @@ CREATE_EXISTS: Final = "exists"
 DEMAND_PARTS: Final = ("total", "aged", "fresh", "share", "claimed")
 GITHUB_CALL_RESULTS: Final = ("ok", "not_modified", "rate_limited", "error")
 NODEPOOL_STATES: Final = ("off", "starting", "watching", "forbidden", "absent")
+WARM_POOL_MODES: Final = ("fixed", "scheduled", "adaptive")
+WARM_POOL_ESTIMATES: Final = ("fast", "profile")
 
 _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _HUD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -193,6 +196,28 @@ class CapacityMetrics:
             "forbidden (no RBAC), absent (no Karpenter CRD).",
             "state",
         )
+        # The warm pool (settings warm_pool): its mode, target and (adaptive) arrival estimate.
+        self.warm_pool_mode = gauge(
+            "gha_capacity_warm_pool_mode",
+            "The warm pool's mode (1 for the configured one): fixed, scheduled, adaptive.",
+            "mode",
+        )
+        self.warm_pool_target = gauge(
+            "gha_capacity_warm_pool_target",
+            "Pairs the warm pool holds beyond the queued jobs at the last pass (in place of "
+            "proactive capacity).",
+        )
+        self.warm_pool_batch_rate = gauge(
+            "gha_capacity_warm_pool_batch_rate",
+            "Adaptive warm pool: estimated job batches (workflow runs' fan-outs) per second, "
+            "by estimate (fast: recent minutes; profile: this hour of the week).",
+            "estimate",
+        )
+        self.warm_pool_batch_size = gauge(
+            "gha_capacity_warm_pool_batch_size",
+            "Adaptive warm pool: estimated mean jobs per batch, by estimate (fast, profile).",
+            "estimate",
+        )
         everything: list[MetricWrapperBase] = [
             self.advertised,
             self.desired_pairs,
@@ -221,6 +246,10 @@ class CapacityMetrics:
             self.nodepool_pair_room,
             self.nodepool_held_pairs,
             self.nodepool_state,
+            self.warm_pool_mode,
+            self.warm_pool_target,
+            self.warm_pool_batch_rate,
+            self.warm_pool_batch_size,
         ]
         self._pool_series: set[tuple[str, str]] = set()
         self._prime()
@@ -247,6 +276,7 @@ class CapacityMetrics:
             self.reconcile_duration,
             self.last_success,
             self.signal_changes,
+            self.warm_pool_target,
         ):
             metric.labels(**b)
         for state in ("running", "pending", "broken"):
@@ -335,6 +365,20 @@ class CapacityMetrics:
                 self.nodepool_pair_room.remove(b[NAME], b[NAMESPACE])
         else:
             self.nodepool_pair_room.labels(**b).set(pair_room)
+
+    def record_warm_pool_mode(self, mode: str) -> None:
+        for each in WARM_POOL_MODES:
+            self.warm_pool_mode.labels(**self._base, mode=each).set(1 if each == mode else 0)
+
+    def record_warm_pool(self, target: int, estimates: tuple[Estimate, Estimate] | None) -> None:
+        """The target, and (adaptive only) the fast and profile estimates."""
+        b = self._base
+        self.warm_pool_target.labels(**b).set(target)
+        if estimates is None:
+            return
+        for name, estimate in zip(WARM_POOL_ESTIMATES, estimates, strict=True):
+            self.warm_pool_batch_rate.labels(**b, estimate=name).set(estimate.rate)
+            self.warm_pool_batch_size.labels(**b, estimate=name).set(estimate.mean_size)
 
     def record_held(self, pairs: int) -> None:
         self.nodepool_held_pairs.labels(**self._base).set(pairs)

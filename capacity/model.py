@@ -166,6 +166,8 @@ class Params:
     any time (build a new Params with `dataclasses.replace`)."""
 
     max_runners: int
+    # Pairs held beyond the queued jobs: the setting, replaced on every pass by the warm
+    # pool's target (capacity.warm_pool; fixed mode: the setting itself).
     proactive_capacity: int = 0
     max_pending_pairs: int = 30
     ready_timeout: float = 300.0

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import random
 import socket
@@ -52,19 +53,29 @@ from collections.abc import Callable, Mapping
 
 from base.arc import ARC_GROUP, ARC_VERSION
 from base.kube import KubeError, RunnerSet
-from capacity import policy, specs
+from capacity import contract, policy, specs, warm_pool
 from capacity.cluster import Cluster
 from capacity.demand import DemandReader, GitHubReaderFactory, HttpClient, build_reader
 from capacity.metrics import CapacityMetrics, Registry
-from capacity.model import Demand, HudState, Observed, Params, Role
+from capacity.model import Demand, DemandSource, HudState, Observed, Params, Role
 from capacity.nodepool_watch import NodePoolLimits
 from capacity.reconciler import Manifest, Reconciler
-from capacity.settings import CapacitySettings, to_params
+from capacity.settings import CapacitySettings, to_params, to_warm_pool
 from capacity.view import View
 
 log = logging.getLogger("capacity.monitor")
 
 SHUTDOWN_BUDGET = 10.0
+# The adaptive warm pool's hour-of-week profile is kept in a ConfigMap of the placeholder
+# namespace, read at start and written this often (a restart loses at most this much).
+PROFILE_SAVE_INTERVAL = 300.0
+PROFILE_KEY = "profile.json"
+
+
+def profile_config_map(runner_set_name: str) -> str:
+    """The ConfigMap that keeps a scale set's warm-pool profile (``ghalistener rbac`` grants
+    get and patch on exactly this name)."""
+    return f"capacity-warm-pool-{runner_set_name}"
 
 
 class CapacityMonitor:
@@ -97,6 +108,9 @@ class CapacityMonitor:
         self._base_params = to_params(settings, 0)
         self._registry = registry
         self.hud_state = HudState()
+        # Pairs held beyond demand (settings warm_pool), fed by what each pass sees.
+        self.warm_pool = to_warm_pool(settings)
+        self._arrivals = warm_pool.ArrivalCounter()
         # HUD, GitHub's REST API or nothing (settings.demand_source).
         self._demand: DemandReader | None = build_reader(
             settings, runner_labels, github=github_demand, hud_client=hud_client
@@ -135,7 +149,9 @@ class CapacityMonitor:
             on_reconcile=on_reconcile,
             interval=settings.recalculate_interval,
             pool_room=self._pool_room if self.nodepools is not None else None,
+            warm_pool=self._warm_target,
         )
+        self.metrics.record_warm_pool_mode(settings.warm_pool.mode)
         # Nothing is confirmed yet: advertise 0 until the view has synced and a pass has
         # counted verified capacity (set here, before the listener's first poll can start).
         self.reconciler.publish(0)
@@ -148,6 +164,25 @@ class CapacityMonitor:
 
     def demand(self, now: float) -> Demand:
         return policy.resolve_demand(self.hud_state, now, self.params())
+
+    def _warm_target(self, now: float, demand: Demand, observed: Observed, commit: bool) -> int:
+        """Pairs to hold beyond demand. A committed pass (the reconcile loop) feeds the pool
+        the arrivals it saw and records the estimate; the signal path only asks."""
+        if commit:
+            live = demand.source in (DemandSource.HUD, DemandSource.GITHUB)
+            arrived = self._arrivals.count(
+                demand.queued if live else None, (p.name for p in observed.runner_pods)
+            )
+            self.warm_pool.observe(now, demand.queued, arrived)
+        target = self.warm_pool.target(now)
+        if commit:
+            estimates = (
+                self.warm_pool.estimates(now)
+                if isinstance(self.warm_pool, warm_pool.AdaptivePool)
+                else None
+            )
+            self.metrics.record_warm_pool(target, estimates)
+        return target
 
     def _pool_room(self, observed: Observed, commit: bool) -> int | None:
         if self.nodepools is None:
@@ -228,6 +263,50 @@ class CapacityMonitor:
                 self.view.poke()
             await asyncio.sleep(interval * random.uniform(0.9, 1.1))
 
+    async def _profile_loop(self) -> None:
+        """Adaptive pool only: load the hour-of-week profile kept by the previous process,
+        then keep it every PROFILE_SAVE_INTERVAL. A failure is logged and counted; the pool
+        then learns from scratch (its floor and fast estimate do not need the profile)."""
+        pool = self.warm_pool
+        if not isinstance(pool, warm_pool.AdaptivePool):
+            return
+        name = profile_config_map(self.runner_set_name)
+        namespace = self.placeholder_namespace
+        try:
+            found = await self.kube.get_config_map(namespace, name)
+        except KubeError as exc:
+            self.metrics.record_kube_error("get configmaps", exc.kind.value)
+            log.warning(
+                "cannot read the warm pool's profile; it starts empty",
+                extra={"configmap": name, "error": str(exc)},
+            )
+            found = None
+        if found is not None and PROFILE_KEY in found:
+            try:
+                loaded = pool.load_profile(json.loads(found[PROFILE_KEY]))
+            except ValueError:
+                loaded = False
+            if loaded:
+                log.info("warm pool profile loaded", extra={"configmap": name})
+            else:
+                log.warning(
+                    "warm pool profile not usable; it starts empty", extra={"configmap": name}
+                )
+        while True:
+            await asyncio.sleep(PROFILE_SAVE_INTERVAL)
+            data = {PROFILE_KEY: json.dumps(pool.profile_data(), separators=(",", ":"))}
+            labels = {contract.LABEL_MANAGED_BY: contract.MANAGED_BY_VALUE}
+            try:
+                # A patch first: the ConfigMap exists on every save but the first.
+                if not await self.kube.patch_config_map(namespace, name, data):
+                    await self.kube.create_config_map(namespace, name, data, labels)
+            except KubeError as exc:
+                self.metrics.record_kube_error("write configmaps", exc.kind.value)
+                log.warning(
+                    "cannot keep the warm pool's profile",
+                    extra={"configmap": name, "error": str(exc)},
+                )
+
     async def resolve_owner(self) -> specs.OwnerRef | None:
         """Find ARC's listener Role to own the placeholders (None: the runner set owns them)."""
         name = self._role_name
@@ -281,6 +360,7 @@ class CapacityMonitor:
                     tg.create_task(self.reconciler.signal_loop(), name="capacity-signal"),
                     tg.create_task(self.reconciler.reconcile_loop(), name="capacity-reconcile"),
                     tg.create_task(self._hud_loop(), name="capacity-hud"),
+                    tg.create_task(self._profile_loop(), name="capacity-warm-profile"),
                 ]
                 if self.nodepools is not None:
                     loops.append(tg.create_task(self.nodepools.run(), name="capacity-nodepools"))

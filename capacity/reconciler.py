@@ -50,6 +50,9 @@ log = logging.getLogger("capacity.reconciler")
 Manifest = Mapping[str, Any]
 # (slot id, owner, now) → the two pod manifests of a pair (runner half, workflow half).
 PairBuilder = Callable[[str, RunnerSet, float], tuple[Manifest, Manifest]]
+# (now, demand, snapshot, commit) → pairs to hold beyond demand; a committed pass is also
+# what the warm pool learns from (the signal path only asks).
+WarmTarget = Callable[[float, Demand, Observed, bool], int]
 
 
 # --- expectations -------------------------------------------------------------------------
@@ -154,6 +157,7 @@ class Reconciler:
         concurrency: int = 16,
         clock: Callable[[], float] = time.time,
         pool_room: Callable[[Observed, bool], int | None] | None = None,
+        warm_pool: WarmTarget | None = None,
     ) -> None:
         self.view = view
         self.kube = kube
@@ -170,6 +174,8 @@ class Reconciler:
         self.clock = clock
         # NodePool limits (optional): (snapshot, commit) → new pairs admitted, None: no cap.
         self.pool_room = pool_room
+        # The warm pool (optional): pairs to hold beyond demand, in place of proactive_capacity.
+        self.warm_pool = warm_pool
         self.published: int | None = None
         self.passes = 0
         self._gate = _CreateGate()
@@ -187,6 +193,9 @@ class Reconciler:
         observed = self.expectations.overlay(seen)
         params = self.params()
         demand = self.demand(now)
+        if self.warm_pool is not None:
+            held = self.warm_pool(now, demand, observed, commit)
+            params = replace(params, proactive_capacity=max(0, held))
         room = self.pool_room(observed, commit) if self.pool_room is not None else None
         plan, memory = policy.plan(observed, demand, params, self.memory, now, pool_room=room)
         return plan, memory, observed, demand, params
@@ -250,7 +259,8 @@ class Reconciler:
         self.passes += 1
         # First the signal: the value must not wait for the cluster calls below.
         self.publish(plan.advertised)
-        self.metrics.record_pass(plan, observed, demand, proactive=params.proactive_capacity)
+        # The configured value; the warm pool's target has a series of its own.
+        self.metrics.record_pass(plan, observed, demand, proactive=self.params().proactive_capacity)
         if self.pool_room is not None:
             self.metrics.record_held(plan.held_by_nodepools)
         if plan.deletes or plan.creates:

@@ -42,6 +42,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
+from capacity import warm_pool
 from capacity.model import DemandSource, Params
 
 ENV_PREFIX = "CAPACITY_"
@@ -282,6 +283,102 @@ class NodePoolSettings(BaseModel):
         return list(dict.fromkeys(value))
 
 
+# --- warm pool (docs/capacity-model.md §10) ------------------------------------------------
+
+WarmPoolMode = Literal["fixed", "scheduled", "adaptive"]
+_ADAPTIVE_ONLY = (
+    "target_ready",
+    "max",
+    "lead_time",
+    "launch_cost",
+    "fast_window",
+    "profile_timezone",
+)
+
+
+class WarmWindow(BaseModel):
+    """One window of a scheduled warm pool: `{window: "Mon-Fri 08:00-18:00 Europe/Berlin",
+    floor: 6}` (days Mon..Sun with ranges and commas, wall-clock times, an IANA time zone)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window: str
+    floor: int = Field(ge=0)
+
+    @field_validator("window")
+    @classmethod
+    def _check_window(cls, value: str) -> str:
+        warm_pool.parse_window(value, 0)  # ValueError names the problem
+        return value
+
+
+class WarmPoolSettings(BaseModel):
+    """Pairs held beyond the queued jobs. `fixed`: `proactive_capacity` pairs. `scheduled`:
+    the largest `floor` of the `schedule` windows active now, `proactive_capacity` outside
+    them. `adaptive`: enough pairs for `target_ready` of the jobs arriving within one
+    `lead_time` to find one ready (at most `max`), learned from this scale set's arrivals,
+    over the schedule (if any) as a floor; idle pairs are kept `lead_time + launch_cost`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: WarmPoolMode = "fixed"
+    schedule: list[WarmWindow] = Field(default_factory=list)
+    target_ready: float = Field(default=0.9, ge=0, lt=1)  # share of jobs finding a pair ready
+    max: int = Field(default=10, ge=0)  # ceiling of the adaptive part
+    lead_time: PositiveDuration = 60.0  # node launch plus runner registration
+    launch_cost: Duration = 60.0  # a launch's cost in seconds of an idle pair
+    fast_window: PositiveDuration = 600.0  # time constant of the fast arrival estimate
+    profile_timezone: str = "UTC"  # hours of the hour-of-week profile
+
+    @field_validator("profile_timezone")
+    @classmethod
+    def _check_zone(cls, value: str) -> str:
+        warm_pool.zone(value)
+        return value
+
+    def problem(self, proactive_capacity: int) -> str | None:
+        """The first contradiction, as `field: why` (checked with the other settings)."""
+        if self.mode == "scheduled" and not self.schedule:
+            return "warm_pool.schedule: required when warm_pool.mode is scheduled"
+        if self.mode == "fixed" and self.schedule:
+            return "warm_pool.schedule: set, but warm_pool.mode is fixed"
+        if self.mode != "adaptive":
+            for name in _ADAPTIVE_ONLY:
+                if name in self.model_fields_set:
+                    return (
+                        f"warm_pool.{name}: set, but warm_pool.mode is {self.mode} (only "
+                        f"adaptive uses it)"
+                    )
+            return None
+        floors = [proactive_capacity, *(w.floor for w in self.schedule)]
+        if max(floors) > self.max:
+            return (
+                f"warm_pool.max: {self.max} is below a floor ({max(floors)}: proactive_capacity "
+                f"or a schedule window), so it could never apply"
+            )
+        return None
+
+
+def to_warm_pool(settings: CapacitySettings) -> warm_pool.WarmPool:
+    """The warm pool the settings describe (validated already)."""
+    pool = settings.warm_pool
+    if pool.mode == "fixed":
+        return warm_pool.FixedPool(settings.proactive_capacity)
+    windows = [warm_pool.parse_window(w.window, w.floor) for w in pool.schedule]
+    scheduled = warm_pool.ScheduledPool(windows, default=settings.proactive_capacity)
+    if pool.mode == "scheduled":
+        return scheduled
+    config = warm_pool.AdaptiveConfig(
+        target_ready=pool.target_ready,
+        ceiling=pool.max,
+        lead_time=pool.lead_time,
+        launch_cost=pool.launch_cost,
+        fast_window=pool.fast_window,
+        profile_zone=warm_pool.zone(pool.profile_timezone),
+    )
+    return warm_pool.AdaptivePool(config, floor=scheduled)
+
+
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -325,6 +422,7 @@ class CapacitySettings(BaseSettings):
     demand: DemandSettings = Field(default_factory=DemandSettings)
     github: GitHubDemandSettings = Field(default_factory=GitHubDemandSettings)
     nodepools: NodePoolSettings = Field(default_factory=NodePoolSettings)
+    warm_pool: WarmPoolSettings = Field(default_factory=WarmPoolSettings)
 
     @property
     def demand_source(self) -> DemandSourceName:
@@ -381,6 +479,9 @@ class CapacitySettings(BaseSettings):
                 f"demand.aged_after: HUD counts queue time in whole minutes, got "
                 f"{demand.aged_after:g}s"
             )
+        warm = self.warm_pool.problem(self.proactive_capacity)
+        if warm is not None:
+            raise ValueError(warm)
         pools = self.nodepools
         if not pools.enabled and (pools.runner is not None or pools.workflow is not None):
             named = "nodepools.runner" if pools.runner is not None else "nodepools.workflow"

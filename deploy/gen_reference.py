@@ -33,7 +33,8 @@ DESCRIPTIONS: dict[str, str] = {
     "enabled": "Turns the capacity monitor on. Off: the listener behaves exactly like ARC's "
     "and advertises `maxRunners`.",
     "proactive_capacity": "Placeholder pairs kept ready on top of the queued jobs, so jobs "
-    "start without waiting for a node. Costs idle nodes.",
+    "start without waiting for a node. Costs idle nodes. The warm pool of `warm_pool.mode: "
+    "fixed`; with `scheduled` or `adaptive`, the floor outside the schedule's windows.",
     "recalculate_interval": "Period of the fallback reconcile pass and of the demand reads; "
     "watch events trigger passes in between.",
     "placeholder_ready_timeout": "A pair with a half still Pending after this long is "
@@ -116,6 +117,28 @@ DESCRIPTIONS: dict[str, str] = {
     "tolerations.",
     "nodepools.workflow": "NodePools the workflow placeholders land on. Unset: resolved like "
     "`nodepools.runner`, from the workflow placeholders' node selector and tolerations.",
+    "warm_pool": "Pairs held beyond the queued jobs (below; docs/capacity-model.md §10).",
+    "warm_pool.mode": "`fixed`: `proactive_capacity` pairs. `scheduled`: the largest floor of "
+    "the `schedule` windows active now, `proactive_capacity` outside them. `adaptive`: enough "
+    "pairs for `target_ready` of the jobs arriving within one `lead_time` (learned from this "
+    "scale set's arrivals), over the schedule as a floor.",
+    "warm_pool.schedule": 'Windows with their own floor, e.g. `[{window: "Mon-Fri 08:00-18:00 '
+    'Europe/Berlin", floor: 6}]`: days Mon..Sun (ranges, commas), wall-clock times '
+    "00:00..24:00 (an end before the start runs past midnight), an IANA time zone "
+    "(daylight saving time followed). Overlapping windows: the largest floor.",
+    "warm_pool.target_ready": "Adaptive: the share of jobs that should find a pair ready "
+    "(the fill rate over one lead time). Higher costs more idle pairs.",
+    "warm_pool.max": "Adaptive: the most pairs the adaptive part holds (a floor is not "
+    "capped; a floor above it is an error).",
+    "warm_pool.lead_time": "Adaptive: node launch plus runner registration, the time a pair "
+    "takes to become ready; the pool covers the jobs arriving within it.",
+    "warm_pool.launch_cost": "Adaptive: what launching a node costs, in seconds of an idle "
+    "pair. Pairs are kept `lead_time + launch_cost` (the break-even time) after they were "
+    "last wanted.",
+    "warm_pool.fast_window": "Adaptive: time constant of the fast arrival estimate (how "
+    "quickly a surge is followed and forgotten).",
+    "warm_pool.profile_timezone": "Adaptive: the time zone of the hour-of-week profile "
+    "(working hours move with daylight saving time).",
 }
 
 LISTENER_ENV: dict[str, tuple[str, str]] = {

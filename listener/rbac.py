@@ -91,6 +91,16 @@ def manifests(
                 "resourceNames": [listener],
                 "verbs": ["get"],
             },
+            # The adaptive warm pool's hour-of-week profile (capacity.monitor's
+            # profile_config_map): read at start, written every few minutes. Creating it
+            # cannot be narrowed to a name.
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": [f"capacity-warm-pool-{scale_set}"],
+                "verbs": ["get", "patch"],
+            },
+            _rule("", "configmaps", "create"),
         ],
     }
     binding = {

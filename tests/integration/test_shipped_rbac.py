@@ -172,6 +172,34 @@ async def _patch_runner_status(listener: Listener) -> None:
     assert found
 
 
+async def _get_config_map(listener: Listener) -> None:
+    await as_listener(
+        listener.kube.get_config_map(listener.namespace, listener.unique("no-such-cm")),
+        "get configmap",
+    )
+
+
+async def _create_config_map(listener: Listener) -> None:
+    created = await as_listener(
+        listener.kube.create_config_map(
+            listener.namespace, listener.unique("profile"), {"k": "v"}, {}
+        ),
+        "create configmap",
+    )
+    assert created
+
+
+async def _patch_config_map(listener: Listener) -> None:
+    # The ConfigMap exists (the admin made it): only the patch itself is under test.
+    name = listener.unique("existing-profile")
+    assert await Kube(listener.admin).create_config_map(listener.namespace, name, {}, {})
+    patched = await as_listener(
+        listener.kube.patch_config_map(listener.namespace, name, {"k": "v"}), "patch configmap"
+    )
+    assert patched
+    assert await Kube(listener.admin).get_config_map(listener.namespace, name) == {"k": "v"}
+
+
 def _pods(listener: Listener) -> Resource:
     return Resource.pods(listener.namespace)
 
@@ -205,6 +233,9 @@ OUR_OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     ("nodes", "get"): _get_node,
     ("roles", "get"): _get_role,
+    ("configmaps", "get"): _get_config_map,
+    ("configmaps", "create"): _create_config_map,
+    ("configmaps", "patch"): _patch_config_map,
 }
 ARC_OPERATIONS: dict[str, Operation] = {
     "patch ephemeralrunnersets": _patch_runner_set,

@@ -89,6 +89,9 @@ class MemoryCluster:
         self.nodes: dict[str, NodeState] = {}
         # Roles by (namespace, name) -> uid: ARC's listener Role, the placeholders' owner.
         self.roles: dict[tuple[str, str], str] = {}
+        # ConfigMaps' data by (namespace, name): the warm pool's hour-of-week profile.
+        self.config_maps: dict[tuple[str, str], dict[str, str]] = {}
+        self.fail_config_maps: list[KubeError] = []  # raised by the next writes, in order
         self._watchers: list[_Watcher] = []
         self._uids = itertools.count(1)
         self.fail_creates: list[KubeError] = []  # raised by the next creates, in order
@@ -135,6 +138,28 @@ class MemoryCluster:
 
     async def get_role_uid(self, namespace: str, name: str) -> str | None:
         return self.roles.get((namespace, name))
+
+    async def get_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+        found = self.config_maps.get((namespace, name))
+        return None if found is None else dict(found)
+
+    async def patch_config_map(self, namespace: str, name: str, data: Mapping[str, str]) -> bool:
+        if self.fail_config_maps:
+            raise self.fail_config_maps.pop(0)
+        found = self.config_maps.get((namespace, name))
+        if found is None:
+            return False
+        found.update(data)
+        return True
+
+    async def create_config_map(
+        self, namespace: str, name: str, data: Mapping[str, str], labels: Mapping[str, str]
+    ) -> bool:
+        del labels
+        if (namespace, name) in self.config_maps:
+            return False
+        self.config_maps[(namespace, name)] = dict(data)
+        return True
 
     async def informer(
         self,

@@ -36,6 +36,7 @@ def test_rbac_grants_exactly_the_listed_operations() -> None:
         *((arc, "ephemeralrunners", v) for v in ("list", "watch")),
         *((arc, "ephemeralrunnersets", v) for v in ("list", "watch")),
         ("rbac.authorization.k8s.io", "roles", "get"),
+        *(("", "configmaps", v) for v in ("get", "patch", "create")),
     }
     assert rules("clusterrole-node-checks.yaml") == {("", "nodes", "get")}
     # capacity/nodepool_watch.py: one list+watch of NodePools (test_nodepool_rbac.py).

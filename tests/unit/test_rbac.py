@@ -9,6 +9,7 @@ import sys
 import pytest
 import yaml
 
+from capacity.monitor import profile_config_map
 from listener.rbac import fnv1a_32, listener_name, manifests, safe_encode
 
 
@@ -83,6 +84,17 @@ def test_manifests_bind_exactly_the_listener_and_narrow_by_name() -> None:
     assert by_resource["ephemeralrunnersets"]["verbs"] == ["list", "watch"]
     assert by_resource["roles"]["resourceNames"] == ["arc-cpu-85f786b5-listener"]
     assert by_resource["roles"]["verbs"] == ["get"]
+    # The warm pool's profile: get and patch on its one ConfigMap, create unnarrowed.
+    config_maps = [rule for rule in role["rules"] if rule["resources"] == ["configmaps"]]
+    assert config_maps == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [profile_config_map("arc-cpu")],
+            "verbs": ["get", "patch"],
+        },
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+    ]
 
 
 def test_cli_prints_the_manifests() -> None:

@@ -30,11 +30,12 @@ STRING_SAMPLES = {
     "placeholder_image": "registry.example.com/pause:3",
     "hud.url": "https://hud.example.com/api/queued",
     "hud.parameters.repo": "my-org/my-repo",
+    "warm_pool.profile_timezone": "Europe/Berlin",
 }
 
 
 # Settings that only hold together with another one (cluster_index < cluster_count; sharding
-# needs a demand source).
+# needs a demand source; the adaptive warm pool's knobs need its mode).
 REFERENCE_CONTEXT: dict[str, dict[str, str]] = {
     "demand.cluster_index": {
         "CAPACITY_DEMAND__CLUSTER_COUNT": "4",
@@ -43,6 +44,10 @@ REFERENCE_CONTEXT: dict[str, dict[str, str]] = {
     "demand.cluster_count": {"CAPACITY_DEMAND__SOURCE": "github"},
     "nodepools.runner": {"CAPACITY_NODEPOOLS__ENABLED": "true"},
     "nodepools.workflow": {"CAPACITY_NODEPOOLS__ENABLED": "true"},
+    **{
+        f"warm_pool.{name}": {"CAPACITY_WARM_POOL__MODE": "adaptive"}
+        for name in ("max", "lead_time", "launch_cost", "fast_window", "profile_timezone")
+    },
 }
 
 

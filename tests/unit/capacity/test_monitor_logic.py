@@ -3,23 +3,29 @@ create gate and backoff, expectations, the shutdown budget, adopt/sweep, the sig
 
 Milliseconds per test. What Kubernetes does (scheduling, preemption, garbage collection,
 watches) is tested on the real control plane in tests/integration/test_capacity_monitor.py.
+
+Size: the tests of one module, capacity/monitor.py (with its reconciler), through one scene
+on the in-memory cluster: gate, expectations, shutdown, adoption, the signal loop, warm pools.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from base.kube import KubeError, Resource
+from capacity import monitor as monitor_module
 from capacity.contract import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, LABEL_ROLE
 from capacity.model import Role
-from capacity.monitor import CapacityMonitor
+from capacity.monitor import PROFILE_KEY, CapacityMonitor, profile_config_map
+from capacity.pods import SCALE_SET_LABEL
 from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, Resources
+from capacity.warm_pool import AdaptivePool, FixedPool, _Sums
 from tests.support.memory_cluster import MemoryCluster
 
 NS = "arc-runners"
@@ -249,7 +255,7 @@ async def test_expected_deletes_are_not_counted_as_capacity() -> None:
         assert scene.values[-1] == 1
         scene.cluster.hold_events = asyncio.Event()
         # Demand drops to 0 (as if the operator set proactive_capacity: 0).
-        scene.monitor._base_params = replace(scene.monitor._base_params, proactive_capacity=0)
+        scene.monitor.warm_pool = FixedPool(0)
         scene.clock.now = NOW + 1  # past the (zero) downscale delay
         await scene.reconciler.reconcile_once()  # deletes the pair; the watch lags
         assert len(scene.cluster.deletes) == 2
@@ -394,3 +400,117 @@ async def test_signal_loop_waits_for_the_view_to_sync() -> None:
     finally:
         signal.cancel()
         await asyncio.gather(signal, return_exceptions=True)
+
+
+# --- warm pools ---------------------------------------------------------------------------
+
+
+def runner_pod(name: str) -> dict[str, Any]:
+    """A real runner pod of the scale set, Running on a node (a job that was assigned)."""
+    return {
+        "metadata": {"name": name, "labels": {SCALE_SET_LABEL: SCALE_SET}},
+        "spec": {"nodeName": "node-1"},
+        "status": {"phase": "Running"},
+    }
+
+
+def warm_target(scene: Scene) -> float | None:
+    return scene.registry.get_sample_value(
+        "gha_capacity_warm_pool_target", {"name": RUNNER_SET, "namespace": NS}
+    )
+
+
+async def test_scheduled_floor_rises_at_the_window_start_and_pairs_follow() -> None:
+    # NOW is Friday 2027-01-15 08:00 UTC; the window opens at 08:30 UTC (09:30 in Berlin).
+    scene = start(
+        proactive=0,
+        warm_pool={
+            "mode": "scheduled",
+            "schedule": [{"window": "Mon-Fri 09:30-18:00 Europe/Berlin", "floor": 3}],
+        },
+    )
+    async with Running(scene):
+        scene.clock.now = NOW + 1799
+        await scene.reconciler.reconcile_once()
+        assert scene.placeholders() == []
+        assert warm_target(scene) == 0
+        scene.clock.now = NOW + 1800
+        plan = await scene.reconciler.reconcile_once()
+        assert len(plan.creates) == 3
+        assert len(scene.placeholders(Role.RUNNER)) == 3
+        assert warm_target(scene) == 3
+        mode = {"name": RUNNER_SET, "namespace": NS, "mode": "scheduled"}
+        assert scene.registry.get_sample_value("gha_capacity_warm_pool_mode", mode) == 1
+
+
+async def test_adaptive_pool_grows_after_a_burst_of_arrivals() -> None:
+    scene = start(proactive=0, warm_pool={"mode": "adaptive", "max": 8})
+    async with Running(scene):
+        for i in range(4):  # two quiet minutes
+            scene.clock.now = NOW + 30 * i
+            await scene.reconciler.reconcile_once()
+        assert scene.placeholders() == []
+        # A workflow run's matrix: six jobs get runner pods between two passes.
+        for i in range(6):
+            scene.cluster.add(Resource.pods(NS), runner_pod(f"{SCALE_SET}-runner-{i}"))
+        await scene.settle()
+        scene.clock.now = NOW + 120
+        plan = await scene.reconciler.reconcile_once()
+        target = warm_target(scene)
+        assert target is not None
+        assert 1 <= target <= 8
+        assert len(plan.creates) == target
+        labels = {"name": RUNNER_SET, "namespace": NS, "estimate": "fast"}
+        assert scene.registry.get_sample_value("gha_capacity_warm_pool_batch_size", labels) == 6
+        assert (
+            scene.registry.get_sample_value("gha_capacity_warm_pool_batch_rate", labels) or 0
+        ) > 0
+
+
+async def _run_profile_loop(scene: Scene) -> None:
+    task = asyncio.create_task(scene.monitor._profile_loop())
+    await scene.settle()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_adaptive_profile_survives_a_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(monitor_module, "PROFILE_SAVE_INTERVAL", 0.0)
+    adaptive = {"mode": "adaptive", "max": 8}
+    first = start(proactive=0, warm_pool=adaptive)
+    pool = first.monitor.warm_pool
+    assert isinstance(pool, AdaptivePool)
+    for i in range(120):  # an hour with a batch of 4 every two minutes
+        pool.observe(NOW + 30 * i, 0, 4 if i % 4 == 0 else 0)
+    await _run_profile_loop(first)
+    key = (NS, profile_config_map(RUNNER_SET))
+    assert PROFILE_KEY in first.cluster.config_maps[key]
+
+    second = start(first.cluster, proactive=0, warm_pool=adaptive)
+    restarted = second.monitor.warm_pool
+    assert isinstance(restarted, AdaptivePool)
+    assert restarted.profile == [_Sums() for _ in range(168)]
+    await _run_profile_loop(second)
+    assert restarted.profile == pool.profile
+    assert restarted.profile_week == pool.profile_week
+    _, profile = restarted.estimates(NOW + 1800)
+    assert profile.mean_size == 4
+
+
+async def test_unusable_profile_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(monitor_module, "PROFILE_SAVE_INTERVAL", 0.0)
+    cluster = MemoryCluster()
+    cluster.config_maps[(NS, profile_config_map(RUNNER_SET))] = {PROFILE_KEY: "{not json"}
+    scene = start(cluster, proactive=0, warm_pool={"mode": "adaptive"})
+    cluster.fail_config_maps = [KubeError("patch configmaps", 403, "Forbidden")]
+    await _run_profile_loop(scene)
+    pool = scene.monitor.warm_pool
+    assert isinstance(pool, AdaptivePool)
+    assert pool.profile == [_Sums() for _ in range(168)]
+    labels = {"name": RUNNER_SET, "namespace": NS, "operation": "write configmaps"}
+    assert (
+        scene.registry.get_sample_value(
+            "gha_capacity_kube_errors_total", {**labels, "kind": "forbidden"}
+        )
+        == 1
+    )

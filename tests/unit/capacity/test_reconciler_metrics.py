@@ -52,6 +52,10 @@ NAMES = {
     "gha_capacity_nodepool_pair_room": "gauge",
     "gha_capacity_nodepool_held_pairs": "gauge",
     "gha_capacity_nodepool_state": "gauge",
+    "gha_capacity_warm_pool_mode": "gauge",
+    "gha_capacity_warm_pool_target": "gauge",
+    "gha_capacity_warm_pool_batch_rate": "gauge",
+    "gha_capacity_warm_pool_batch_size": "gauge",
 }
 
 
@@ -77,6 +81,9 @@ FIRST_WRITTEN_WHEN_USED = {
     "gha_capacity_nodepool_pair_room",
     "gha_capacity_nodepool_held_pairs",
     "gha_capacity_nodepool_state",
+    "gha_capacity_warm_pool_mode",  # set by the monitor, from its settings
+    "gha_capacity_warm_pool_batch_rate",  # the adaptive pool only
+    "gha_capacity_warm_pool_batch_size",
 }
 
 
