@@ -72,8 +72,9 @@ test: lint cluster-build conformance-build
 
 check: test
 
+# The control plane, Karpenter and the Helm CLI the chart tests run (all pinned, cached).
 cluster-build: venv
-	$(CLUSTER) build --karpenter
+	$(CLUSTER) build --karpenter --helm
 
 conformance-build: venv
 	$(PY) -m tests.support.conformance.build

@@ -2,7 +2,7 @@
 
 ``up`` starts a cluster that outlives the command (state under the cache's ``run/``
 directory); ``down`` stops it by its recorded PIDs. ``--karpenter`` (build, up) adds Karpenter
-with its kwok cloud provider.
+with its kwok cloud provider; ``--helm`` (build) the Helm CLI the chart tests run.
 """
 
 from __future__ import annotations
@@ -15,7 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .build import BuildError, cache_root, ensure_built, ensure_karpenter_built
+from .build import (
+    BuildError,
+    cache_root,
+    ensure_built,
+    ensure_helm_built,
+    ensure_karpenter_built,
+)
 from .harness import STATE_FILE, ClusterError, LocalCluster, pid_runs, save_state, stop_pid
 from .karpenter import karpenter_state, start_karpenter
 from .rest import KubeREST
@@ -54,6 +60,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.karpenter:
         k = ensure_karpenter_built()
         print(f"karpenter {k.version}: {k.binary}")
+    if args.helm:
+        h = ensure_helm_built()
+        print(f"helm {h.version}: {h.binary}")
     print(f"ready in {time.monotonic() - started:.1f}s")
     return 0
 
@@ -151,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
                 "--karpenter",
                 action="store_true",
                 help="also Karpenter (kwok cloud provider), built from go/karpenter",
+            )
+        if name == "build":
+            cmd.add_argument(
+                "--helm", action="store_true", help="also the Helm CLI, built from go/helm"
             )
     args = parser.parse_args(argv)
     try:
