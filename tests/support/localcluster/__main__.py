@@ -2,7 +2,8 @@
 
 ``up`` starts a cluster that outlives the command (state under the cache's ``run/``
 directory); ``down`` stops it by its recorded PIDs. ``--karpenter`` (build, up) adds Karpenter
-with its kwok cloud provider; ``--helm`` (build) the Helm CLI the chart tests run.
+with its kwok cloud provider; ``--helm`` (build) the Helm CLI the chart tests run, which
+``helm -- ARGS`` runs (``make chart-package``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -119,6 +121,12 @@ def cmd_down(_: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_helm(args: argparse.Namespace) -> int:
+    """The pinned Helm (built first if needed) with the given arguments."""
+    binary = ensure_helm_built().binary
+    return subprocess.run([str(binary), *args.args], check=False).returncode
+
+
 def cmd_status(_: argparse.Namespace) -> int:
     state = _load_state()
     if state is None:
@@ -152,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         ("up", cmd_up, "start a cluster in the background and print its KUBECONFIG"),
         ("down", cmd_down, "stop the background cluster by its recorded PIDs"),
         ("status", cmd_status, "show the background cluster's processes and readiness"),
+        ("helm", cmd_helm, "run the pinned Helm (built first if needed): helm -- ARGS"),
     ):
         cmd = sub.add_parser(name, help=text)
         cmd.set_defaults(func=func)
@@ -165,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd.add_argument(
                 "--helm", action="store_true", help="also the Helm CLI, built from go/helm"
             )
+        if name == "helm":
+            cmd.add_argument("args", nargs=argparse.REMAINDER, help="Helm's arguments")
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
