@@ -67,7 +67,8 @@ async def test_generated_rbac_binds_exactly_arcs_listener_service_account(
         kube_api, namespace, "arc-gpu", runner_pod_spec(namespace), generate_name=True
     )
     other_name = other["metadata"]["name"]
-    assert ours_name.startswith(f"{SCALE_SET}-") and ours_name != SCALE_SET
+    assert ours_name.startswith(f"{SCALE_SET}-")
+    assert ours_name != SCALE_SET
     rbac_api = client.RbacAuthorizationV1Api(kube_api)
     arc_role = await rbac_api.create_namespaced_role(
         namespace, {"metadata": {"name": account}, "rules": []}
