@@ -32,7 +32,7 @@ from tests.support.deploy_cluster_kit import (
     dynamic,
     impersonating,
 )
-from tests.support.helm_chart import CHART, helm, scale_set, write_values
+from tests.support.helm_chart import CHART, helm, notes_overlay, scale_set, write_values
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.build import BuildError, ensure_helm_built
 from tests.support.localcluster.testkit import eventually
@@ -119,20 +119,38 @@ async def test_install_upgrade_uninstall_on_the_control_plane(
         "scaleSets": {SCALE_SET: scale_set(namespace, URL, node_checks=True)},
     }
 
-    async def run(*args: str) -> float:
+    async def run(*args: str) -> tuple[float, str]:
         started = time.monotonic()
         result = await asyncio.to_thread(
             helm, helm_bin, *args, "--namespace", controller_namespace,
             kubeconfig=local_cluster.kubeconfig,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
-        return time.monotonic() - started
+        return time.monotonic() - started, result.stdout
 
     timings = {}
     values_file = write_values(values, tmp_path)
-    timings["install_s"] = await run("install", release, str(CHART), "--values", str(values_file))
+    timings["install_s"], output = await run(
+        "install", release, str(CHART), "--values", str(values_file)
+    )
 
     account = listener_name(SCALE_SET, namespace, "", URL)
+    # NOTES: the computed account and the overlay for ARC's chart, naming this release's
+    # ConfigMaps and the URL as given.
+    assert f"Listener ServiceAccount, computed as ARC names it: {account}" in output
+    overlay = notes_overlay(output, SCALE_SET)
+    assert overlay["githubConfigUrl"] == URL
+    (container,) = overlay["listenerTemplate"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/capacity-listener:0.1.0"
+    assert "HUD_API_TOKEN" not in {e["name"] for e in container["env"]}  # HUD is off
+    (volume,) = overlay["listenerTemplate"]["spec"]["volumes"]
+    core = client.CoreV1Api(kube_api)
+    settings_map = await core.read_namespaced_config_map(
+        volume["configMap"]["name"], controller_namespace
+    )
+    assert "workflow_resources" in settings_map.data["capacity.yaml"]
+    (hooks_volume,) = overlay["template"]["spec"]["volumes"]
+    await core.read_namespaced_config_map(hooks_volume["configMap"]["name"], namespace)
     # What ARC creates for the scale set: the runner set (generated name), its listener's
     # ServiceAccount and its own Role for the listener (patch on that runner set).
     ours = await create_runner_set(
@@ -175,7 +193,7 @@ async def test_install_upgrade_uninstall_on_the_control_plane(
 
     # Upgrade: a runner group changes ARC's account name; the chart rebinds to the new one.
     values["scaleSets"][SCALE_SET]["runnerGroup"] = "gpu-runners"
-    timings["upgrade_s"] = await run(
+    timings["upgrade_s"], _ = await run(
         "upgrade", release, str(CHART), "--values", str(write_values(values, tmp_path, "v2.yaml"))
     )
     moved = listener_name(SCALE_SET, namespace, "gpu-runners", URL)
@@ -190,7 +208,7 @@ async def test_install_upgrade_uninstall_on_the_control_plane(
 
     await eventually(rebound, "the upgrade's binding in effect", within=15)
 
-    timings["uninstall_s"] = await run("uninstall", release, "--wait")
+    timings["uninstall_s"], _ = await run("uninstall", release, "--wait")
     left = await _leftovers(kube_api, release, [namespace, controller_namespace])
     assert left == []
     print(

@@ -8,6 +8,7 @@ the promtool tests do: CI builds it in ``make test``, so a missing binary there 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -60,8 +61,10 @@ def helm(
 
 
 def write_values(values: dict[str, Any], tmp_path: Path, name: str = "values.yaml") -> Path:
+    """Values as JSON (valid YAML): every string quoted, so Helm's YAML 1.1 parser cannot
+    read a generated `n` or `on` as a boolean."""
     path = tmp_path / name
-    path.write_text(yaml.safe_dump(values, allow_unicode=True), encoding="utf-8")
+    path.write_text(json.dumps(values, ensure_ascii=False), encoding="utf-8")
     return path
 
 
@@ -112,3 +115,11 @@ def scale_set(
     if group:
         entry["runnerGroup"] = group
     return entry
+
+
+def notes_overlay(install_output: str, scale_set_name: str) -> dict[str, Any]:
+    """The ARC values overlay the chart's NOTES print for one scale set."""
+    notes = install_output.split("NOTES:", 1)[1]
+    text = notes.split(f"# values-{scale_set_name}.yaml\n", 1)[1].split("\n\n", 1)[0]
+    overlay: dict[str, Any] = yaml.safe_load(text)
+    return overlay

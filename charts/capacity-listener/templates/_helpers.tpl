@@ -33,7 +33,7 @@ Argument: a dict with name, namespace, runnerGroup, githubConfigUrl.
 {{- end -}}
 {{- $encoded := "" -}}
 {{- range $digit := splitList "" (printf "%d" $state) -}}
-{{- $encoded = printf "%s%s" $encoded (substr (atoi $digit) (add1 (atoi $digit)) "456789bcdf") -}}
+{{- $encoded = printf "%s%s" $encoded (substr (atoi $digit) (int (add1 (atoi $digit))) "456789bcdf") -}}
 {{- end -}}
 {{- printf "%s-%s-listener" .name (trunc 8 $encoded) -}}
 {{- end -}}
