@@ -124,7 +124,8 @@ def cmd_down(_: argparse.Namespace) -> int:
 def cmd_helm(args: argparse.Namespace) -> int:
     """The pinned Helm (built first if needed) with the given arguments."""
     binary = ensure_helm_built().binary
-    return subprocess.run([str(binary), *args.args], check=False).returncode
+    helm_args = args.args[1:] if args.args[:1] == ["--"] else args.args  # argparse keeps "--"
+    return subprocess.run([str(binary), *helm_args], check=False).returncode
 
 
 def cmd_status(_: argparse.Namespace) -> int:
