@@ -5,8 +5,8 @@ PY     := $(VENV)/bin/python
 CLUSTER := $(PY) -m tests.support.localcluster
 
 .PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
-        typecheck check coverage lint-only cluster-build cluster-up cluster-down cluster-status bench \
-        clean conformance-build test-conformance
+        typecheck check coverage lint-only cluster-build cluster-up cluster-down cluster-status \
+        bench clean conformance-build test-conformance chart-package
 
 help:
 	@echo "make demo          run the local demo (builds the local cluster on first use)"
@@ -16,6 +16,7 @@ help:
 	@echo "make coverage      branch coverage of the unit tests"
 	@echo "make cluster-up    start a local control plane in the background; cluster-down stops it"
 	@echo "make bench         run the benchmarks (prints JSON)"
+	@echo "make chart-package package charts/capacity-listener into dist/ (chart = image version)"
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -75,8 +76,9 @@ test: venv
 
 check: test
 
+# The control plane, Karpenter and the Helm CLI the chart tests run (all pinned, cached).
 cluster-build: venv
-	$(CLUSTER) build --karpenter
+	$(CLUSTER) build --karpenter --helm
 
 conformance-build: venv
 	$(PY) -m tests.support.conformance.build
@@ -92,6 +94,15 @@ cluster-status: venv
 
 bench: venv cluster-build
 	$(PY) -m tests.support.bench
+
+# The companion chart, versioned like the image (pyproject.toml): chart version and appVersion
+# (the image tag the chart's NOTES print) are both set here, with the pinned Helm.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n 1)
+chart-package: venv
+	$(CLUSTER) helm -- lint --strict charts/capacity-listener \
+	  --values charts/capacity-listener/ci/example-values.yaml
+	$(CLUSTER) helm -- package charts/capacity-listener --version $(VERSION) \
+	  --app-version $(VERSION) --destination dist
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache .coverage

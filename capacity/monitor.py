@@ -72,10 +72,12 @@ PROFILE_SAVE_INTERVAL = 300.0
 PROFILE_KEY = "profile.json"
 
 
-def profile_config_map(runner_set_name: str) -> str:
+def profile_config_map(scale_set_name: str) -> str:
     """The ConfigMap that keeps a scale set's warm-pool profile (``ghalistener rbac`` grants
-    get and patch on exactly this name)."""
-    return f"capacity-warm-pool-{runner_set_name}"
+    get and patch on exactly this name). Named after the scale set, not its runner set: ARC
+    0.14 generates the runner set's name and replaces it when the runner spec changes, which
+    would both lose the profile and miss the Role's resourceNames."""
+    return f"capacity-warm-pool-{scale_set_name}"
 
 
 class CapacityMonitor:
@@ -270,7 +272,7 @@ class CapacityMonitor:
         pool = self.warm_pool
         if not isinstance(pool, warm_pool.AdaptivePool):
             return
-        name = profile_config_map(self.runner_set_name)
+        name = profile_config_map(self.scale_set_name)
         namespace = self.placeholder_namespace
         try:
             found = await self.kube.get_config_map(namespace, name)

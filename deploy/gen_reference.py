@@ -1,4 +1,6 @@
-"""Writes deploy/config/REFERENCE.md from the settings model (capacity/settings.py).
+"""Writes deploy/config/REFERENCE.md from the settings model (capacity/settings.py), and
+through deploy/gen_chart_schema.py the chart's values.schema.json from the same model and
+descriptions.
 
 Names, environment variables, types, defaults and limits come from the model itself; only the
 one-line descriptions live here, keyed by setting. Generation fails when a setting has no
@@ -329,7 +331,11 @@ def render() -> str:
 def main() -> int:
     OUTPUT.write_text(render(), encoding="utf-8")
     print(f"wrote {OUTPUT}")
-    return 0
+    # The chart's schema comes from the same model and DESCRIPTIONS (run as a script, this
+    # directory is on sys.path).
+    import gen_chart_schema
+
+    return int(gen_chart_schema.main())
 
 
 if __name__ == "__main__":

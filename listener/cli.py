@@ -93,7 +93,9 @@ def rbac_command(argv: list[str]) -> int:
         "--namespace", required=True, help="the AutoscalingRunnerSet's (runner) namespace"
     )
     parser.add_argument(
-        "--github-config-url", required=True, help="spec.githubConfigUrl, exactly as written"
+        "--github-config-url",
+        required=True,
+        help="githubConfigUrl as given to ARC's chart (a trailing / is removed, as the chart does)",
     )
     parser.add_argument(
         "--runner-group",

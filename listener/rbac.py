@@ -5,6 +5,16 @@ deterministically after the AutoscalingRunnerSet: ``<name>-<hash>-listener``, wh
 is the first 8 characters of Kubernetes' ``rand.SafeEncodeString`` of the decimal FNV-1a
 (32 bit) hash of ``"<namespace>@<runner group>@<githubConfigUrl>"`` (ARC 0.14). The same name
 is used for the listener pod and for ARC's own Role and RoleBinding in the runner namespace.
+ARC's chart writes ``githubConfigUrl`` with one trailing ``/`` removed (``trimSuffix "/"``)
+before the controller hashes it, so ``listener_name`` removes it too.
+
+The EphemeralRunnerSet is not named like the scale set: ARC 0.14 creates it with
+``generateName: <scale set>-`` and replaces it (new name) when the runner spec changes. RBAC
+``resourceNames`` match whole names only, so the runner-set rule cannot be narrowed to one
+set; it grants read-only ``list``/``watch`` on every runner set of the runner namespace. That
+adds little: the same account already lists every pod there, whose specs the runner sets'
+templates are copies of. Writing a runner set (ARC's ``patch``) stays in ARC's own Role, which
+ARC keeps on the current name.
 Binding that one account is least privilege; the group binding in deploy/rbac/rolebinding.yaml
 (every ServiceAccount of the controller namespace) stays as the fallback for setups that
 cannot compute or maintain the name.
@@ -42,9 +52,17 @@ def safe_encode(text: str) -> str:
     return "".join(_ALPHANUMS[ord(char) % len(_ALPHANUMS)] for char in text)
 
 
+def chart_config_url(github_config_url: str) -> str:
+    """``githubConfigUrl`` as ARC's chart writes it into the AutoscalingRunnerSet: one
+    trailing ``/`` removed (sprig's ``trimSuffix``, Go's ``strings.TrimSuffix``)."""
+    return github_config_url.removesuffix("/")
+
+
 def listener_name(scale_set: str, namespace: str, runner_group: str, github_config_url: str) -> str:
-    """ARC's name for the listener (pod, ServiceAccount, Role, RoleBinding) of a scale set."""
-    digest = fnv1a_32(f"{namespace}@{runner_group}@{github_config_url}".encode())
+    """ARC's name for the listener (pod, ServiceAccount, Role, RoleBinding) of a scale set;
+    ``github_config_url`` as given to ARC's chart (a trailing ``/`` is removed first)."""
+    hashed = f"{namespace}@{runner_group}@{chart_config_url(github_config_url)}"
+    digest = fnv1a_32(hashed.encode())
     return f"{scale_set}-{safe_encode(str(digest))[:8]}-listener"
 
 
@@ -75,15 +93,10 @@ def manifests(
             # its placeholder label selector.
             _rule("", "pods", "list", "watch", "create", "delete"),
             _rule(ARC_GROUP, "ephemeralrunners", "list", "watch"),
-            # The runner set, by name: ARC names it like the AutoscalingRunnerSet. The view
-            # reads it with a list and a watch on fieldSelector metadata.name=<name>, which
-            # resourceNames authorises (a get would be narrowed the same way).
-            {
-                "apiGroups": [ARC_GROUP],
-                "resources": ["ephemeralrunnersets"],
-                "resourceNames": [scale_set],
-                "verbs": ["list", "watch"],
-            },
+            # The runner set: the view reads it with a list and a watch on fieldSelector
+            # metadata.name=<name>. Its name is generated (and changes), so no resourceNames:
+            # read-only on the namespace's runner sets (module docstring).
+            _rule(ARC_GROUP, "ephemeralrunnersets", "list", "watch"),
             # ARC's Role for this listener: the placeholders' owner.
             {
                 "apiGroups": [_RBAC_GROUP],

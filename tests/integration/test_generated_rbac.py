@@ -16,9 +16,11 @@ from tests.support.capacity_kit import create_runner_set, runner_pod_spec
 from tests.support.deploy_cluster_kit import (
     SCALE_SET,
     apply,
+    arc_listener_role,
     as_pod,
     dynamic,
     impersonating,
+    status_of,
     watch_status,
 )
 from tests.support.localcluster import LocalCluster
@@ -51,23 +53,38 @@ async def test_generated_rbac_binds_exactly_arcs_listener_service_account(
 
     url = "https://github.com/acme"
     account = listener_name(SCALE_SET, namespace, "", url)
-    # ARC names the runner set like the AutoscalingRunnerSet; another scale set's sits next to it.
+    # ARC 0.14 names the runner set `<scale set>-xxxxx` (generateName), and makes a new one
+    # (a new name) when the runner spec changes; another scale set's sits next to it.
     ours = await create_runner_set(
-        kube_api, namespace, SCALE_SET, runner_pod_spec(namespace, cpu="100m")
+        kube_api,
+        namespace,
+        SCALE_SET,
+        runner_pod_spec(namespace, cpu="100m"),
+        generate_name=True,
     )
-    await create_runner_set(kube_api, namespace, "arc-gpu", runner_pod_spec(namespace))
+    ours_name = ours["metadata"]["name"]
+    other = await create_runner_set(
+        kube_api, namespace, "arc-gpu", runner_pod_spec(namespace), generate_name=True
+    )
+    other_name = other["metadata"]["name"]
+    assert ours_name.startswith(f"{SCALE_SET}-")
+    assert ours_name != SCALE_SET
     rbac_api = client.RbacAuthorizationV1Api(kube_api)
     arc_role = await rbac_api.create_namespaced_role(
         namespace, {"metadata": {"name": account}, "rules": []}
     )
     await rbac_api.create_namespaced_role(namespace, {"metadata": {"name": "unrelated"}})
-    docs = manifests(
-        scale_set=SCALE_SET,
-        namespace=namespace,
-        runner_group="",
-        github_config_url=url,
-        controller_namespace=controller_namespace,
-    )
+    docs = [
+        *manifests(
+            scale_set=SCALE_SET,
+            namespace=namespace,
+            runner_group="",
+            github_config_url=url,
+            controller_namespace=controller_namespace,
+        ),
+        # ARC's own Role for the listener: patch on the runner set, by its generated name.
+        *arc_listener_role(ours_name, account, controller_namespace),
+    ]
     async with dynamic(kube_api, tmp_path) as dyn:
         for body in docs:
             await apply(dyn, body, namespace, dry_run=False)
@@ -75,8 +92,9 @@ async def test_generated_rbac_binds_exactly_arcs_listener_service_account(
     pods = Resource.pods(namespace)
     sets = Resource.arc("ephemeralrunnersets", namespace)
     runners = Resource.arc("ephemeralrunners", namespace)
-    by_name = {"fieldSelector": f"metadata.name={SCALE_SET}"}
+    by_name = {"fieldSelector": f"metadata.name={ours_name}"}
     placeholder = as_pod("ph-1", {"containers": [{"name": "c", "image": PAUSE_IMAGE}]})
+    replicas = {"spec": {"replicas": 0}}
 
     async def calls(kube: Kube, api: client.ApiClient) -> dict[str, int]:
         return {
@@ -90,17 +108,27 @@ async def test_generated_rbac_binds_exactly_arcs_listener_service_account(
                 kube.list_objects(sets, lambda o: o, field_selector=by_name["fieldSelector"])
             ),
             "watch our set": await watch_status(api, sets.path, by_name),
+            "patch our set": await status_of(
+                api, "PATCH", f"{sets.path}/{ours_name}", body=replicas
+            ),
             "get ARC's listener role": await _status_of(kube.get_role_uid(namespace, account)),
+            # Read-only on every runner set of the namespace: a name fixed at install time
+            # cannot follow ARC's generated (and changing) runner-set name.
             "list every set": await _status_of(kube.list_objects(sets, lambda o: o)),
             "list another set": await _status_of(
-                kube.list_objects(sets, lambda o: o, field_selector="metadata.name=arc-gpu")
+                kube.list_objects(sets, lambda o: o, field_selector=f"metadata.name={other_name}")
             ),
+            "patch another set": await status_of(
+                api, "PATCH", f"{sets.path}/{other_name}", body=replicas
+            ),
+            "delete our set": await status_of(api, "DELETE", f"{sets.path}/{ours_name}"),
             "get another role": await _status_of(kube.get_role_uid(namespace, "unrelated")),
         }
 
     allowed = {
         "list pods", "watch pods", "create pod", "delete pod", "list runners", "watch runners",
-        "list our set", "watch our set", "get ARC's listener role",
+        "list our set", "watch our set", "patch our set", "get ARC's listener role",
+        "list every set", "list another set",
     }  # fmt: skip
 
     async def as_account(name: str) -> dict[str, int]:
@@ -110,18 +138,24 @@ async def test_generated_rbac_binds_exactly_arcs_listener_service_account(
         async with impersonating(local_cluster, user, "system:authenticated") as api:
             return await calls(Kube(api, request_timeout=15.0), api)
 
+    last: dict[str, int] = {}
+
     async def listener_sees_all() -> dict[str, int] | None:
-        seen = await as_account(account)
-        return seen if all(seen[k] == 200 for k in allowed) else None
+        last.update(await as_account(account))
+        return dict(last) if all(last[k] == 200 for k in allowed) else None
 
     # RBAC changes reach the authorizer through a watch: give it a moment.
-    seen = await eventually(listener_sees_all, "the generated RBAC in effect", within=15)
+    try:
+        seen = await eventually(listener_sees_all, "the generated RBAC in effect", within=15)
+    except AssertionError:
+        refused = {k: last[k] for k in sorted(allowed) if last[k] != 200}
+        raise AssertionError(f"the listener's calls refused: {refused}") from None
     assert {k for k, status in seen.items() if status == 200} == allowed, seen
     assert {seen[k] for k in set(seen) - allowed} == {403}
     listed, _ = await Kube(kube_api).list_objects(
         sets, lambda o: o["metadata"]["uid"], field_selector=by_name["fieldSelector"]
     )
-    assert listed == {SCALE_SET: ours["metadata"]["uid"]}
+    assert listed == {ours_name: ours["metadata"]["uid"]}
     assert arc_role.metadata.uid == await Kube(kube_api).get_role_uid(namespace, account)
 
     stranger = await as_account(f"{SCALE_SET}-00000000-listener")

@@ -91,13 +91,22 @@ def runner_pod_spec(owner: str, *, cpu: str = "1", memory: str = "1Gi") -> dict[
 
 
 async def create_runner_set(
-    api: client.ApiClient, namespace: str, name: str, pod_spec: dict[str, Any]
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    pod_spec: dict[str, Any],
+    *,
+    generate_name: bool = False,
 ) -> dict[str, Any]:
+    """An EphemeralRunnerSet named ``name``, or, with ``generate_name``, named by the API
+    server ``<name>-xxxxx`` as ARC 0.14 names it (generateName on the AutoscalingRunnerSet's
+    name)."""
     crd = client.CustomObjectsApi(api)
+    meta = {"generateName": f"{name}-"} if generate_name else {"name": name}
     body = {
         "apiVersion": f"{ARC_GROUP}/{ARC_VERSION}",
         "kind": "EphemeralRunnerSet",
-        "metadata": {"name": name},
+        "metadata": meta,
         "spec": {
             "replicas": 0,
             "patchID": 0,

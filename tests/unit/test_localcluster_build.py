@@ -1,4 +1,5 @@
-"""The local control plane's build cache: what decides a rebuild of the Karpenter binary."""
+"""The local control plane's build cache: what decides a rebuild of the Karpenter and Helm
+binaries."""
 
 from __future__ import annotations
 
@@ -52,3 +53,36 @@ def test_incomplete_karpenter_build_is_not_found(tmp_path: Path) -> None:
     found = build.find_karpenter(root)
     assert found is not None
     assert found.version == "v1.8.0"
+
+
+def test_helm_key_follows_its_pins_only(go_dir: Path) -> None:
+    helm_dir = go_dir.parent / build.HELM_MODULE
+    key = build.helm_cache_key()
+    assert key.startswith("helm-")
+    control_plane = build.cache_key()
+    (go_dir / "go.sum").write_text("")  # Karpenter's pin moves: Helm stays
+    assert build.helm_cache_key() == key
+    (helm_dir / "go.sum").write_text((helm_dir / "go.sum").read_text() + "\n")
+    assert build.helm_cache_key() != key
+    assert build.cache_key() == control_plane  # and the control plane stays
+
+
+def test_helm_is_stamped_like_its_release_build() -> None:
+    flags = build.helm_ldflags("v3.22.0", "v0.37.0").split()
+    assert "helm.sh/helm/v3/internal/version.version=v3.22.0" in flags
+    # `helm template` and `helm lint` assume the Kubernetes version of its client-go.
+    assert "helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37" in flags
+    assert "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1" in flags
+    with pytest.raises(build.BuildError, match="client-go"):
+        build.helm_ldflags("v3.22.0", "v1.0.0")
+
+
+def test_incomplete_helm_build_is_not_found(tmp_path: Path) -> None:
+    root = tmp_path / "helm-x"
+    (root / "bin").mkdir(parents=True)
+    (root / "manifest.json").write_text(json.dumps({"versions": {"helm": "v3.22.0"}}))
+    assert build.find_helm(root) is None
+    (root / "bin" / "helm").write_bytes(b"")
+    found = build.find_helm(root)
+    assert found is not None
+    assert found.version == "v3.22.0"

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from capacity.monitor import profile_config_map
-from listener.rbac import fnv1a_32, listener_name, manifests, safe_encode
+from listener.rbac import chart_config_url, fnv1a_32, listener_name, manifests, safe_encode
 
 
 @pytest.mark.parametrize(
@@ -67,6 +67,30 @@ def test_every_input_changes_the_name() -> None:
     assert listener_name("arc-cpu", "arc-runners", "", "https://github.com/acme2") != base
 
 
+@pytest.mark.parametrize(
+    ("given", "hashed"),
+    [
+        ("https://github.com/acme/", "https://github.com/acme"),
+        # sprig's trimSuffix (strings.TrimSuffix) removes one `/`, not every trailing one.
+        ("https://github.com/acme//", "https://github.com/acme/"),
+        ("https://github.com/acme", "https://github.com/acme"),
+    ],
+)
+def test_listener_name_hashes_the_url_as_arcs_chart_writes_it(given: str, hashed: str) -> None:
+    # ARC's chart writes `trimSuffix "/" .Values.githubConfigUrl` into the scale set, and the
+    # controller hashes that.
+    assert chart_config_url(given) == hashed
+    assert listener_name("arc-cpu", "arc-runners", "", given) == _reference_name(
+        "arc-cpu", "arc-runners", "", hashed
+    )
+
+
+def test_cli_and_chart_url_with_trailing_slash_name_the_same_account() -> None:
+    assert listener_name("arc-cpu", "arc-runners", "", "https://github.com/acme/") == (
+        "arc-cpu-85f786b5-listener"
+    )
+
+
 def test_manifests_bind_exactly_the_listener_and_narrow_by_name() -> None:
     role, binding = manifests(
         scale_set="arc-cpu",
@@ -80,7 +104,8 @@ def test_manifests_bind_exactly_the_listener_and_narrow_by_name() -> None:
     ]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     by_resource = {rule["resources"][0]: rule for rule in role["rules"]}
-    assert by_resource["ephemeralrunnersets"]["resourceNames"] == ["arc-cpu"]
+    # ARC 0.14 generates the runner set's name (`arc-cpu-xxxxx`): no resourceNames, read only.
+    assert "resourceNames" not in by_resource["ephemeralrunnersets"]
     assert by_resource["ephemeralrunnersets"]["verbs"] == ["list", "watch"]
     assert by_resource["roles"]["resourceNames"] == ["arc-cpu-85f786b5-listener"]
     assert by_resource["roles"]["verbs"] == ["get"]

@@ -2,7 +2,8 @@
 
 ``up`` starts a cluster that outlives the command (state under the cache's ``run/``
 directory); ``down`` stops it by its recorded PIDs. ``--karpenter`` (build, up) adds Karpenter
-with its kwok cloud provider.
+with its kwok cloud provider; ``--helm`` (build) the Helm CLI the chart tests run, which
+``helm -- ARGS`` runs (``make chart-package``).
 """
 
 from __future__ import annotations
@@ -10,12 +11,19 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from .build import BuildError, cache_root, ensure_built, ensure_karpenter_built
+from .build import (
+    BuildError,
+    cache_root,
+    ensure_built,
+    ensure_helm_built,
+    ensure_karpenter_built,
+)
 from .harness import STATE_FILE, ClusterError, LocalCluster, pid_runs, save_state, stop_pid
 from .karpenter import karpenter_state, start_karpenter
 from .rest import KubeREST
@@ -54,6 +62,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.karpenter:
         k = ensure_karpenter_built()
         print(f"karpenter {k.version}: {k.binary}")
+    if args.helm:
+        h = ensure_helm_built()
+        print(f"helm {h.version}: {h.binary}")
     print(f"ready in {time.monotonic() - started:.1f}s")
     return 0
 
@@ -110,6 +121,13 @@ def cmd_down(_: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_helm(args: argparse.Namespace) -> int:
+    """The pinned Helm (built first if needed) with the given arguments."""
+    binary = ensure_helm_built().binary
+    helm_args = args.args[1:] if args.args[:1] == ["--"] else args.args  # argparse keeps "--"
+    return subprocess.run([str(binary), *helm_args], check=False).returncode
+
+
 def cmd_status(_: argparse.Namespace) -> int:
     state = _load_state()
     if state is None:
@@ -143,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         ("up", cmd_up, "start a cluster in the background and print its KUBECONFIG"),
         ("down", cmd_down, "stop the background cluster by its recorded PIDs"),
         ("status", cmd_status, "show the background cluster's processes and readiness"),
+        ("helm", cmd_helm, "run the pinned Helm (built first if needed): helm -- ARGS"),
     ):
         cmd = sub.add_parser(name, help=text)
         cmd.set_defaults(func=func)
@@ -152,6 +171,12 @@ def main(argv: list[str] | None = None) -> int:
                 action="store_true",
                 help="also Karpenter (kwok cloud provider), built from go/karpenter",
             )
+        if name == "build":
+            cmd.add_argument(
+                "--helm", action="store_true", help="also the Helm CLI, built from go/helm"
+            )
+        if name == "helm":
+            cmd.add_argument("args", nargs=argparse.REMAINDER, help="Helm's arguments")
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)

@@ -8,11 +8,12 @@ GOMODCACHE and GOCACHE are Go's defaults, shared with every other Go build on th
 
 Karpenter (``go/karpenter``: its pins, our ``main``) is a separate build with its own key and
 directory (``karpenter-<key>/``): only runs that use it pay for it, and moving its pin does not
-rebuild the control plane.
+rebuild the control plane. The Helm CLI (``go/helm``: ``helm.sh/helm/v3/cmd/helm`` as a Go
+``tool``, pinned) is built the same way into ``helm-<key>/``, for the chart tests.
 
-Size: one build recipe for two artefacts (the control plane and Karpenter) that share the Go
-toolchain check, the module queries, the build steps and the cache layout; the cache itself
-(lock, build once) is tests/support/build_cache.py.
+Size: one build recipe for three artefacts (the control plane, Karpenter and Helm) that share
+the Go toolchain check, the module queries, the build steps and the cache layout; the cache
+itself (lock, build once) is tests/support/build_cache.py.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 def _required_go() -> str:
     best = "0"
-    for mod in (*MODULES, KARPENTER_MODULE):
+    for mod in (*MODULES, KARPENTER_MODULE, HELM_MODULE):
         match = re.search(r"^go (\d+(?:\.\d+)*)\s*$", (GO_DIR / mod / "go.mod").read_text(), re.M)
         if match and _version_tuple(match.group(1)) > _version_tuple(best):
             best = match.group(1)
@@ -418,3 +419,83 @@ def ensure_karpenter_built(progress: Progress = _stderr) -> KarpenterArtifacts:
     return _build_cached(
         key, cache_root() / key, "Karpenter", find_karpenter, _build_karpenter_into, progress
     )
+
+
+# --- Helm ---------------------------------------------------------------------------------
+
+HELM_MODULE = "helm"
+HELM_PACKAGE = "helm.sh/helm/v3/cmd/helm"
+HELM_RECIPE = "1"
+
+
+@dataclass(frozen=True)
+class HelmArtifacts:
+    """Where a finished Helm build lives."""
+
+    root: Path
+    version: str
+
+    @property
+    def binary(self) -> Path:
+        return self.root / "bin" / "helm"
+
+
+def helm_cache_key() -> str:
+    """Hash of go/helm's pins."""
+    h = hashlib.sha256()
+    h.update(f"helm-recipe={HELM_RECIPE}\n".encode())
+    for name in ("go.mod", "go.sum"):
+        h.update(f"{name}\n".encode())
+        h.update((GO_DIR / HELM_MODULE / name).read_bytes())
+    return f"helm-{h.hexdigest()[:16]}"
+
+
+def find_helm(root: Path | None = None) -> HelmArtifacts | None:
+    """The cached Helm build for the current pins, or None (never builds)."""
+    root = root or cache_root() / helm_cache_key()
+    try:
+        manifest = json.loads(_manifest_path(root).read_text())
+    except (OSError, ValueError):
+        return None
+    art = HelmArtifacts(root=root, version=str(manifest.get("versions", {}).get("helm")))
+    return art if art.binary.is_file() else None
+
+
+def helm_ldflags(version: str, client_go_version: str) -> str:
+    """The stamps Helm's own release build sets: its version, and the Kubernetes version
+    `helm template` and `helm lint` assume (client-go v0.X.Y is Kubernetes 1.X); without them
+    `helm version` says v3.22 and templates see Kubernetes 1.20."""
+    match = re.match(r"v0\.(\d+)\.\d+", client_go_version)
+    if match is None:
+        raise BuildError(f"k8s.io/client-go version {client_go_version!r} is not v0.MINOR.PATCH")
+    flags = ["-s", "-w", f"-X helm.sh/helm/v3/internal/version.version={version}"]
+    for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        flags += [f"-X {pkg}.k8sVersionMajor=1", f"-X {pkg}.k8sVersionMinor={match.group(1)}"]
+    return " ".join(flags)
+
+
+def _build_helm_into(go: str, tmp: Path, log: Path, progress: Progress) -> dict[str, str]:
+    mod_dir = GO_DIR / HELM_MODULE
+    version, _ = _module_version(go, mod_dir, "helm.sh/helm/v3")
+    client_go, _ = _module_version(go, mod_dir, "k8s.io/client-go")
+    what = f"helm {version}"
+    started = time.monotonic()
+    progress(f"building {what} (go/{HELM_MODULE})")
+    (tmp / "bin").mkdir(parents=True)
+    with _heartbeat(progress, what):
+        _go_build(
+            go,
+            HELM_MODULE,
+            tmp / "bin" / "helm",
+            [HELM_PACKAGE],
+            helm_ldflags(version, client_go),
+            log,
+        )
+    progress(f"  built {what} in {time.monotonic() - started:.0f}s")
+    return {"helm": version}
+
+
+def ensure_helm_built(progress: Progress = _stderr) -> HelmArtifacts:
+    """Return the cached Helm build for the current pins, building it first if needed."""
+    key = helm_cache_key()
+    return _build_cached(key, cache_root() / key, "Helm", find_helm, _build_helm_into, progress)

@@ -483,7 +483,7 @@ async def test_adaptive_profile_survives_a_restart(monkeypatch: pytest.MonkeyPat
     for i in range(120):  # an hour with a batch of 4 every two minutes
         pool.observe(NOW + 30 * i, 0, 4 if i % 4 == 0 else 0)
     await _run_profile_loop(first)
-    key = (NS, profile_config_map(RUNNER_SET))
+    key = (NS, profile_config_map(SCALE_SET))
     assert PROFILE_KEY in first.cluster.config_maps[key]
 
     second = start(first.cluster, proactive=0, warm_pool=adaptive)
@@ -500,7 +500,7 @@ async def test_adaptive_profile_survives_a_restart(monkeypatch: pytest.MonkeyPat
 async def test_unusable_profile_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(monitor_module, "PROFILE_SAVE_INTERVAL", 0.0)
     cluster = MemoryCluster()
-    cluster.config_maps[(NS, profile_config_map(RUNNER_SET))] = {PROFILE_KEY: "{not json"}
+    cluster.config_maps[(NS, profile_config_map(SCALE_SET))] = {PROFILE_KEY: "{not json"}
     scene = start(cluster, proactive=0, warm_pool={"mode": "adaptive"})
     cluster.fail_config_maps = [KubeError("patch configmaps", 403, "Forbidden")]
     await _run_profile_loop(scene)
