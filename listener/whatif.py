@@ -78,7 +78,7 @@ def _print(result: Mapping[str, Any], out: TextIO | None = None) -> None:
 # --- import -------------------------------------------------------------------------------
 
 
-def _import_command(args: argparse.Namespace) -> int:
+async def _import_command(args: argparse.Namespace) -> int:
     labels = [x for x in (args.labels or "").split(",") if x]
     skipped: Counter[str] = Counter()
     if args.source == "hud":
@@ -92,7 +92,7 @@ def _import_command(args: argparse.Namespace) -> int:
         jobs = _read_trace(args.file)
         summary: dict[str, Any] = {"source": "file", "read": len(jobs)}
     else:
-        jobs, summary = asyncio.run(_import_github(args, skipped))
+        jobs, summary = await _import_github(args, skipped)
     kept: list[TraceJob] = []
     for job in jobs:
         if labels and not label_match(job.labels, labels):
@@ -483,9 +483,15 @@ _EXPECTED = (
 
 
 def main(argv: Sequence[str]) -> int:
+    """The command line's entry: exit status 0, or 1 after a one-line error."""
+    return asyncio.run(amain(argv))
+
+
+async def amain(argv: Sequence[str]) -> int:
     args = parser().parse_args(list(argv))
     try:
-        return int(args.run(args))
+        done = args.run(args)
+        return int(await done if asyncio.iscoroutine(done) else done)
     except _EXPECTED as exc:
         from listener.logs import redact
 
