@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -102,10 +103,13 @@ class GitHubHistory:
             body, url = await self._get(url)
             if not isinstance(body, list):
                 raise HistoryError(f"/orgs/{org}/repos: not a JSON array")
-            for repo in body:
-                if isinstance(repo, dict) and isinstance(repo.get("full_name"), str):
-                    if not repo.get("archived"):
-                        names.append(repo["full_name"])
+            names.extend(
+                repo["full_name"]
+                for repo in body
+                if isinstance(repo, dict)
+                and isinstance(repo.get("full_name"), str)
+                and not repo.get("archived")
+            )
         return names
 
     async def jobs(
@@ -172,7 +176,7 @@ class GitHubHistory:
             }
             response = await send(
                 self._client,
-                lambda: self._client.build_request("GET", url, headers=headers),
+                functools.partial(self._client.build_request, "GET", url, headers=headers),
                 sleep=self._sleep,
                 clock=self._clock,
             )

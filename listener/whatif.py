@@ -193,7 +193,9 @@ def _groups(args: argparse.Namespace) -> dict[str, list[TraceJob]]:
     groups = by_label_set(_read_trace(args.trace))
     if args.label_set:
         if args.label_set not in groups:
-            raise UsageError(f"--label-set {args.label_set}: not in the trace ({', '.join(groups)})")
+            raise UsageError(
+                f"--label-set {args.label_set}: not in the trace ({', '.join(groups)})"
+            )
         groups = {args.label_set: groups[args.label_set]}
     return groups
 
@@ -221,7 +223,7 @@ def _optimum_command(args: argparse.Namespace) -> int:
 
 
 def _sizes(text: str) -> list[int]:
-    """"0,5,10" or "0-40:5" (from-to:step) → pool sizes."""
+    """ "0,5,10" or "0-40:5" (from-to:step) → pool sizes."""
     sizes: list[int] = []
     try:
         for part in text.split(","):

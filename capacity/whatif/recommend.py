@@ -63,8 +63,7 @@ class Point:
 def sweep(jobs: Sequence[TraceJob], config: SimConfig, settings: Iterable[Setting]) -> list[Point]:
     """Each setting simulated on ``jobs`` (a fresh pool each)."""
     return [
-        Point(s, simulate(jobs, replace(config, lookahead=s.lookahead), s.pool()))
-        for s in settings
+        Point(s, simulate(jobs, replace(config, lookahead=s.lookahead), s.pool())) for s in settings
     ]
 
 

@@ -42,6 +42,9 @@ job's end) and their ratio to OPT₀, placeholder pair-seconds, queue time p50/p
 launches, pairs created.
 
 PURE: no I/O, no clock, no randomness (the delays are drawn by the caller).
+
+Size: one event loop and the simulated cluster it drives (nodes, pairs, jobs, demand reads)
+share their state on every event; the outcome and the pool interface are small.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -494,6 +497,3 @@ class _Lookahead:
         lo = bisect.bisect_right(self._times, now)
         hi = bisect.bisect_right(self._times, now + horizon)
         return sum(1 for i in range(lo, hi) if self._first[i] <= now)
-
-
-PoolFactory = Callable[[], WarmPool]

@@ -36,9 +36,11 @@ accounting and fault injection all act on the same repositories and call log.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
+import operator
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -462,15 +464,16 @@ def _created_filter(text: str) -> Callable[[datetime], bool]:
     if ".." in text:
         low, high = (_parse(x) for x in text.split("..", 1))
         return lambda t: low <= t <= high
-    for op, test in (
-        (">=", lambda t, x: t >= x),
-        ("<=", lambda t, x: t <= x),
-        (">", lambda t, x: t > x),
-        ("<", lambda t, x: t < x),
-    ):
+    tests: dict[str, Callable[[datetime, datetime], bool]] = {
+        ">=": operator.ge,
+        "<=": operator.le,
+        ">": operator.gt,
+        "<": operator.lt,
+    }
+    for op, test in tests.items():  # the two-character forms first
         if text.startswith(op):
             bound = _parse(text[len(op) :])
-            return lambda t, test=test: bool(test(t, bound))
+            return functools.partial(lambda t, test, bound: test(t, bound), test=test, bound=bound)
     exact = _parse(text)
     return lambda t: t == exact
 

@@ -46,28 +46,53 @@ async def test_import_from_the_fake_github_rest_server(
     now = datetime.now(UTC).replace(microsecond=0)
     async with FakeGitHubRest(tokens=[PAT]) as fake:
         first = fake.finished_job(
-            "acme", "app", ["self-hosted", "linux"], created_at=now - timedelta(hours=2),
-            started_after=40, duration=300,
+            "acme",
+            "app",
+            ["self-hosted", "linux"],
+            created_at=now - timedelta(hours=2),
+            started_after=40,
+            duration=300,
         )
         fake.finished_job(  # same run, a second stage
-            "acme", "app", ["linux"], created_at=now - timedelta(hours=1, minutes=50),
-            started_after=5, duration=60, run_id=first.run_id,
+            "acme",
+            "app",
+            ["linux"],
+            created_at=now - timedelta(hours=1, minutes=50),
+            started_after=5,
+            duration=60,
+            run_id=first.run_id,
         )
         fake.finished_job(  # cancelled while queued: an arrival that never ran
-            "acme", "app", ["linux"], created_at=now - timedelta(hours=1),
-            started_after=None, conclusion="cancelled",
+            "acme",
+            "app",
+            ["linux"],
+            created_at=now - timedelta(hours=1),
+            started_after=None,
+            conclusion="cancelled",
         )
         fake.finished_job(
-            "acme", "app", ["linux"], created_at=now - timedelta(hours=1),
-            started_after=None, conclusion="skipped",
+            "acme",
+            "app",
+            ["linux"],
+            created_at=now - timedelta(hours=1),
+            started_after=None,
+            conclusion="skipped",
         )
         fake.finished_job(  # another repository of the organization, a GPU job
-            "acme", "ml", ["gpu"], created_at=now - timedelta(days=1, hours=3),
-            started_after=10, duration=30,
+            "acme",
+            "ml",
+            ["gpu"],
+            created_at=now - timedelta(days=1, hours=3),
+            started_after=10,
+            duration=30,
         )
         fake.finished_job(  # outside the window
-            "acme", "ml", ["gpu"], created_at=now - timedelta(days=4),
-            started_after=10, duration=30,
+            "acme",
+            "ml",
+            ["gpu"],
+            created_at=now - timedelta(days=4),
+            started_after=10,
+            duration=30,
         )
         fake.queue_job("acme", "app", ["linux"])  # still queued: reported, not traced
         fake.add_repositories("acme", ["old"], archived=True)
@@ -103,13 +128,26 @@ async def test_import_keeps_only_the_labels_served_and_says_how_many_it_left(
     async with FakeGitHubRest(tokens=[PAT]) as fake:
         for labels in (["linux"], ["gpu"], ["ubuntu-latest"]):
             fake.finished_job(
-                "acme", "app", labels, created_at=now - timedelta(minutes=30),
-                started_after=1, duration=2,
+                "acme",
+                "app",
+                labels,
+                created_at=now - timedelta(minutes=30),
+                started_after=1,
+                duration=2,
             )
         config = _config(tmp_path, f"{fake.api_url.removesuffix('/api/v3')}/acme/app")
         status = await whatif.amain(
-            ["import", "--config", str(config), "--days", "1", "--labels", "linux",
-             "--out", str(tmp_path / "t.jsonl")]
+            [
+                "import",
+                "--config",
+                str(config),
+                "--days",
+                "1",
+                "--labels",
+                "linux",
+                "--out",
+                str(tmp_path / "t.jsonl"),
+            ]
         )
     assert status == 0
     summary = json.loads(capsys.readouterr().out)
@@ -129,7 +167,8 @@ async def test_bad_credentials_end_the_import_with_one_line(
         status = await whatif.amain(["import", "--config", str(config), "--days", "1"])
     assert status == 1
     err = capsys.readouterr().err
-    assert err.startswith("Error: ") and err.count("\n") == 1
+    assert err.startswith("Error: ")
+    assert err.count("\n") == 1
     assert "401" in err
     assert PAT not in err
 
@@ -166,7 +205,9 @@ async def test_history_paces_on_the_rate_limit_and_waits_out_secondary_limits() 
     async with httpx.AsyncClient() as client:
         history = GitHubHistory(client, token, API, reserve=10, sleep=sleep, clock=lambda: now)
         since = datetime.fromtimestamp(now, UTC) - timedelta(hours=1)
-        found = [job async for _, job in history.jobs(["acme/app"], since, since + timedelta(hours=1))]
+        found = [
+            job async for _, job in history.jobs(["acme/app"], since, since + timedelta(hours=1))
+        ]
     assert found == [{"id": 1, "status": "queued"}]
     assert slept == [7.0, 90.0]  # the secondary limit, then the reset (10 left = the reserve)
     assert history.stats.truncated_days == [f"acme/app {since.date().isoformat()}"]
@@ -226,7 +267,10 @@ async def test_a_file_is_validated_and_a_bad_line_named(
     assert err == f"Error: {path}:2: field queued_at: not an RFC 3339 time: 'yesterday'\n"
     path.write_text(f"{good}\n")
     out = tmp_path / "out.jsonl"
-    assert await whatif.amain(["import", "--from", "file", "--file", str(path), "--out", str(out)]) == 0
+    assert (
+        await whatif.amain(["import", "--from", "file", "--file", str(path), "--out", str(out)])
+        == 0
+    )
     assert '"labels":["a","b"]' in out.read_text()  # normalised: labels sorted
 
 

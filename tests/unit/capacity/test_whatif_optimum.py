@@ -78,7 +78,9 @@ def _brute_force(spans: Sequence[Span], lead: float, launch: float) -> float:
 
 
 _spans = st.lists(
-    st.tuples(st.integers(0, 40), st.integers(1, 15)).map(lambda p: (float(p[0]), float(p[0] + p[1]))),
+    st.tuples(st.integers(0, 40), st.integers(1, 15)).map(
+        lambda p: (float(p[0]), float(p[0] + p[1]))
+    ),
     min_size=0,
     max_size=6,
 )

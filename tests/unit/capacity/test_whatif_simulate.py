@@ -30,7 +30,7 @@ def _job(n: int, at: float, duration: float, run: str | None = None) -> TraceJob
 def test_a_reactive_job_waits_for_the_read_the_pass_and_the_node() -> None:
     out = simulate([_job(1, 0.0, 100.0)], CONFIG, FixedPool(0))
     # Read at 0 (the job is queued), used 2 s later, pass 0.15 s after that, node 60 s.
-    assert out.waits == (pytest.approx(62.15),)
+    assert out.waits == pytest.approx((62.15,))
     assert out.busy == pytest.approx(100.0)
     # The read at 60 still saw the job queued (it started at 62.15), so the lagged demand
     # asked for a second pair: the cost of the lag, a node launched for nobody.
@@ -90,7 +90,7 @@ def test_lookahead_sees_a_run_s_second_stage_coming() -> None:
     jobs = [_job(1, 0.0, 100.0, run="r"), *(_job(n, 100.0, 30.0, run="r") for n in (2, 3))]
     plain = simulate(jobs, CONFIG, FixedPool(0))
     ahead = simulate(jobs, SimConfig(params=PARAMS, delays=(60.0,), lookahead=120.0), FixedPool(0))
-    assert ahead.waits == (0.0, 0.0, pytest.approx(62.15))  # both second-stage jobs at once
+    assert ahead.waits == pytest.approx((0.0, 0.0, 62.15))  # both second-stage jobs at once
     assert sum(plain.waits) > sum(ahead.waits) + 50
 
 
@@ -100,7 +100,9 @@ def test_percentiles_are_nearest_rank_and_outcomes_merge() -> None:
     assert percentile([1.0, 2.0, 3.0, 4.0], 90) == 4.0
     a = simulate([_job(1, 0.0, 10.0)], CONFIG, FixedPool(0))
     both = merge([a, a])
-    assert both.jobs == 2 and both.busy == 2 * a.busy and len(both.waits) == 2
+    assert both.jobs == 2
+    assert both.busy == 2 * a.busy
+    assert len(both.waits) == 2
 
 
 def test_a_sweep_gives_a_curve_and_the_cheapest_setting_meeting_a_target() -> None:
@@ -111,7 +113,8 @@ def test_a_sweep_gives_a_curve_and_the_cheapest_setting_meeting_a_target() -> No
     assert spares == sorted(spares)  # a bigger pool costs more...
     assert points[-1].p90 <= points[0].p90  # ...and makes jobs wait less
     best = cheapest(points, points[1].p90)
-    assert best is not None and best.outcome.spare <= points[1].outcome.spare
+    assert best is not None
+    assert best.outcome.spare <= points[1].outcome.spare
     assert cheapest(points, -1.0) is None
     described = best.describe(opt_spare=1000.0)
     assert {"policy", "proactive_capacity", "queue_seconds", "spare_over_opt0"} <= described.keys()
