@@ -37,7 +37,8 @@ def test_optimum_per_label_set(trace: Path, capsys: pytest.CaptureFixture[str]) 
     result = json.loads(capsys.readouterr().out)
     assert set(result["label_sets"]) == {"linux-cpu", "linux-gpu"}
     cpu = result["label_sets"]["linux-cpu"]
-    assert 0 < cpu["spare_node_seconds"] and cpu["launches"] >= cpu["peak_concurrency"]
+    assert cpu["spare_node_seconds"] > 0
+    assert cpu["launches"] >= cpu["peak_concurrency"]
     assert whatif.main(["optimum", str(trace), "--table"]) == 0
     assert capsys.readouterr().out.splitlines()[0].split()[:2] == ["label", "set"]
 
@@ -72,7 +73,8 @@ def test_recommend_names_the_cheapest_setting_or_why_none(
     assert whatif.main([*argv, "--p90", "1000"]) == 0
     result = json.loads(capsys.readouterr().out)["label_sets"]["linux-gpu"]
     assert result["recommended"]["policy"] == "reactive"  # every setting meets it: the cheapest
-    assert len(result["curve"]) == 3 and "opt0" in result
+    assert len(result["curve"]) == 3
+    assert "opt0" in result
     assert whatif.main([*argv, "--p90", "0.001"]) == 0
     result = json.loads(capsys.readouterr().out)["label_sets"]["linux-gpu"]
     assert result["recommended"] is None
@@ -93,7 +95,8 @@ def test_bad_options_are_one_line(
 ) -> None:
     assert whatif.main(["simulate", str(trace), *argv]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(message) and err.count("\n") == 1
+    assert err.startswith(message)
+    assert err.count("\n") == 1
 
 
 def test_a_bad_trace_line_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
