@@ -1,7 +1,8 @@
 """``ghalistener`` / ``python -m listener``: run the listener, turn failures into one line.
 
 ``ghalistener rbac --name … --namespace … --github-config-url …`` prints the least-privilege
-Role and RoleBinding for that scale set's listener instead (see ``listener.rbac``).
+Role and RoleBinding for that scale set's listener instead (see ``listener.rbac``);
+``ghalistener whatif …`` imports job traces and replays them (see ``listener.whatif``).
 
 Exit status 0 after a clean shutdown (SIGTERM), 1 on any error. A bad config prints ARC's
 own fatal line; other errors print ``Error: ...``. The ARC controller recreates
@@ -127,6 +128,10 @@ def main() -> None:
     signals.install_early()
     if sys.argv[1:2] == ["rbac"]:
         sys.exit(rbac_command(sys.argv[2:]))
+    if sys.argv[1:2] == ["whatif"]:
+        from listener import whatif  # the what-if tools: none of their imports is needed else
+
+        sys.exit(whatif.main(sys.argv[2:]))
     from listener import app
 
     try:

@@ -179,3 +179,48 @@ def read_lines(lines: Iterable[str], name: str = "trace") -> list[TraceJob]:
         jobs.append(job)
     jobs.sort(key=lambda j: j.queued_at)  # stable: ties keep the file's order
     return jobs
+
+
+def from_github(run: dict[str, Any], job: dict[str, Any]) -> TraceJob | str:
+    """A job of GitHub's REST API (``GET …/actions/runs/{id}/jobs``) as a trace job, or the
+    reason it is not one (a short phrase: the import counts jobs by reason).
+
+    Only finished jobs are traced (a queued or running job has no end yet). A job that
+    finished without a runner (cancelled while queued) is an arrival that never ran; a
+    skipped job (its condition was false) never asked for a runner and is left out."""
+    status = job.get("status")
+    if status != "completed":
+        return f"not finished (status {status})"
+    if job.get("conclusion") == "skipped":
+        return "skipped (never asked for a runner)"
+    job_id = job.get("id")
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        return "no id"
+    labels = job.get("labels")
+    if not isinstance(labels, list) or not labels or not all(isinstance(x, str) for x in labels):
+        return "no labels"
+    try:
+        queued = parse_time(str(job.get("created_at")))
+    except ValueError:
+        return "no created_at"
+    runner = job.get("runner_name")
+    started: float | None = None
+    completed: float | None = None
+    if isinstance(runner, str) and runner:
+        try:
+            started = parse_time(str(job.get("started_at")))
+            completed = parse_time(str(job.get("completed_at")))
+        except ValueError:
+            return "ran, but no started_at or completed_at"
+        if started < queued or completed < started:
+            return "times out of order"
+    run_id = job.get("run_id", run.get("id"))
+    return TraceJob(
+        job=str(job_id),
+        run=str(run_id),
+        labels=tuple(sorted(labels)),
+        queued_at=queued,
+        started_at=started,
+        completed_at=completed,
+        runner=runner if isinstance(runner, str) else "",
+    )

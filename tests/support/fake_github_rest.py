@@ -2,6 +2,7 @@
 
     GET /api/v3/orgs/{org}/repos                                  repositories of an org
     GET /api/v3/repos/{owner}/{repo}/actions/runs?status=…         workflow runs by status
+    GET /api/v3/repos/{owner}/{repo}/actions/runs?created=A..B     runs by creation time
     GET /api/v3/repos/{owner}/{repo}/actions/runs/{run_id}/jobs    the jobs of one run
 
 What it models, because the client must cope with it:
@@ -18,7 +19,12 @@ What it models, because the client must cope with it:
 - Outages (`outage`): 5xx for the next N requests, or until cleared.
 - Huge repository lists (`add_repositories` with thousands of names).
 
-Jobs come from two places: jobs a test queues here (`queue_job`), and, when linked to a
+The `created` filter takes GitHub's forms: `A..B`, `>=A`, `>A`, `<=A`, `<A` and a bare time,
+each an RFC 3339 time or a date. Finished jobs (`finished_job`, the job history an import
+reads) carry `started_at`, `completed_at`, `conclusion` and `runner_name` as GitHub's do.
+
+Jobs come from two places: jobs a test queues here (`queue_job`, `finished_job`), and, when
+linked to a
 `FakeActions`, that fake's job queue (a job not yet claimed by a runner is "queued", a claimed
 one "in_progress", a finished one "completed"; one run per job, as that fake creates them).
 The fake can serve on its own loopback port (`start`), or from a `FakeActions` server
@@ -30,9 +36,11 @@ accounting and fault injection all act on the same repositories and call log.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
+import operator
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +66,10 @@ class RestJob:
     labels: tuple[str, ...]
     created_at: datetime
     status: str = "queued"  # queued | in_progress | completed
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    conclusion: str | None = None  # success | failure | cancelled | skipped (completed jobs)
+    runner_name: str | None = None
 
 
 @dataclass
@@ -193,6 +205,31 @@ class FakeGitHubRest:
         self.jobs[job.id] = job
         return job
 
+    def finished_job(
+        self,
+        owner: str,
+        repo: str,
+        labels: Sequence[str],
+        *,
+        created_at: datetime,
+        started_after: float | None,
+        duration: float = 0.0,
+        run_id: int | None = None,
+        conclusion: str = "success",
+    ) -> RestJob:
+        """A completed job of the history: queued at `created_at`, started `started_after`
+        seconds later on a runner and run for `duration` (None: it never got a runner)."""
+        job = self.queue_job(owner, repo, labels, run_id=run_id, status="completed")
+        job.created_at = created_at
+        job.conclusion = conclusion
+        if started_after is None:
+            job.completed_at = created_at
+        else:
+            job.started_at = created_at + timedelta(seconds=started_after)
+            job.completed_at = job.started_at + timedelta(seconds=duration)
+            job.runner_name = f"runner-{job.id}"
+        return job
+
     def set_status(self, job_id: int, status: str) -> None:
         self.jobs[job_id].status = status
 
@@ -292,8 +329,12 @@ class FakeGitHubRest:
                 "id": j.id,
                 "run_id": j.run_id,
                 "status": j.status,
+                "conclusion": j.conclusion,
                 "labels": list(j.labels),
                 "created_at": _iso(j.created_at),
+                "started_at": _iso(j.started_at) if j.started_at else None,
+                "completed_at": _iso(j.completed_at) if j.completed_at else None,
+                "runner_name": j.runner_name,
                 "name": f"job-{j.id}",
             }
             for j in sorted(jobs, key=lambda j: j.id)
@@ -317,9 +358,17 @@ class FakeGitHubRest:
     async def _runs(self, request: web.Request) -> web.StreamResponse:
         owner, repo = request.match_info["owner"], request.match_info["repo"]
         wanted = request.query.get("status")
+        try:
+            created = _created_filter(request.query.get("created", ""))
+        except ValueError:
+            return _json({"message": "Validation Failed"}, 422)
 
         def runs() -> list[dict[str, Any]]:
-            return [r for r in self._runs_of(owner, repo) if not wanted or r["status"] == wanted]
+            return [
+                r
+                for r in self._runs_of(owner, repo)
+                if (not wanted or r["status"] == wanted) and created(_parse(r["created_at"]))
+            ]
 
         return self._answer(request, runs, "workflow_runs")
 
@@ -400,6 +449,33 @@ class FakeGitHubRest:
             content_type="application/json",
             headers={**headers, **_limit_headers(limit)},
         )
+
+
+def _parse(text: str) -> datetime:
+    """An RFC 3339 time or a date (midnight UTC)."""
+    stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+
+
+def _created_filter(text: str) -> Callable[[datetime], bool]:
+    """GitHub's `created` qualifier as a predicate (an empty one admits everything)."""
+    if not text:
+        return lambda _t: True
+    if ".." in text:
+        low, high = (_parse(x) for x in text.split("..", 1))
+        return lambda t: low <= t <= high
+    tests: dict[str, Callable[[datetime, datetime], bool]] = {
+        ">=": operator.ge,
+        "<=": operator.le,
+        ">": operator.gt,
+        "<": operator.lt,
+    }
+    for op, test in tests.items():  # the two-character forms first
+        if text.startswith(op):
+            bound = _parse(text[len(op) :])
+            return functools.partial(lambda t, test, bound: test(t, bound), test=test, bound=bound)
+    exact = _parse(text)
+    return lambda t: t == exact
 
 
 def _page_url(request: web.Request, page: int) -> str:

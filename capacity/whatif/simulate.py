@@ -1,0 +1,499 @@
+"""Replay a job trace against the monitor's own policy, in virtual time.
+
+Every reconcile pass calls ``capacity.policy.plan`` — the code the listener runs — with the
+simulated placeholders, the demand as the demand source would have reported it, and the
+virtual time; its creates and deletes are applied to a simulated cluster. The warm pool on
+top of demand (``proactive_capacity``) comes from a ``WarmPool`` object each pass, so a fixed
+pool, no pool (reactive) and any adaptive pool are compared on the same trace.
+
+What is simulated, per label set (one scale set each; label sets do not share nodes):
+
+* **Jobs** arrive at their ``queued_at`` and run for their traced duration once they take a
+  Running pair (FIFO). A job never starts without one: the listener advertises only Running
+  pairs, so GitHub keeps the job queued. The pair's two pods are preempted by the job's
+  (both halves go at once) and the job holds the pair's node until it ends.
+* **Demand**: the source is read every ``demand_interval`` seconds; a read sees the jobs
+  queued at that moment and its value is used ``demand_lag`` seconds later (the read's own
+  duration); in between the policy holds the last value (``policy.resolve_demand``). A pool
+  is told what each read saw (``WarmPool.observe``: jobs queued, jobs new since the last
+  read). With ``lookahead`` > 0 a read also counts the jobs of runs already under way that
+  will be queued within ``lookahead`` seconds (the later stages of a workflow run, which a
+  source reading a run's job graph could see coming).
+* **Passes**: ``coalesce`` seconds after a change the view would see (a pair Running, a job
+  starting or ending, a new demand value; changes meanwhile join that pass), and
+  ``recalculate_interval`` after the last pass when nothing happened, as the reconcile loop
+  does.
+* **Nodes: one pair per node.** A new pair lands on an empty node if there is one (Running
+  at once), else on a node already launching for nobody, else launches a node that is
+  ready after the next provisioning delay (drawn in order from ``delays``, cycled). A pair
+  deleted while Pending leaves its node launching: the node comes up empty. An empty node
+  is removed after ``node_idle`` seconds (Karpenter's consolidateAfter), unless a pair or a
+  job's pair lands on it first. A Pending pair moves to a node that becomes empty (the
+  scheduler binds it wherever it fits).
+
+Simplified away, on purpose: nodes holding several pairs (bin packing), pod start and image
+pull times (0), the header's round trip to GitHub (a Running pair takes a waiting job at
+once), consolidation of nodes that are not empty, spot interruptions, NodePool limits,
+failed launches. Every node costs the same.
+
+Measured per policy: spare node-seconds (every node-second not spent running a job:
+launching, holding a placeholder, or empty before consolidation; counted up to the last
+job's end) and their ratio to OPT₀, placeholder pair-seconds, queue time p50/p90/p99/max,
+launches, pairs created.
+
+PURE: no I/O, no clock, no randomness (the delays are drawn by the caller).
+
+Size: one event loop and the simulated cluster it drives (nodes, pairs, jobs, demand reads)
+share their state on every event; the outcome and the pool interface are small.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from capacity import policy
+from capacity.model import (
+    HudOutcome,
+    HudResult,
+    HudState,
+    Memory,
+    Observed,
+    Params,
+    Placeholder,
+    PodPhase,
+    Role,
+)
+from capacity.whatif.trace import TraceJob
+
+
+class WarmPool(Protocol):
+    """Pairs to hold beyond demand. ``observe`` gets what each demand read saw: the jobs
+    queued then and those new since the previous read; ``target`` is asked every pass."""
+
+    def observe(self, now: float, queued_jobs: int, new_jobs: int) -> None: ...
+
+    def target(self, now: float) -> int: ...
+
+
+@dataclass
+class FixedPool:
+    """``proactive_capacity: size``: the same pool whatever happens (0: reactive)."""
+
+    size: int
+
+    def observe(self, now: float, queued_jobs: int, new_jobs: int) -> None:
+        """A fixed pool ignores what it sees."""
+        del now, queued_jobs, new_jobs
+
+    def target(self, now: float) -> int:
+        del now
+        return self.size
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimConfig:
+    """The simulated cluster and demand source (seconds)."""
+
+    params: Params  # the policy's knobs (proactive_capacity is replaced by the pool's target)
+    delays: tuple[float, ...] = (60.0,)  # node provisioning delays, used in order, cycled
+    demand_interval: float = 30.0  # recalculate_interval of the demand source
+    demand_lag: float = 2.0  # a read's value is used this long after the read
+    recalculate_interval: float = 30.0
+    coalesce: float = 0.15  # a change leads to a pass this much later (the view's trigger)
+    node_idle: float = 30.0  # an empty node is removed after this (consolidateAfter)
+    lookahead: float = 0.0  # count later stages of runs under way due within this
+
+    def __post_init__(self) -> None:
+        if not self.delays or any(d < 0 for d in self.delays):
+            raise ValueError("delays: at least one, none negative")
+        for name in ("demand_interval", "recalculate_interval"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+        for name in ("demand_lag", "node_idle", "lookahead", "coalesce"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What one policy cost and bought on one label set's jobs."""
+
+    jobs: int
+    busy: float  # node-seconds running jobs
+    spare: float  # node-seconds held without a job
+    pair_seconds: float  # placeholder pairs in existence (Pending or Running), summed
+    waits: tuple[float, ...]  # queue time of each job, sorted
+    launches: int
+    pairs_created: int
+    passes: int
+
+    def percentile(self, p: float) -> float:
+        return percentile(self.waits, p)
+
+    def describe(self, opt_spare: float | None = None) -> dict[str, object]:
+        result: dict[str, object] = {
+            "jobs": self.jobs,
+            "busy_node_seconds": round(self.busy, 1),
+            "spare_node_seconds": round(self.spare, 1),
+            "spare_pct_of_busy": round(100 * self.spare / self.busy, 2) if self.busy else 0.0,
+            "placeholder_pair_seconds": round(self.pair_seconds, 1),
+            "queue_seconds": {
+                "p50": round(self.percentile(50), 2),
+                "p90": round(self.percentile(90), 2),
+                "p99": round(self.percentile(99), 2),
+                "max": round(self.waits[-1], 2) if self.waits else 0.0,
+            },
+            "launches": self.launches,
+            "pairs_created": self.pairs_created,
+            "passes": self.passes,
+        }
+        if opt_spare is not None:
+            result["spare_over_opt0"] = round(self.spare / opt_spare, 2) if opt_spare else None
+        return result
+
+
+def percentile(ordered: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending sequence (0 when empty)."""
+    if not ordered:
+        return 0.0
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def merge(outcomes: Iterable[Outcome]) -> Outcome:
+    """Several label sets' outcomes as one (sums; the waits pooled)."""
+    items = list(outcomes)
+    return Outcome(
+        jobs=sum(o.jobs for o in items),
+        busy=sum(o.busy for o in items),
+        spare=sum(o.spare for o in items),
+        pair_seconds=sum(o.pair_seconds for o in items),
+        waits=tuple(sorted(w for o in items for w in o.waits)),
+        launches=sum(o.launches for o in items),
+        pairs_created=sum(o.pairs_created for o in items),
+        passes=sum(o.passes for o in items),
+    )
+
+
+# --- the simulated cluster ----------------------------------------------------------------
+
+# Event kinds, in the order they are handled at one instant: jobs end (freeing nodes)
+# before nodes come up, before jobs arrive, before demand values and passes.
+_JOB_END, _NODE_READY, _NODE_EXPIRE, _ARRIVAL, _DEMAND_READ, _DEMAND_SEEN, _PASS = range(7)
+_POKED = -1  # a _PASS event's argument when a change asked for it (else: the pass count)
+
+
+@dataclass
+class _Node:
+    launched_at: float
+    ready: bool = False
+    pair: str | None = None  # slot of the pair on (or waiting for) it
+    job: bool = False  # running a job
+    expires_at: float = math.inf  # when an empty node goes (inf: not empty)
+
+
+@dataclass
+class _Pair:
+    slot: str
+    created_at: float
+    halves: tuple[Placeholder, Placeholder]
+    node: int = -1
+    running: bool = False
+
+
+@dataclass
+class _Run:
+    """One simulation (one policy, one label set)."""
+
+    jobs: Sequence[TraceJob]
+    config: SimConfig
+    pool: WarmPool
+    events: list[tuple[float, int, int, int]] = field(default_factory=list)
+    seq: int = 0
+    nodes: dict[int, _Node] = field(default_factory=dict)
+    pairs: dict[str, _Pair] = field(default_factory=dict)
+    waiting: list[int] = field(default_factory=list)  # jobs queued, FIFO (a deque by index)
+    waiting_head: int = 0
+    running_jobs: int = 0
+    arrived: int = 0
+    arrived_at_last_read: int = 0
+    memory: Memory = field(default_factory=Memory)
+    hud: HudState = field(default_factory=HudState)
+    node_seconds: float = 0.0
+    pair_seconds: float = 0.0
+    launches: int = 0
+    pairs_created: int = 0
+    passes: int = 0
+    waits: list[float] = field(default_factory=list)
+    next_delay: int = 0
+    next_node: int = 0
+    params_cache: dict[int, Params] = field(default_factory=dict)
+
+    # --- events ---------------------------------------------------------------------------
+
+    def push(self, t: float, kind: int, arg: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, arg))
+
+    # --- nodes ----------------------------------------------------------------------------
+
+    def launch(self, now: float) -> int:
+        delays = self.config.delays
+        delay = delays[self.next_delay % len(delays)]
+        self.next_delay += 1
+        node_id = self.next_node
+        self.next_node += 1
+        self.nodes[node_id] = _Node(launched_at=now)
+        self.launches += 1
+        self.push(now + delay, _NODE_READY, node_id)
+        return node_id
+
+    def free_node(self, node_id: int, now: float) -> None:
+        """A node with nothing on it: a Pending pair moves there, else it waits to go."""
+        node = self.nodes[node_id]
+        node.pair, node.job = None, False
+        if not node.ready:
+            return
+        for pair in self.pairs.values():
+            if not pair.running and pair.node != node_id:
+                self.nodes[pair.node].pair = None  # its launching node now launches for nobody
+                self.bind(pair, node_id)
+                return
+        node.expires_at = now + self.config.node_idle
+        self.push(node.expires_at, _NODE_EXPIRE, node_id)
+
+    def bind(self, pair: _Pair, node_id: int) -> None:
+        node = self.nodes[node_id]
+        node.pair = pair.slot
+        node.expires_at = math.inf
+        pair.node = node_id
+        if node.ready:
+            self.set_running(pair)
+
+    def set_running(self, pair: _Pair) -> None:
+        pair.running = True
+        runner, workflow = pair.halves
+        pair.halves = (
+            replace(runner, phase=PodPhase.RUNNING),
+            replace(workflow, phase=PodPhase.RUNNING),
+        )
+
+    def remove_node(self, node_id: int, now: float) -> None:
+        node = self.nodes.pop(node_id)
+        self.node_seconds += now - node.launched_at
+
+    # --- pairs ----------------------------------------------------------------------------
+
+    def create_pair(self, slot: str, now: float) -> None:
+        ttl = self.config.params.ttl
+        halves = (
+            Placeholder(
+                name=f"{slot}r",
+                slot=slot,
+                role=Role.RUNNER,
+                phase=PodPhase.PENDING,
+                created_at=now,
+                expires_at=now + ttl,
+            ),
+            Placeholder(
+                name=f"{slot}w",
+                slot=slot,
+                role=Role.WORKFLOW,
+                phase=PodPhase.PENDING,
+                created_at=now,
+                expires_at=now + ttl,
+            ),
+        )
+        pair = _Pair(slot=slot, created_at=now, halves=halves)
+        self.pairs[slot] = pair
+        self.pairs_created += 1
+        empty = [i for i, n in self.nodes.items() if n.pair is None and not n.job]
+        ready = [i for i in empty if self.nodes[i].ready]
+        if ready:
+            node_id = ready[0]
+        elif empty:
+            node_id = empty[0]
+        else:
+            node_id = self.launch(now)
+        self.bind(pair, node_id)
+
+    def drop_pair(self, slot: str, now: float) -> int:
+        """The pair goes (deleted, or preempted by a job); returns its node."""
+        pair = self.pairs.pop(slot)
+        self.pair_seconds += now - pair.created_at
+        return pair.node
+
+    # --- jobs -----------------------------------------------------------------------------
+
+    def assign(self, now: float) -> bool:
+        """Waiting jobs take Running pairs, oldest job first. Returns whether any did."""
+        moved = False
+        while self.waiting_head < len(self.waiting):
+            pair = next((p for p in self.pairs.values() if p.running), None)
+            if pair is None:
+                break
+            index = self.waiting[self.waiting_head]
+            self.waiting_head += 1
+            node_id = self.drop_pair(pair.slot, now)
+            node = self.nodes[node_id]
+            node.pair, node.job = None, True
+            job = self.jobs[index]
+            self.waits.append(now - job.queued_at)
+            self.running_jobs += 1
+            self.push(now + (job.duration or 0.0), _JOB_END, node_id)
+            moved = True
+        return moved
+
+    def queued(self) -> int:
+        return len(self.waiting) - self.waiting_head
+
+    # --- the policy -----------------------------------------------------------------------
+
+    def params(self, now: float) -> Params:
+        size = max(0, self.pool.target(now))
+        cached = self.params_cache.get(size)
+        if cached is None:
+            cached = replace(self.config.params, proactive_capacity=size, hud_enabled=True)
+            self.params_cache[size] = cached
+        return cached
+
+    def reconcile(self, now: float) -> None:
+        self.passes += 1
+        params = self.params(now)
+        observed = Observed(
+            placeholders=tuple(h for pair in self.pairs.values() for h in pair.halves),
+            active_runners=self.running_jobs,
+        )
+        demand = policy.resolve_demand(self.hud, now, params)
+        plan, self.memory = policy.plan(observed, demand, params, self.memory, now)
+        for slot in {d.name[:-1] for d in plan.deletes}:
+            if slot not in self.pairs:
+                continue
+            node_id = self.drop_pair(slot, now)
+            if self.nodes[node_id].ready:
+                self.free_node(node_id, now)
+            else:
+                self.nodes[node_id].pair = None  # launching for nobody now
+        for slot in plan.creates:
+            self.create_pair(slot, now)
+
+
+def simulate(jobs: Sequence[TraceJob], config: SimConfig, pool: WarmPool) -> Outcome:
+    """Run one label set's ``jobs`` (sorted by queue time) under ``pool``."""
+    ran = [j for j in jobs if j.duration is not None]
+    run = _Run(jobs=ran, config=config, pool=pool)
+    if not ran:
+        return merge(())
+    start = ran[0].queued_at
+    for index, job in enumerate(ran):
+        run.push(job.queued_at, _ARRIVAL, index)
+    run.push(start, _DEMAND_READ)
+    run.push(start, _PASS, _POKED)
+    poked = True  # a pass is scheduled for a change
+    ahead = _Lookahead(ran) if config.lookahead > 0 else None
+    seen: dict[int, tuple[int, int]] = {}  # read number → (queued, new) it saw
+    reads = 0
+    end: float | None = None
+    remaining = len(ran)
+    while run.events:
+        now = run.events[0][0]
+        changed = False
+        due = False
+        while run.events and run.events[0][0] == now:
+            _, kind, _, arg = heapq.heappop(run.events)
+            if kind == _JOB_END:
+                run.running_jobs -= 1
+                remaining -= 1
+                run.free_node(arg, now)
+                changed = True
+            elif kind == _NODE_READY:
+                node = run.nodes.get(arg)
+                if node is None:
+                    continue
+                node.ready = True
+                if node.pair is not None:
+                    run.set_running(run.pairs[node.pair])
+                    changed = True
+                else:
+                    run.free_node(arg, now)
+            elif kind == _NODE_EXPIRE:
+                node = run.nodes.get(arg)
+                if node is not None and node.expires_at == now:
+                    run.remove_node(arg, now)
+            elif kind == _ARRIVAL:
+                run.waiting.append(arg)
+                run.arrived += 1
+            elif kind == _DEMAND_READ:
+                queued = run.queued() + (ahead.count(now, config.lookahead) if ahead else 0)
+                new = run.arrived - run.arrived_at_last_read
+                run.arrived_at_last_read = run.arrived
+                reads += 1
+                seen[reads] = (queued, new)
+                run.push(now + config.demand_lag, _DEMAND_SEEN, reads)
+                if remaining:
+                    run.push(now + config.demand_interval, _DEMAND_READ)
+            elif kind == _DEMAND_SEEN:
+                queued, new = seen.pop(arg)
+                before = policy.resolve_demand(run.hud, now, run.params(now)).queued
+                outcome = HudOutcome(result=HudResult.OK, duration=0.0, queued=queued)
+                run.hud = policy.record_hud(run.hud, outcome, now)
+                run.pool.observe(now, queued, new)
+                changed = changed or queued != before
+            elif arg == _POKED:  # _PASS for a change
+                poked = False
+                due = True
+            else:  # _PASS every interval when nothing else caused one
+                due = due or arg == run.passes
+        changed = run.assign(now) or changed
+        if remaining == 0:
+            end = now
+            break
+        if due:
+            run.reconcile(now)
+            changed = run.assign(now)
+            run.push(now + config.recalculate_interval, _PASS, run.passes)
+        if changed and not poked:
+            # The reconcile trigger coalesces a burst of changes into one pass.
+            run.push(now + config.coalesce, _PASS, _POKED)
+            poked = True
+    assert end is not None
+    for node_id in list(run.nodes):
+        run.remove_node(node_id, max(end, run.nodes[node_id].launched_at))
+    for slot in list(run.pairs):
+        run.drop_pair(slot, max(end, run.pairs[slot].created_at))
+    busy = sum(j.duration or 0.0 for j in ran)
+    return Outcome(
+        jobs=len(ran),
+        busy=busy,
+        spare=run.node_seconds - busy,
+        pair_seconds=run.pair_seconds,
+        waits=tuple(sorted(run.waits)),
+        launches=run.launches,
+        pairs_created=run.pairs_created,
+        passes=run.passes,
+    )
+
+
+class _Lookahead:
+    """Jobs of runs already under way (a job of the run was queued) that will be queued
+    within a horizon: what a source reading each run's job graph could count ahead."""
+
+    def __init__(self, jobs: Sequence[TraceJob]) -> None:
+        first: dict[str, float] = {}
+        for job in jobs:
+            first[job.run] = min(first.get(job.run, job.queued_at), job.queued_at)
+        later = sorted(
+            (job.queued_at, first[job.run]) for job in jobs if job.queued_at > first[job.run]
+        )
+        self._times = [t for t, _ in later]
+        self._first = [f for _, f in later]
+
+    def count(self, now: float, horizon: float) -> int:
+        lo = bisect.bisect_right(self._times, now)
+        hi = bisect.bisect_right(self._times, now + horizon)
+        return sum(1 for i in range(lo, hi) if self._first[i] <= now)

@@ -1,0 +1,129 @@
+"""The simulator replays traces through policy.plan with the timing its docstring states."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from capacity.model import Params
+from capacity.whatif.recommend import cheapest, fixed_pools, sweep
+from capacity.whatif.simulate import FixedPool, SimConfig, merge, percentile, simulate
+from capacity.whatif.synth import SynthSpec, generate
+from capacity.whatif.trace import TraceJob
+
+PARAMS = Params(max_runners=100, hud_failure_base_capacity=0)  # no floor before the first read
+CONFIG = SimConfig(params=PARAMS, delays=(60.0,), demand_lag=2.0, coalesce=0.15)
+
+
+def _job(n: int, at: float, duration: float, run: str | None = None) -> TraceJob:
+    return TraceJob(
+        job=str(n),
+        run=run or str(n),
+        labels=("linux",),
+        queued_at=at,
+        started_at=at,
+        completed_at=at + duration,
+    )
+
+
+def test_a_reactive_job_waits_for_the_read_the_pass_and_the_node() -> None:
+    out = simulate([_job(1, 0.0, 100.0)], CONFIG, FixedPool(0))
+    # Read at 0 (the job is queued), used 2 s later, pass 0.15 s after that, node 60 s.
+    assert out.waits == pytest.approx((62.15,))
+    assert out.busy == pytest.approx(100.0)
+    # The read at 60 still saw the job queued (it started at 62.15), so the lagged demand
+    # asked for a second pair: the cost of the lag, a node launched for nobody.
+    assert out.pairs_created == out.launches == 2
+    # Spare: the first node's launch (60 s), the second node from 62.15 to the end.
+    assert out.spare == pytest.approx(60 + 100)
+
+
+def test_a_warm_pair_takes_a_later_job_at_once() -> None:
+    jobs = [_job(1, 0.0, 10.0), _job(2, 1000.0, 10.0)]
+    reactive = simulate(jobs, CONFIG, FixedPool(0))
+    warm = simulate(jobs, CONFIG, FixedPool(1))
+    assert reactive.waits[-1] > 60
+    # Job 2 takes the warm pair at once; job 1 came with the pool's first pair (60 s).
+    assert warm.waits == (0.0, 60.0)
+    assert warm.spare > reactive.spare  # the warm pair was paid for
+
+
+def test_a_job_waits_for_a_running_pair_when_the_queue_exceeds_the_pool() -> None:
+    jobs = [_job(1, 0.0, 5.0), *(_job(n, 500.0, 500.0) for n in range(2, 6))]
+    out = simulate(jobs, CONFIG, FixedPool(2))
+    assert out.waits[:2] == (0.0, 0.0)  # two of the burst of four on warm pairs
+    assert all(w >= 60 for w in out.waits[2:])  # the rest wait for a node
+
+
+def test_the_pool_holds_its_size_between_jobs() -> None:
+    jobs = [_job(1, 0.0, 10.0), _job(2, 7200.0, 10.0)]
+    out = simulate(jobs, CONFIG, FixedPool(3))
+    # Three pairs for two hours (renewed every TTL: make-before-break holds a few more).
+    assert 3 * 7000 < out.pair_seconds < 4.5 * 7200
+    assert out.launches > 3  # renewals launch nodes: one pair per node
+
+
+@dataclass
+class _Recorder:
+    seen: list[tuple[float, int, int]] = field(default_factory=list)
+
+    def observe(self, now: float, queued_jobs: int, new_jobs: int) -> None:
+        self.seen.append((now, queued_jobs, new_jobs))
+
+    def target(self, now: float) -> int:
+        return 1 if now > 100 else 0
+
+
+def test_any_warm_pool_object_is_told_what_each_read_saw_and_asked_every_pass() -> None:
+    jobs = [_job(1, 0.0, 5.0), _job(2, 0.0, 5.0), _job(3, 40.0, 5.0), _job(4, 400.0, 5.0)]
+    pool = _Recorder()
+    out = simulate(jobs, CONFIG, pool)
+    assert pool.seen[0] == (2.0, 2, 2)  # read at 0, seen 2 s later
+    assert sum(new for _, _, new in pool.seen) == 3  # job 4 ended before the next read
+    assert all(now % 30 == 2.0 for now, _, _ in pool.seen)
+    assert out.waits[0] == 0.0  # the pool's pair, asked for after 100 s, took job 4
+
+
+def test_lookahead_sees_a_run_s_second_stage_coming() -> None:
+    # A run whose second stage is queued 100 s after its first.
+    jobs = [_job(1, 0.0, 100.0, run="r"), *(_job(n, 100.0, 30.0, run="r") for n in (2, 3))]
+    plain = simulate(jobs, CONFIG, FixedPool(0))
+    ahead = simulate(jobs, SimConfig(params=PARAMS, delays=(60.0,), lookahead=120.0), FixedPool(0))
+    assert ahead.waits == pytest.approx((0.0, 0.0, 62.15))  # both second-stage jobs at once
+    assert sum(plain.waits) > sum(ahead.waits) + 50
+
+
+def test_percentiles_are_nearest_rank_and_outcomes_merge() -> None:
+    assert percentile([], 90) == 0.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 90) == 4.0
+    a = simulate([_job(1, 0.0, 10.0)], CONFIG, FixedPool(0))
+    both = merge([a, a])
+    assert both.jobs == 2
+    assert both.busy == 2 * a.busy
+    assert len(both.waits) == 2
+
+
+def test_a_sweep_gives_a_curve_and_the_cheapest_setting_meeting_a_target() -> None:
+    jobs = generate(SynthSpec(minutes=60, label_sets=SynthSpec().label_sets[:1]), 7)
+    points = sweep(jobs, CONFIG, fixed_pools([0, 4, 12]))
+    assert [p.setting.name for p in points] == ["reactive", "fixed B=4", "fixed B=12"]
+    spares = [p.outcome.spare for p in points]
+    assert spares == sorted(spares)  # a bigger pool costs more...
+    assert points[-1].p90 <= points[0].p90  # ...and makes jobs wait less
+    best = cheapest(points, points[1].p90)
+    assert best is not None
+    assert best.outcome.spare <= points[1].outcome.spare
+    assert cheapest(points, -1.0) is None
+    described = best.describe(opt_spare=1000.0)
+    assert {"policy", "proactive_capacity", "queue_seconds", "spare_over_opt0"} <= described.keys()
+
+
+def test_bad_configurations_are_refused_with_the_field_named() -> None:
+    with pytest.raises(ValueError, match="delays"):
+        SimConfig(params=PARAMS, delays=())
+    with pytest.raises(ValueError, match="demand_interval"):
+        SimConfig(params=PARAMS, demand_interval=0)
+    with pytest.raises(ValueError, match="lookahead"):
+        SimConfig(params=PARAMS, lookahead=-1)

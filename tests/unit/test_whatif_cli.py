@@ -1,0 +1,108 @@
+"""``ghalistener whatif synth|optimum|simulate|recommend`` in process: JSON out, a table on
+request, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from capacity.whatif.simulate import FixedPool
+from listener import whatif
+
+
+def pool_of_two() -> FixedPool:
+    """A warm-pool factory for ``--pool-factory`` (any object with observe and target)."""
+    return FixedPool(2)
+
+
+@pytest.fixture
+def trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    path = tmp_path / "trace.jsonl"
+    assert whatif.main(["synth", "--seed", "4", "--minutes", "40", "--out", str(path)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["jobs"] == len(path.read_text().splitlines()) > 20
+    return path
+
+
+def test_synth_is_seeded(trace: Path, tmp_path: Path) -> None:
+    again = tmp_path / "again.jsonl"
+    whatif.main(["synth", "--seed", "4", "--minutes", "40", "--out", str(again)])
+    assert again.read_bytes() == trace.read_bytes()
+
+
+def test_optimum_per_label_set(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert whatif.main(["optimum", str(trace), "--lead", "60"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result["label_sets"]) == {"linux-cpu", "linux-gpu"}
+    cpu = result["label_sets"]["linux-cpu"]
+    assert cpu["spare_node_seconds"] > 0
+    assert cpu["launches"] >= cpu["peak_concurrency"]
+    assert whatif.main(["optimum", str(trace), "--table"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split()[:2] == ["label", "set"]
+
+
+def test_simulate_sweeps_pools_lookahead_and_pool_objects(
+    trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["simulate", str(trace), "--label-set", "linux-cpu", "--pools", "0,3"]
+    argv += ["--lookahead", "60", "--pool-factory", "tests.unit.test_whatif_cli:pool_of_two"]
+    assert whatif.main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    cpu = result["label_sets"]["linux-cpu"]
+    names = [p["policy"] for p in cpu["curve"]]
+    assert names == [
+        "reactive",
+        "fixed B=3",
+        "reactive+lookahead 60s",
+        "fixed B=3+lookahead 60s",
+        "tests.unit.test_whatif_cli:pool_of_two",
+    ]
+    point = cpu["curve"][1]
+    assert point["queue_seconds"]["p90"] <= cpu["curve"][0]["queue_seconds"]["p90"]
+    assert point["spare_over_opt0"] > 1  # no policy beats the optimum's spare at zero wait...
+    assert result["model"]["nodes"] == "one pair (one job) per node"
+    assert result["model"]["policy"]["downscale_delay"] == 300.0  # the settings' default
+
+
+def test_recommend_names_the_cheapest_setting_or_why_none(
+    trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["recommend", str(trace), "--label-set", "linux-gpu", "--pools", "0,2,6"]
+    assert whatif.main([*argv, "--p90", "1000"]) == 0
+    result = json.loads(capsys.readouterr().out)["label_sets"]["linux-gpu"]
+    assert result["recommended"]["policy"] == "reactive"  # every setting meets it: the cheapest
+    assert len(result["curve"]) == 3
+    assert "opt0" in result
+    assert whatif.main([*argv, "--p90", "0.001"]) == 0
+    result = json.loads(capsys.readouterr().out)["label_sets"]["linux-gpu"]
+    assert result["recommended"] is None
+    assert result["reason"].startswith("no setting swept meets p90 <= 0.001s")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--pools", "a-b"], "Error: --pools 'a-b': use sizes like 0,5,10 or 0-40:5\n"),
+        (["--label-set", "arm"], "Error: --label-set arm: not in the trace"),
+        (["--pool-factory", "nowhere:thing"], "Error: --pool-factory 'nowhere:thing': not found\n"),
+        (["--lead-jitter", "2"], "Error: --lead-jitter 2.0: must be in [0, 1]\n"),
+    ],
+)
+def test_bad_options_are_one_line(
+    trace: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert whatif.main(["simulate", str(trace), *argv]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(message)
+    assert err.count("\n") == 1
+
+
+def test_a_bad_trace_line_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"job":"1","run":"1","labels":[],"queued_at":"2026-01-01T00:00:00Z"}\n')
+    assert whatif.main(["optimum", str(path)]) == 1
+    assert capsys.readouterr().err == (
+        f"Error: {path}:1: field labels: expected a non-empty list of strings\n"
+    )
