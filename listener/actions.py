@@ -43,6 +43,7 @@ from listener.http import (
     DEFAULT_DEADLINE,
     LONG_POLL_DEADLINE,
     LONG_POLL_TIMEOUT,
+    SESSION_LEASE,
     Clock,
     Sleep,
     error_from_response,
@@ -185,13 +186,17 @@ class ActionsClient:
             clock=self._wall_clock,
         )
 
-    async def create_session(self, owner: str, *, conflict_timeout: float) -> Session:
-        """Create the message session; a 409 is retried for up to ``conflict_timeout`` s."""
+    async def create_session(
+        self, owner: str, *, conflict_timeout: float, lease: float = SESSION_LEASE
+    ) -> Session:
+        """Create the message session; a 409 is retried for up to ``conflict_timeout`` s, on
+        a schedule that follows the blocking session's ``lease`` (listener.http)."""
         path = f"{_SCALE_SETS}/{self._scale_set_id}/sessions"
         body = _json_body({"sessionId": NIL_SESSION_ID, "ownerName": owner})
         response, waited = await retry_on_conflict(
             lambda: self._admin("POST", path, body=body),
             give_up_after=conflict_timeout,
+            lease=lease,
             sleep=self._sleep,
             clock=self._clock,
         )

@@ -68,6 +68,7 @@ class Options:
 
     probe_addr: str = ":8081"
     session_conflict_timeout: float = 600.0
+    session_lease: float = http.SESSION_LEASE
     reissue_interval: float = 1.0
     kube_outage_timeout: float = 300.0
     shutdown_grace: float = DEFAULT_GRACE
@@ -91,6 +92,7 @@ class Options:
             session_conflict_timeout=seconds(
                 "LISTENER_SESSION_CONFLICT_TIMEOUT", cls.session_conflict_timeout
             ),
+            session_lease=seconds("LISTENER_SESSION_LEASE", cls.session_lease),
             reissue_interval=seconds("LISTENER_REISSUE_INTERVAL", cls.reissue_interval),
             kube_outage_timeout=seconds("LISTENER_KUBE_OUTAGE_TIMEOUT", cls.kube_outage_timeout),
             shutdown_grace=seconds("LISTENER_SHUTDOWN_GRACE", cls.shutdown_grace),
@@ -287,7 +289,9 @@ async def _listen(
     cfg = p.cfg
     session = await unless_stopped(
         p.actions.create_session(
-            _owner_name(), conflict_timeout=p.options.session_conflict_timeout
+            _owner_name(),
+            conflict_timeout=p.options.session_conflict_timeout,
+            lease=p.options.session_lease,
         ),
         stop,
     )
