@@ -37,10 +37,16 @@ from typing import Protocol, TypeVar
 
 import httpx
 
-from listener.errors import ActionsError, ProtocolError, SessionConflictError
+from listener.errors import (
+    ActionsError,
+    ProtocolError,
+    ScaleSetGoneError,
+    SessionConflictError,
+)
 from listener.github_auth import AdminConnection
 from listener.http import (
     DEFAULT_DEADLINE,
+    GONE_TIMEOUT,
     LONG_POLL_DEADLINE,
     LONG_POLL_TIMEOUT,
     SESSION_LEASE,
@@ -49,6 +55,7 @@ from listener.http import (
     error_from_response,
     redact_url,
     retry_on_conflict,
+    retry_while_gone,
     send,
 )
 from listener.wire import (
@@ -133,6 +140,7 @@ class ActionsClient:
         self._on_secret = on_secret
         self._session: Session | None = None
         self._refresh_lock = asyncio.Lock()
+        self._create_args: tuple[str, float, float, float] = ("", 0.0, SESSION_LEASE, 0.0)
 
     @property
     def session(self) -> Session | None:
@@ -187,22 +195,48 @@ class ActionsClient:
         )
 
     async def create_session(
-        self, owner: str, *, conflict_timeout: float, lease: float = SESSION_LEASE
+        self,
+        owner: str,
+        *,
+        conflict_timeout: float,
+        lease: float = SESSION_LEASE,
+        gone_timeout: float = GONE_TIMEOUT,
     ) -> Session:
         """Create the message session; a 409 is retried for up to ``conflict_timeout`` s, on
-        a schedule that follows the blocking session's ``lease`` (listener.http)."""
+        a schedule that follows the blocking session's ``lease``, and a 404 (the scale set
+        is gone) for up to ``gone_timeout`` s (listener.http). The same settings serve when
+        the session has to be created again (:meth:`_recreate_session`)."""
+        self._create_args = (owner, conflict_timeout, lease, gone_timeout)
+        return await self._create_session()
+
+    async def _create_session(self) -> Session:
+        owner, conflict_timeout, lease, gone_timeout = self._create_args
         path = f"{_SCALE_SETS}/{self._scale_set_id}/sessions"
         body = _json_body({"sessionId": NIL_SESSION_ID, "ownerName": owner})
-        response, waited = await retry_on_conflict(
-            lambda: self._admin("POST", path, body=body),
-            give_up_after=conflict_timeout,
-            lease=lease,
+        waited = 0.0
+
+        async def post() -> httpx.Response:
+            nonlocal waited
+            response, waited = await retry_on_conflict(
+                lambda: self._admin("POST", path, body=body),
+                give_up_after=conflict_timeout,
+                lease=lease,
+                sleep=self._sleep,
+                clock=self._clock,
+            )
+            return response
+
+        response, gone_for = await retry_while_gone(
+            post,
+            give_up_after=gone_timeout,
+            on_first=self._report_gone,
             sleep=self._sleep,
             clock=self._clock,
         )
-        if response.status_code == 409:
+        if response.status_code in (404, 409):
             error = error_from_response(response)
-            raise SessionConflictError(
+            kind = ScaleSetGoneError if response.status_code == 404 else SessionConflictError
+            raise kind(
                 error.status,
                 error.type_name,
                 error.message,
@@ -210,7 +244,7 @@ class ActionsClient:
                 error.github_request_id,
                 method=error.method,
                 url=error.url,
-                waited=waited,
+                waited=gone_for if response.status_code == 404 else waited,
             )
         if response.status_code != 200:
             raise error_from_response(response)
@@ -221,6 +255,36 @@ class ActionsClient:
             where = f"{response.request.method} {redact_url(response.request.url)}"
             raise ProtocolError(f"{where}: {exc}") from None
         return self._store(session)
+
+    def _report_gone(self, response: httpx.Response) -> None:
+        log.error(
+            "the runner scale set no longer exists on the Actions service (404 on session "
+            "create); ARC's controller must register it again. Checking again until "
+            "LISTENER_SCALE_SET_GONE_TIMEOUT, then exiting",
+            extra={
+                "scale_set_id": self._scale_set_id,
+                "error": str(error_from_response(response)),
+            },
+        )
+
+    async def _recreate_session(self, seen: Session, why: str) -> Session:
+        """The service no longer knows the session ``seen`` (it was evicted): create a new
+        one in its place. Callers that saw the same session share one create."""
+        async with self._refresh_lock:
+            current = self._session
+            if current is not None and current.session_id != seen.session_id:
+                return current
+            return await self._create_session_in_place(seen, why)
+
+    async def _create_session_in_place(self, gone: Session, why: str) -> Session:
+        log.warning(
+            "message session no longer exists on the service; creating a new one",
+            extra={"session_id": gone.session_id, "why": why},
+        )
+        self._session = None  # gone: nothing to DELETE at shutdown unless a new one comes
+        session = await self._create_session()
+        log.info("session created again", extra={"session_id": session.session_id})
+        return session
 
     async def _discard_unusable_session(self, body: bytes) -> None:
         """DELETE a session the service created but we cannot use (e.g. no statistics).
@@ -260,6 +324,10 @@ class ActionsClient:
         session = self._require_session()
         path = f"{_SCALE_SETS}/{self._scale_set_id}/sessions/{session.session_id}"
         response = await self._admin("PATCH", path)
+        if response.status_code == 404:
+            # Evicted on the service's side (actions/scaleset #123: "session ID that doesn't
+            # exist"); ARC exits here, every ~50 minutes for some organisations.
+            return await self._create_session_in_place(session, "404 on session refresh")
         if response.status_code != 200:
             raise error_from_response(response)
         previous = session.statistics
@@ -305,14 +373,20 @@ class ActionsClient:
     # --- queue calls ---------------------------------------------------------------------------
 
     async def _with_queue_token(
-        self, call: Callable[[Session], Awaitable[httpx.Response]]
+        self,
+        call: Callable[[Session], Awaitable[httpx.Response]],
+        *,
+        recreate_on_404: bool = False,
     ) -> httpx.Response:
         """Make a call authorised by the queue token; on 401 refresh the session and retry.
 
         ARC refreshes once and gives up when the new token is refused too. Here a second 401
         first gets a fresh admin token through the whole auth chain (the refresh may have been
         made with an admin token the service no longer honours), then one more refresh and
-        one more try; a third 401 is returned to the caller.
+        one more try; a third 401 is returned to the caller. With ``recreate_on_404`` (the
+        message-queue calls), a 404 means the service evicted the session: a new one is
+        created and the call made once more (ARC exits). A refresh answered 404 does the
+        same (:meth:`refresh_session`).
         """
         session = self._require_session()
         response = await call(session)
@@ -320,6 +394,10 @@ class ActionsClient:
             if response.status_code != 401:
                 break
             session = await self._refresh_after_401(session, renew_admin=renew_admin)
+            response = await call(session)
+        if response.status_code == 404 and recreate_on_404:
+            method = response.request.method
+            session = await self._recreate_session(session, f"404 on {method} message")
             response = await call(session)
         return response
 
@@ -379,7 +457,7 @@ class ActionsClient:
             max_capacity = _constant(max_capacity)
         capacity = max_capacity
         response = await self._with_queue_token(
-            lambda session: self._poll(session, last_message_id, capacity)
+            lambda session: self._poll(session, last_message_id, capacity), recreate_on_404=True
         )
         if response.status_code == 202:
             return None
@@ -404,6 +482,8 @@ class ActionsClient:
 
     async def delete_message(self, message_id: int) -> None:
         """Ack (DELETE) a message: 204 expected."""
-        response = await self._with_queue_token(lambda session: self._ack(session, message_id))
+        response = await self._with_queue_token(
+            lambda session: self._ack(session, message_id), recreate_on_404=True
+        )
         if response.status_code != 204:
             raise error_from_response(response)

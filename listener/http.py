@@ -477,3 +477,59 @@ async def retry_on_conflict(
     except RetryError as exc:
         response = exc.last_attempt.result()
     return response, elapsed()
+
+
+GONE_TIMEOUT = 600.0
+"""Seconds to keep re-checking a scale set the service answers 404 for (the default of
+``LISTENER_SCALE_SET_GONE_TIMEOUT``)."""
+
+
+async def retry_while_gone(
+    call: Callable[[], Awaitable[httpx.Response]],
+    *,
+    give_up_after: float,
+    on_first: Callable[[httpx.Response], None],
+    sleep: Sleep = asyncio.sleep,
+    clock: Clock = time.monotonic,
+) -> tuple[httpx.Response, float]:
+    """Repeat ``call`` while it answers 404, for at most ``give_up_after`` seconds, waiting
+    5 s doubling to 60 s; ``on_first`` sees the first 404 (the one log line).
+
+    Used for session create, whose 404 means the scale set is gone. That is usually for
+    good (deleted on GitHub's side; only ARC's controller can register it again), but it has
+    also been answered for a while during an Actions-service outage. Exiting at once would
+    make the controller recreate the pod at once, over and over, each time running the whole
+    auth chain; waiting bounds that to one restart per ``give_up_after`` and rides out a
+    transient 404. Returns the final response (still 404 when we gave up) and the seconds
+    spent.
+    """
+    start = clock()
+
+    def elapsed() -> float:
+        return clock() - start
+
+    told = False
+
+    retrying = AsyncRetrying(
+        stop=lambda _state: elapsed() >= give_up_after,
+        wait=lambda state: min(
+            exponential(state.attempt_number, base=_AFTER_BASE, cap=_AFTER_CAP),
+            max(0.0, give_up_after - elapsed()),
+        ),
+        retry=retry_if_result(lambda response: response.status_code == 404),
+        sleep=sleep,
+    )
+
+    async def attempt() -> httpx.Response:
+        nonlocal told
+        response = await call()
+        if response.status_code == 404 and not told:
+            told = True
+            on_first(response)
+        return response
+
+    try:
+        response: httpx.Response = await retrying(attempt)
+    except RetryError as exc:
+        response = exc.last_attempt.result()
+    return response, elapsed()

@@ -520,7 +520,7 @@ async def test_get_message_5xx_is_retried_by_the_http_layer(
     assert fake.sleeps == [1.0]
 
 
-@pytest.mark.parametrize("status", [400, 403, 404, 501])
+@pytest.mark.parametrize("status", [400, 403, 410, 501])  # 404: test_actions_self_healing.py
 @respx.mock
 async def test_get_message_other_statuses_are_errors(actions: ActionsClient, status: int) -> None:
     await with_session(actions)
@@ -663,7 +663,7 @@ async def test_delete_message_401_refreshes_once(actions: ActionsClient) -> None
     assert route.calls.last.request.headers["Authorization"] == "Bearer queue-token-2"
 
 
-@pytest.mark.parametrize("status", [200, 404])
+@pytest.mark.parametrize("status", [200, 400])  # 404: test_actions_self_healing.py
 @respx.mock
 async def test_delete_message_needs_204(actions: ActionsClient, status: int) -> None:
     await with_session(actions)
