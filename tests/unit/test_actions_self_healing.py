@@ -58,9 +58,11 @@ async def test_a_404_on_refresh_creates_a_new_session(actions: ActionsClient) ->
     refresh = respx.patch(f"{SESSIONS}/{SESSION_ID}", params=API).respond(404, json=EVICTED)
     create = respx.post(SESSIONS, params=API).mock(side_effect=[new_session()])
     message = await actions.get_message(5, 10)
-    assert message is not None and message.message_id == 9
+    assert message is not None
+    assert message.message_id == 9
     assert (refresh.call_count, create.call_count) == (1, 1)
-    assert actions.session is not None and actions.session.session_id == NEW_ID
+    assert actions.session is not None
+    assert actions.session.session_id == NEW_ID
     tokens = [c.request.headers["Authorization"] for c in poll.calls]
     assert tokens == ["Bearer queue-token-1", "Bearer queue-token-new"]
     # The cursor is kept: messages up to it were acked, later ones come on the new session.

@@ -42,7 +42,8 @@ async def test_a_dropped_session_is_created_again_and_the_job_still_comes(
     assert message is not None
     assert [j.message_type for j in message.jobs] == ["JobAvailable"]
     live = fake.session(1)
-    assert live is not None and actions.session is not None
+    assert live is not None
+    assert actions.session is not None
     assert live.session_id == actions.session.session_id != first.session_id
     assert fake.sessions_created == 2
     refreshes = fake.requests_for("session_refresh")
