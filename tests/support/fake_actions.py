@@ -178,11 +178,14 @@ class ScriptedPoll:
     """One scripted answer to a GET message, bypassing the job machinery.
 
     ``message`` is the 200 body (an envelope, or raw bytes sent as they are), or None for a
-    202. ``delay`` holds the poll that long before answering.
+    202. ``delay`` holds the poll that long before answering. ``drop`` instead ends the
+    session: ``"evict"`` as the broker evicts one (this poll and later ones with its token
+    get 401, its refresh 404), ``"expire"`` quietly (this poll gets 404).
     """
 
     message: dict[str, Any] | bytes | None = None
     delay: float = 0.0
+    drop: str | None = None
 
 
 @dataclass(frozen=True)
@@ -1094,6 +1097,14 @@ class FakeActions:
         self, scale_set: FakeScaleSet, session: FakeSession, record: PollRecord
     ) -> web.Response:
         item = scale_set.script.popleft()
+        if item.drop is not None:
+            record.ended = time.monotonic()
+            record.outcome = item.drop
+            if item.drop == "evict":
+                self.evict_session(scale_set.id)
+                raise _reject(401, "VssUnauthorizedException", "message queue token is not valid")
+            self.expire_session(scale_set.id)
+            raise _reject(404, "MessageQueueNotFoundException", "The session has expired.")
         try:
             if item.delay:
                 await asyncio.sleep(item.delay)
