@@ -15,8 +15,10 @@ Two kinds of calls:
   refused with 401 is repeated once with a renewed admin token.
 
 Transport retries come from :func:`listener.http.send`; the only other retries here are the
-401 renewals above and the bounded one on a 409 at session create (ARC exits instead and the
-pod crash-loops until the old session expires).
+401 renewals above, the bounded waits at session create on a 409 (another session is live;
+ARC exits and the pod crash-loops until it expires) and on a 404 (the scale set is gone; ARC
+crash-loops for good), and one new session when the service answers 404 for the current one
+on a refresh, a poll or an ack (it evicted the session; ARC exits).
 
 :meth:`ActionsClient.get_message` may be cancelled at any point (the loop abandons a poll when
 the advertised capacity changes); nothing is half-updated by that and the client stays usable.
