@@ -143,6 +143,7 @@ class ActionsClient:
         self._session: Session | None = None
         self._refresh_lock = asyncio.Lock()
         self._create_args: tuple[str, float, float, float] = ("", 0.0, SESSION_LEASE, 0.0)
+        self._recreating: asyncio.Task[Session] | None = None
 
     @property
     def session(self) -> Session | None:
@@ -276,7 +277,24 @@ class ActionsClient:
             current = self._session
             if current is not None and current.session_id != seen.session_id:
                 return current
-            return await self._create_session_in_place(seen, why)
+            task = self._start_recreate(seen, why)
+        return await asyncio.shield(task)
+
+    def _start_recreate(self, gone: Session, why: str) -> asyncio.Task[Session]:
+        """The create as a task of its own, awaited shielded: the loop cancels polls when the
+        capacity changes, and a create cancelled half-way could leave a session on the
+        service that nobody holds (the next create would meet a 409). A cancelled caller's
+        create finishes anyway; the next call waits for it (:meth:`_session_or_pending`)."""
+        if self._recreating is None or self._recreating.done():
+            self._recreating = asyncio.create_task(
+                self._create_session_in_place(gone, why), name="recreate-session"
+            )
+        return self._recreating
+
+    async def _session_or_pending(self) -> Session:
+        if self._session is None and self._recreating is not None:
+            return await asyncio.shield(self._recreating)
+        return self._require_session()
 
     async def _create_session_in_place(self, gone: Session, why: str) -> Session:
         log.warning(
@@ -329,7 +347,8 @@ class ActionsClient:
         if response.status_code == 404:
             # Evicted on the service's side (actions/scaleset #123: "session ID that doesn't
             # exist"); ARC exits here, every ~50 minutes for some organisations.
-            return await self._create_session_in_place(session, "404 on session refresh")
+            # The caller holds the refresh lock, so the create is started here directly.
+            return await asyncio.shield(self._start_recreate(session, "404 on session refresh"))
         if response.status_code != 200:
             raise error_from_response(response)
         previous = session.statistics
@@ -390,7 +409,7 @@ class ActionsClient:
         created and the call made once more (ARC exits). A refresh answered 404 does the
         same (:meth:`refresh_session`).
         """
-        session = self._require_session()
+        session = await self._session_or_pending()
         response = await call(session)
         for renew_admin in (False, True):
             if response.status_code != 401:

@@ -3,6 +3,7 @@ longer knows is re-checked for a bounded time (docs/wire-protocol.md §3)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import httpx
@@ -164,3 +165,36 @@ async def test_a_scale_set_gone_while_running_ends_with_no_session_to_delete(
     with pytest.raises(ScaleSetGoneError):
         await actions.get_message(0, 10)
     assert actions.session is None
+
+
+@respx.mock
+async def test_a_poll_cancelled_during_the_new_session_leaves_no_session_behind(
+    actions: ActionsClient,
+) -> None:
+    """The loop abandons polls when the capacity changes. A poll cancelled while its new
+    session is being created must not leave that session on the service unheld (the next
+    create would meet a 409): the create finishes, and the next poll uses it."""
+    await with_session(actions)
+    created = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow_create(_request: httpx.Request) -> httpx.Response:
+        created.set()
+        await release.wait()
+        return new_session()
+
+    poll = respx.get(url__startswith=QUEUE).mock(
+        side_effect=[httpx.Response(404), httpx.Response(202)]
+    )
+    create = respx.post(SESSIONS, params=API).mock(side_effect=slow_create)
+    first = asyncio.create_task(actions.get_message(0, 10))
+    await created.wait()
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    release.set()
+    assert await actions.get_message(0, 10) is None
+    assert create.call_count == 1
+    assert poll.calls.last.request.headers["Authorization"] == "Bearer queue-token-new"
+    assert actions.session is not None
+    assert actions.session.session_id == NEW_ID
