@@ -30,7 +30,14 @@ The plan, in order:
 1. not owned → ORPHAN; Succeeded/Failed → FINISHED; past `expires_at` → EXPIRED (per pod);
 2. a slot with a half in phase Unknown or Running on an unusable node → the whole slot
    UNUSABLE; a slot with a half Pending longer than `ready_timeout` → the whole slot TIMEOUT;
-3. pairing of lone halves as above;
+3. runner room: placeholder-runners beyond ``max_runners − real runners`` go at once
+   (EXCESS), real runners being the active EphemeralRunners (also those whose pod is still
+   being created) or the runner pods alive, whichever is more: those not ready first, then
+   lone ones, then the newest. A ready pair loses only its runner half while real runners
+   still need workflow room (its workflow half is then a lone half, reserved below); else
+   it goes whole. So runner halves and the runner pods about to take their room are never
+   both held (docs/capacity-model.md §5);
+3b. pairing of lone halves as above;
 4. pairs within `renew_before` of expiry are *renewing*; the rest are *fresh*;
 5. fresh pairs above the damped target are deleted (EXCESS): Pending ones first, then the
    newest Running ones. The damped target is the maximum `desired_pairs` seen during the
@@ -43,7 +50,7 @@ The plan, in order:
    beyond max_runners go at once (EXCESS);
 9. new pairs up to `desired_pairs`, limited so that (a) pairs Pending stay within
    `max_pending_pairs` — the cap is on pairs *in flight*, not in existence, so a long queue
-   drains (ci-infra #606) — and (b) placeholder-runners plus active real runners never
+   drains (ci-infra #606) — and (b) placeholder-runners plus real runners never
    exceed `max_runners` (ci-infra #528). Consequence of (b): a pool sized exactly at the cap
    renews by letting a pair expire first (a short dip) rather than going over the cap;
    and (c), with NodePool limits read, within the pairs the pools can still hold
@@ -62,7 +69,7 @@ place, so its invariants (checked by the Hypothesis properties) can be read toge
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
@@ -120,6 +127,14 @@ def count_sides(observed: Observed, params: Params, *, excluding: Iterable[str] 
     )
     advertised = max(0, min(params.max_runners, runner_side, workflow_side))
     return Sides(runner_side=runner_side, workflow_side=workflow_side, advertised=advertised)
+
+
+def real_runners(observed: Observed) -> int:
+    """Real runners that hold runner room or are about to take some: the active
+    EphemeralRunners (also those whose pod is still being created), or the runner pods alive
+    (bound or not, not finished or terminating) when the pod watch is ahead."""
+    alive = sum(1 for r in observed.runner_pods if not r.terminating and r.phase in _HOLDING_PHASES)
+    return max(observed.active_runners, alive)
 
 
 def headroom(params: Params, active_runners: int) -> int:
@@ -251,6 +266,44 @@ def _renew_keep_order(pair: _Pair, params: Params) -> tuple[bool, float, str]:
     return (not pair.ready(params), -pair.expires_at, pair.runner.name)
 
 
+def _cap_runner_halves(
+    complete: list[_Pair],
+    lone_runners: list[Placeholder],
+    lone_workflows: list[Placeholder],
+    observed: Observed,
+    params: Params,
+    delete: Callable[[Iterable[Placeholder], DeleteReason], None],
+) -> None:
+    """Delete runner halves beyond ``max_runners − real runners`` (EXCESS): those not ready
+    first, then lone ones, then the newest. A ready pair keeps its workflow half while real
+    runners still need workflow room (it joins the lone halves and is reserved in step 3b);
+    otherwise the pair goes whole. Updates the three lists in place."""
+    over = len(complete) + len(lone_runners) - headroom(params, real_runners(observed))
+    if over <= 0:
+        return
+    reservable = _runners_needing_workflow_room(observed) - len(lone_workflows)
+    candidates: list[tuple[Placeholder, _Pair | None]] = [(p, None) for p in lone_runners]
+    candidates += [(pair.runner, pair) for pair in complete]
+
+    def order(candidate: tuple[Placeholder, _Pair | None]) -> tuple[bool, bool, float, str]:
+        half, pair = candidate
+        ready = pair.ready(params) if pair is not None else is_ready(half, params)
+        return (ready, pair is not None, -half.created_at, half.name)
+
+    for half, pair in sorted(candidates, key=order)[:over]:
+        if pair is None:
+            lone_runners.remove(half)
+            delete([half], DeleteReason.EXCESS)
+        elif pair.ready(params) and reservable > 0:
+            complete.remove(pair)
+            delete([half], DeleteReason.EXCESS)
+            lone_workflows.append(pair.workflow)
+            reservable -= 1
+        else:
+            complete.remove(pair)
+            delete([pair.runner, pair.workflow], DeleteReason.EXCESS)
+
+
 def _runners_needing_workflow_room(observed: Observed) -> int:
     """Real runners that may still need workflow capacity: alive runner pods without a bound
     workflow pod, or — if more — active EphemeralRunners without one. The EphemeralRunner
@@ -291,7 +344,8 @@ def plan(
     counts are computed: no creates, no deletes, memory unchanged. ``pool_room`` caps the
     new pairs by what the NodePools' limits still admit (``nodepool_room``; None: no cap)."""
     sides = count_sides(observed, params)
-    desired = desired_pairs(params, demand, observed.active_runners)
+    real = real_runners(observed)
+    desired = desired_pairs(params, demand, real)
     if not observed.synced:
         return (
             Plan(
@@ -347,7 +401,14 @@ def plan(
         else:
             lone_workflows.append(halves[Role.WORKFLOW])
 
-    # 3. Lone halves: reserve, pair up; the rest are left over (step 8).
+    # 3. Runner room: placeholder-runners plus real runners never above max_runners. When
+    # ARC creates runners for assigned jobs, their pods are about to take runner halves'
+    # room; runner halves beyond what is left go now (not after the downscale delay), so
+    # the two are never both held. A ready pair keeps its workflow half, as a lone half
+    # reserved for those runners' workflow pods, while they need one; else it goes whole.
+    _cap_runner_halves(complete, lone_runners, lone_workflows, observed, params, delete)
+
+    # 3b. Lone halves: reserve, pair up; the rest are left over (step 8).
     lone_runners.sort(key=lambda p: _lone_keep_order(p, params))
     lone_workflows.sort(key=lambda p: _lone_keep_order(p, params))
     reserved = min(len(lone_workflows), _runners_needing_workflow_room(observed))
@@ -411,7 +472,7 @@ def plan(
             lone_since.append((p.name, since))
 
     # 9. Scale up at once, within the in-flight cap and the max_runners headroom.
-    room = headroom(params, observed.active_runners) - kept_lone_runners
+    room = headroom(params, real) - kept_lone_runners
     count = max(
         0,
         min(desired - kept_fresh, room - kept_total, params.max_pending_pairs - kept_pending),

@@ -15,8 +15,10 @@ Two kinds of calls:
   refused with 401 is repeated once with a renewed admin token.
 
 Transport retries come from :func:`listener.http.send`; the only other retries here are the
-401 renewals above and the bounded one on a 409 at session create (ARC exits instead and the
-pod crash-loops until the old session expires).
+401 renewals above, the bounded waits at session create on a 409 (another session is live;
+ARC exits and the pod crash-loops until it expires) and on a 404 (the scale set is gone; ARC
+crash-loops for good), and one new session when the service answers 404 for the current one
+on a refresh, a poll or an ack (it evicted the session; ARC exits).
 
 :meth:`ActionsClient.get_message` may be cancelled at any point (the loop abandons a poll when
 the advertised capacity changes); nothing is half-updated by that and the client stays usable.
@@ -37,17 +39,25 @@ from typing import Protocol, TypeVar
 
 import httpx
 
-from listener.errors import ActionsError, ProtocolError, SessionConflictError
+from listener.errors import (
+    ActionsError,
+    ProtocolError,
+    ScaleSetGoneError,
+    SessionConflictError,
+)
 from listener.github_auth import AdminConnection
 from listener.http import (
     DEFAULT_DEADLINE,
+    GONE_TIMEOUT,
     LONG_POLL_DEADLINE,
     LONG_POLL_TIMEOUT,
+    SESSION_LEASE,
     Clock,
     Sleep,
     error_from_response,
     redact_url,
     retry_on_conflict,
+    retry_while_gone,
     send,
 )
 from listener.wire import (
@@ -132,6 +142,8 @@ class ActionsClient:
         self._on_secret = on_secret
         self._session: Session | None = None
         self._refresh_lock = asyncio.Lock()
+        self._create_args: tuple[str, float, float, float] = ("", 0.0, SESSION_LEASE, 0.0)
+        self._recreating: asyncio.Task[Session] | None = None
 
     @property
     def session(self) -> Session | None:
@@ -185,19 +197,49 @@ class ActionsClient:
             clock=self._wall_clock,
         )
 
-    async def create_session(self, owner: str, *, conflict_timeout: float) -> Session:
-        """Create the message session; a 409 is retried for up to ``conflict_timeout`` s."""
+    async def create_session(
+        self,
+        owner: str,
+        *,
+        conflict_timeout: float,
+        lease: float = SESSION_LEASE,
+        gone_timeout: float = GONE_TIMEOUT,
+    ) -> Session:
+        """Create the message session; a 409 is retried for up to ``conflict_timeout`` s, on
+        a schedule that follows the blocking session's ``lease``, and a 404 (the scale set
+        is gone) for up to ``gone_timeout`` s (listener.http). The same settings serve when
+        the session has to be created again (:meth:`_recreate_session`)."""
+        self._create_args = (owner, conflict_timeout, lease, gone_timeout)
+        return await self._create_session()
+
+    async def _create_session(self) -> Session:
+        owner, conflict_timeout, lease, gone_timeout = self._create_args
         path = f"{_SCALE_SETS}/{self._scale_set_id}/sessions"
         body = _json_body({"sessionId": NIL_SESSION_ID, "ownerName": owner})
-        response, waited = await retry_on_conflict(
-            lambda: self._admin("POST", path, body=body),
-            give_up_after=conflict_timeout,
+        waited = 0.0
+
+        async def post() -> httpx.Response:
+            nonlocal waited
+            response, waited = await retry_on_conflict(
+                lambda: self._admin("POST", path, body=body),
+                give_up_after=conflict_timeout,
+                lease=lease,
+                sleep=self._sleep,
+                clock=self._clock,
+            )
+            return response
+
+        response, gone_for = await retry_while_gone(
+            post,
+            give_up_after=gone_timeout,
+            on_first=self._report_gone,
             sleep=self._sleep,
             clock=self._clock,
         )
-        if response.status_code == 409:
+        if response.status_code in (404, 409):
             error = error_from_response(response)
-            raise SessionConflictError(
+            kind = ScaleSetGoneError if response.status_code == 404 else SessionConflictError
+            raise kind(
                 error.status,
                 error.type_name,
                 error.message,
@@ -205,7 +247,7 @@ class ActionsClient:
                 error.github_request_id,
                 method=error.method,
                 url=error.url,
-                waited=waited,
+                waited=gone_for if response.status_code == 404 else waited,
             )
         if response.status_code != 200:
             raise error_from_response(response)
@@ -216,6 +258,53 @@ class ActionsClient:
             where = f"{response.request.method} {redact_url(response.request.url)}"
             raise ProtocolError(f"{where}: {exc}") from None
         return self._store(session)
+
+    def _report_gone(self, response: httpx.Response) -> None:
+        log.error(
+            "the runner scale set no longer exists on the Actions service (404 on session "
+            "create); ARC's controller must register it again. Checking again until "
+            "LISTENER_SCALE_SET_GONE_TIMEOUT, then exiting",
+            extra={
+                "scale_set_id": self._scale_set_id,
+                "error": str(error_from_response(response)),
+            },
+        )
+
+    async def _recreate_session(self, seen: Session, why: str) -> Session:
+        """The service no longer knows the session ``seen`` (it was evicted): create a new
+        one in its place. Callers that saw the same session share one create."""
+        async with self._refresh_lock:
+            current = self._session
+            if current is not None and current.session_id != seen.session_id:
+                return current
+            task = self._start_recreate(seen, why)
+        return await asyncio.shield(task)
+
+    def _start_recreate(self, gone: Session, why: str) -> asyncio.Task[Session]:
+        """The create as a task of its own, awaited shielded: the loop cancels polls when the
+        capacity changes, and a create cancelled half-way could leave a session on the
+        service that nobody holds (the next create would meet a 409). A cancelled caller's
+        create finishes anyway; the next call waits for it (:meth:`_session_or_pending`)."""
+        if self._recreating is None or self._recreating.done():
+            self._recreating = asyncio.create_task(
+                self._create_session_in_place(gone, why), name="recreate-session"
+            )
+        return self._recreating
+
+    async def _session_or_pending(self) -> Session:
+        if self._session is None and self._recreating is not None:
+            return await asyncio.shield(self._recreating)
+        return self._require_session()
+
+    async def _create_session_in_place(self, gone: Session, why: str) -> Session:
+        log.warning(
+            "message session no longer exists on the service; creating a new one",
+            extra={"session_id": gone.session_id, "why": why},
+        )
+        self._session = None  # gone: nothing to DELETE at shutdown unless a new one comes
+        session = await self._create_session()
+        log.info("session created again", extra={"session_id": session.session_id})
+        return session
 
     async def _discard_unusable_session(self, body: bytes) -> None:
         """DELETE a session the service created but we cannot use (e.g. no statistics).
@@ -255,6 +344,11 @@ class ActionsClient:
         session = self._require_session()
         path = f"{_SCALE_SETS}/{self._scale_set_id}/sessions/{session.session_id}"
         response = await self._admin("PATCH", path)
+        if response.status_code == 404:
+            # Evicted on the service's side (actions/scaleset #123: "session ID that doesn't
+            # exist"); ARC exits here, every ~50 minutes for some organisations.
+            # The caller holds the refresh lock, so the create is started here directly.
+            return await asyncio.shield(self._start_recreate(session, "404 on session refresh"))
         if response.status_code != 200:
             raise error_from_response(response)
         previous = session.statistics
@@ -300,21 +394,31 @@ class ActionsClient:
     # --- queue calls ---------------------------------------------------------------------------
 
     async def _with_queue_token(
-        self, call: Callable[[Session], Awaitable[httpx.Response]]
+        self,
+        call: Callable[[Session], Awaitable[httpx.Response]],
+        *,
+        recreate_on_404: bool = False,
     ) -> httpx.Response:
         """Make a call authorised by the queue token; on 401 refresh the session and retry.
 
         ARC refreshes once and gives up when the new token is refused too. Here a second 401
         first gets a fresh admin token through the whole auth chain (the refresh may have been
         made with an admin token the service no longer honours), then one more refresh and
-        one more try; a third 401 is returned to the caller.
+        one more try; a third 401 is returned to the caller. With ``recreate_on_404`` (the
+        message-queue calls), a 404 means the service evicted the session: a new one is
+        created and the call made once more (ARC exits). A refresh answered 404 does the
+        same (:meth:`refresh_session`).
         """
-        session = self._require_session()
+        session = await self._session_or_pending()
         response = await call(session)
         for renew_admin in (False, True):
             if response.status_code != 401:
                 break
             session = await self._refresh_after_401(session, renew_admin=renew_admin)
+            response = await call(session)
+        if response.status_code == 404 and recreate_on_404:
+            method = response.request.method
+            session = await self._recreate_session(session, f"404 on {method} message")
             response = await call(session)
         return response
 
@@ -374,7 +478,7 @@ class ActionsClient:
             max_capacity = _constant(max_capacity)
         capacity = max_capacity
         response = await self._with_queue_token(
-            lambda session: self._poll(session, last_message_id, capacity)
+            lambda session: self._poll(session, last_message_id, capacity), recreate_on_404=True
         )
         if response.status_code == 202:
             return None
@@ -399,6 +503,8 @@ class ActionsClient:
 
     async def delete_message(self, message_id: int) -> None:
         """Ack (DELETE) a message: 204 expected."""
-        response = await self._with_queue_token(lambda session: self._ack(session, message_id))
+        response = await self._with_queue_token(
+            lambda session: self._ack(session, message_id), recreate_on_404=True
+        )
         if response.status_code != 204:
             raise error_from_response(response)

@@ -68,6 +68,8 @@ class Options:
 
     probe_addr: str = ":8081"
     session_conflict_timeout: float = 600.0
+    session_lease: float = http.SESSION_LEASE
+    scale_set_gone_timeout: float = http.GONE_TIMEOUT
     reissue_interval: float = 1.0
     kube_outage_timeout: float = 300.0
     shutdown_grace: float = DEFAULT_GRACE
@@ -90,6 +92,10 @@ class Options:
             probe_addr=env.get("LISTENER_PROBE_ADDR", cls.probe_addr),
             session_conflict_timeout=seconds(
                 "LISTENER_SESSION_CONFLICT_TIMEOUT", cls.session_conflict_timeout
+            ),
+            session_lease=seconds("LISTENER_SESSION_LEASE", cls.session_lease),
+            scale_set_gone_timeout=seconds(
+                "LISTENER_SCALE_SET_GONE_TIMEOUT", cls.scale_set_gone_timeout
             ),
             reissue_interval=seconds("LISTENER_REISSUE_INTERVAL", cls.reissue_interval),
             kube_outage_timeout=seconds("LISTENER_KUBE_OUTAGE_TIMEOUT", cls.kube_outage_timeout),
@@ -166,8 +172,10 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
         else None
     )
     health = Health()
-    # Liveness must not kill the pod while it waits out a 409 session conflict.
-    health.add("poll", max_age=180.0, live_max_age=options.session_conflict_timeout + 3 * 180.0)
+    # Liveness must not kill the pod while it waits out a 409 session conflict or re-checks
+    # a scale set answered 404 (at start-up, or when a session has to be created again).
+    waits = options.session_conflict_timeout + options.scale_set_gone_timeout
+    health.add("poll", max_age=180.0, live_max_age=waits + 3 * 180.0)
     # With the monitor on, nothing is confirmed until its first pass: advertise 0, not
     # max_runners, so a restart never opens the gate to capacity nobody has checked.
     advertised = AdvertisedCapacity(
@@ -287,7 +295,10 @@ async def _listen(
     cfg = p.cfg
     session = await unless_stopped(
         p.actions.create_session(
-            _owner_name(), conflict_timeout=p.options.session_conflict_timeout
+            _owner_name(),
+            conflict_timeout=p.options.session_conflict_timeout,
+            lease=p.options.session_lease,
+            gone_timeout=p.options.scale_set_gone_timeout,
         ),
         stop,
     )

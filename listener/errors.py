@@ -5,7 +5,8 @@
     ActionsError                      base; str() is always one line and never holds a token
     ├── ActionsHTTPError              a response with a status the call does not accept
     │   ├── UnauthorizedError         401
-    │   └── SessionConflictError      409 on session create, still there when we gave up
+    │   ├── SessionConflictError      409 on session create, still there when we gave up
+    │   └── ScaleSetGoneError         404 on session create: the scale set no longer exists
     ├── RequestFailedError            no response at all: connect/TLS/timeout/protocol failure
     ├── RetriesExhaustedError         the retry policy gave up; ``last_error`` says on what
     ├── ProtocolError                 a success status whose body does not have the wire shape
@@ -117,6 +118,35 @@ class SessionConflictError(ActionsHTTPError):
                 "listener owns this scale set's session, or a dead one's has not expired yet"
             )
         return base
+
+
+class ScaleSetGoneError(ActionsHTTPError):
+    """404 on session create: the service no longer knows the scale set (deleted on GitHub's
+    side, or registered again under a new id), still so after ``waited`` seconds."""
+
+    def __init__(
+        self,
+        status: int = 404,
+        type_name: str = "",
+        message: str = "",
+        activity_id: str = "",
+        github_request_id: str = "",
+        *,
+        method: str = "",
+        url: str = "",
+        waited: float = 0.0,
+    ) -> None:
+        self.waited = waited
+        super().__init__(
+            status, type_name, message, activity_id, github_request_id, method=method, url=url
+        )
+
+    def _render(self) -> str:
+        return (
+            f"{super()._render()}; the runner scale set does not exist on the Actions service "
+            f"(still so after {self.waited:.0f} s): it must be registered again by ARC's "
+            "controller (its runner-scale-set-id annotation is stale)"
+        )
 
 
 class RequestFailedError(ActionsError):

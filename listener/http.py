@@ -381,40 +381,79 @@ async def send(
     return response
 
 
+SESSION_LEASE = 60.0
+"""How long the service keeps a session whose owner went silent (seconds; the default of
+``LISTENER_SESSION_LEASE``). GitHub does not document it; about a minute is what the loop's
+keep-alive already assumes."""
+
+_FAR_STEP = 5.0  # between retries while the old session's lease is far from over
+_NEAR_STEP = 2.0  # around the moment it runs out
+_NEAR_BEFORE = 15.0  # the near window opens this long before the latest possible expiry...
+_NEAR_AFTER = 10.0  # ...and closes this long after it (the service's sweep may lag)
+_AFTER_BASE = 5.0  # then: a live listener holds the session, back off from here...
+_AFTER_CAP = 60.0  # ...to this
+
+
+def conflict_wait(elapsed: float, after_attempts: int, *, lease: float) -> float:
+    """The wait before the next session create, ``elapsed`` seconds after the first 409.
+
+    A 409 means some session is live. If its owner is dead (SIGKILL, node loss), the
+    service expires it ``lease`` seconds after it last heard from it, which was before our
+    first 409: so it ends at the latest ``lease`` after that, usually a few seconds earlier
+    (the time the pod took to come back). The schedule follows that: a retry every 5 s
+    while the end is far, every 2 s from ``_NEAR_BEFORE`` before it to ``_NEAR_AFTER`` after
+    it, so a new session follows the old one's expiry within one step; after that the
+    session evidently belongs to a live listener (or the lease is longer than configured)
+    and the waits grow from 5 s to 60 s. ``after_attempts`` counts the tries made after the
+    near window (1 = the first). A far wait never jumps past the start of the near window.
+    """
+    near_from = max(0.0, lease - _NEAR_BEFORE)
+    if elapsed < near_from:
+        return min(_FAR_STEP, near_from - elapsed)
+    if elapsed < lease + _NEAR_AFTER:
+        return _NEAR_STEP
+    return exponential(after_attempts, base=_AFTER_BASE, cap=_AFTER_CAP)
+
+
 async def retry_on_conflict(
     call: Callable[[], Awaitable[httpx.Response]],
     *,
     give_up_after: float,
+    lease: float = SESSION_LEASE,
     sleep: Sleep = asyncio.sleep,
     clock: Clock = time.monotonic,
-    initial: float = 5.0,
-    max_wait: float = 60.0,
     jitter: Callable[[], float] | None = None,
 ) -> tuple[httpx.Response, float]:
     """Repeat ``call`` while it answers 409, for at most ``give_up_after`` seconds.
 
     Used for session create: a dead listener's session blocks a new one until the service
     expires it, and ARC's answer (exit and be recreated at once) only produces a crash loop.
-    Waits grow exponentially from ``initial`` to ``max_wait`` plus up to 20% random jitter
-    (so listeners restarted together do not retry in lock-step), and never past the deadline;
-    the last try happens at the deadline. Returns the final response (still 409 when we gave
+    The waits follow the old session's lease (:func:`conflict_wait`), each up to 20% shorter
+    at random (so listeners restarted together do not retry in lock-step, and a wait never
+    overshoots its step), and never past the deadline; the last try happens at the
+    deadline. The 409 says nothing about when the session ends (no ``Retry-After``, no
+    expiry in the body), hence the lease. Returns the final response (still 409 when we gave
     up) and the seconds spent.
     """
     start = clock()
     spread = jitter if jitter is not None else random.random
+    after_near = [0]  # tries made after the near window, for the back-off's exponent
 
     def elapsed() -> float:
         return clock() - start
 
-    def wait(state: RetryCallState) -> float:
-        base = exponential(state.attempt_number, base=initial, cap=max_wait)
-        return max(0.0, min(base * (1.0 + 0.2 * spread()), give_up_after - elapsed()))
+    def wait(_state: RetryCallState) -> float:
+        now = elapsed()
+        if now >= lease + _NEAR_AFTER:
+            after_near[0] += 1
+        step = conflict_wait(now, after_near[0], lease=lease)
+        return max(0.0, min(step * (1.0 - 0.2 * spread()), give_up_after - now))
 
     def before_sleep(state: RetryCallState) -> None:
         delay = state.next_action.sleep if state.next_action else 0.0
         log.warning(
             "session conflict (409): another session is active for this scale set; "
-            "retrying in %.0f s (%.0f s of %.0f s used)",
+            "retrying in %.1f s (%.0f s of %.0f s used)",
             delay,
             elapsed(),
             give_up_after,
@@ -432,6 +471,62 @@ async def retry_on_conflict(
         # tenacity only awaits what it can tell is a coroutine function; ``call`` may be a
         # plain lambda returning an awaitable.
         return await call()
+
+    try:
+        response: httpx.Response = await retrying(attempt)
+    except RetryError as exc:
+        response = exc.last_attempt.result()
+    return response, elapsed()
+
+
+GONE_TIMEOUT = 600.0
+"""Seconds to keep re-checking a scale set the service answers 404 for (the default of
+``LISTENER_SCALE_SET_GONE_TIMEOUT``)."""
+
+
+async def retry_while_gone(
+    call: Callable[[], Awaitable[httpx.Response]],
+    *,
+    give_up_after: float,
+    on_first: Callable[[httpx.Response], None],
+    sleep: Sleep = asyncio.sleep,
+    clock: Clock = time.monotonic,
+) -> tuple[httpx.Response, float]:
+    """Repeat ``call`` while it answers 404, for at most ``give_up_after`` seconds, waiting
+    5 s doubling to 60 s; ``on_first`` sees the first 404 (the one log line).
+
+    Used for session create, whose 404 means the scale set is gone. That is usually for
+    good (deleted on GitHub's side; only ARC's controller can register it again), but it has
+    also been answered for a while during an Actions-service outage. Exiting at once would
+    make the controller recreate the pod at once, over and over, each time running the whole
+    auth chain; waiting bounds that to one restart per ``give_up_after`` and rides out a
+    transient 404. Returns the final response (still 404 when we gave up) and the seconds
+    spent.
+    """
+    start = clock()
+
+    def elapsed() -> float:
+        return clock() - start
+
+    told = False
+
+    retrying = AsyncRetrying(
+        stop=lambda _state: elapsed() >= give_up_after,
+        wait=lambda state: min(
+            exponential(state.attempt_number, base=_AFTER_BASE, cap=_AFTER_CAP),
+            max(0.0, give_up_after - elapsed()),
+        ),
+        retry=retry_if_result(lambda response: response.status_code == 404),
+        sleep=sleep,
+    )
+
+    async def attempt() -> httpx.Response:
+        nonlocal told
+        response = await call()
+        if response.status_code == 404 and not told:
+            told = True
+            on_first(response)
+        return response
 
     try:
         response: httpx.Response = await retrying(attempt)

@@ -191,6 +191,33 @@ async def test_preemption_hand_off_keeps_the_value_right(scene: Scene) -> None:
     await run.close()
 
 
+async def test_a_runner_being_created_takes_a_runner_halfs_room_not_more(scene: Scene) -> None:
+    """max_runners through creates (docs/capacity-model.md §5, step 3): at the cap, ARC's
+    new EphemeralRunner makes the monitor delete a runner half at once (the damping would
+    keep the pair for the downscale delay), so the placeholder-runner and the runner pod
+    are never both held; the workflow half stays for the job's workflow pod."""
+    await scene.runner_pdb()
+    scene.node(cpu=2)  # room for one pair
+    run = scene.start(settings(proactive_capacity=1, downscale_delay=300.0), max_runners=1)
+    await run.advertises(1)
+
+    # ARC creates the EphemeralRunner first; its controller creates the pod a moment later.
+    await create_ephemeral_runner(scene.api, scene.ns, "r1", SCALE_SET, phase="Pending")
+
+    async def runner_half_gone() -> bool:
+        return sorted((await scene.running_roles()).values()) == ["placeholder-workflow"]
+
+    await eventually(runner_half_gone, "the runner half deleted, the workflow half kept")
+    assert run.metric("gha_capacity_pair_deletes_total", reason="excess") >= 1
+    await scene.create(runner_pod("r1", owner=scene.ns, scale_set=SCALE_SET, **HALF))
+    await scene.running("r1")  # in the freed room, nothing preempted
+    await scene.create(workflow_pod("r1", owner=scene.ns, **HALF))
+    await scene.running("r1-workflow")  # takes the kept workflow half's room
+    await run.advertises(1)
+    assert await scene.running_roles() == {}
+    await run.close()
+
+
 async def test_a_step_pod_is_not_counted_as_the_workflow_half(scene: Scene) -> None:
     """A container action's step pod (same runner-pod label as the job pod, priority 20)
     takes the workflow placeholder's room: the job has no room left for its workflow pod,

@@ -14,7 +14,13 @@ message envelope). Where the real service is undocumented the fake makes a choic
   a poll finds no unacked message newer than its `lastMessageId`. The statistics in an
   envelope are a snapshot taken when the envelope is built.
 * A session expires after `session_expiry` seconds with no message-queue traffic and no poll in
-  progress; until then a new session for the same scale set gets 409.
+  progress; until then a new session for the same scale set gets 409. The 409 says nothing
+  about when (no `Retry-After`), as the real service's does not.
+* A session the service no longer knows answers 404 on refresh (the real broker's
+  `RunnerAdminException`, "session ID that doesn't exist") and 400 on DELETE
+  (`RunnerScaleSetSessionExpiredException`, seen on the real service). `evict_session` drops a
+  session the way the broker evicts one: its queue token is then refused (401), so a client
+  refreshes and meets the 404; `expire_session` drops it quietly: its queue answers 404.
 * Any new poll on a session ends the session's older held polls with 202 (their client gave
   them up); the brief's case is the one where the capacity header changed.
 * A missing `X-ScaleSetMaxCapacity` header means "no limit".
@@ -172,11 +178,14 @@ class ScriptedPoll:
     """One scripted answer to a GET message, bypassing the job machinery.
 
     ``message`` is the 200 body (an envelope, or raw bytes sent as they are), or None for a
-    202. ``delay`` holds the poll that long before answering.
+    202. ``delay`` holds the poll that long before answering. ``drop`` instead ends the
+    session: ``"evict"`` as the broker evicts one (this poll and later ones with its token
+    get 401, its refresh 404), ``"expire"`` quietly (this poll gets 404).
     """
 
     message: dict[str, Any] | bytes | None = None
     delay: float = 0.0
+    drop: str | None = None
 
 
 @dataclass(frozen=True)
@@ -324,6 +333,7 @@ class FakeActions:
         self.installation_tokens_issued = 0
         self.sessions_created = 0
         self.expired_sessions: list[FakeSession] = []
+        self._evicted_queues: set[str] = set()
 
         self._installation_tokens: dict[str, float] = {}
         self._registration_tokens: dict[str, float] = {}
@@ -453,6 +463,14 @@ class FakeActions:
         """Drop the session server-side, as the service does after its owner went silent."""
         scale_set = self.scale_sets[scale_set_id]
         if scale_set.session is not None:
+            self._end_session(scale_set, expired=True)
+
+    def evict_session(self, scale_set_id: int) -> None:
+        """Drop the session as the broker evicts one: its queue calls get 401 from now on (the
+        token is no longer honoured), and a refresh of it gets 404."""
+        scale_set = self.scale_sets[scale_set_id]
+        if scale_set.session is not None:
+            self._evicted_queues.add(scale_set.session.queue_id)
             self._end_session(scale_set, expired=True)
 
     def script_polls(self, scale_set_id: int, polls: Iterable[ScriptedPoll]) -> None:
@@ -883,6 +901,8 @@ class FakeActions:
             if session is not None and session.queue_id == queue_id:
                 break
         else:
+            if queue_id in self._evicted_queues:
+                raise _reject(401, "VssUnauthorizedException", "message queue token is not valid")
             raise _reject(404, "MessageQueueNotFoundException", "The message queue was not found.")
         if self._live_session(scale_set.id) is not session:
             raise _reject(404, "MessageQueueNotFoundException", "The session has expired.")
@@ -997,6 +1017,12 @@ class FakeActions:
         session_id = request.match_info["session_id"]
         session = self._live_session(scale_set.id)
         if session is None or session.session_id != session_id:
+            if request.method == "PATCH":
+                raise _reject(
+                    404,
+                    "RunnerAdminException",
+                    "runner referenced a session ID that doesn't exist",
+                )
             raise _reject(
                 400,
                 "RunnerScaleSetSessionExpiredException",
@@ -1071,6 +1097,14 @@ class FakeActions:
         self, scale_set: FakeScaleSet, session: FakeSession, record: PollRecord
     ) -> web.Response:
         item = scale_set.script.popleft()
+        if item.drop is not None:
+            record.ended = time.monotonic()
+            record.outcome = item.drop
+            if item.drop == "evict":
+                self.evict_session(scale_set.id)
+                raise _reject(401, "VssUnauthorizedException", "message queue token is not valid")
+            self.expire_session(scale_set.id)
+            raise _reject(404, "MessageQueueNotFoundException", "The session has expired.")
         try:
             if item.delay:
                 await asyncio.sleep(item.delay)

@@ -161,10 +161,62 @@ async def test_create_session_409_then_success(actions: ActionsClient, fake: Fak
     assert session.session_id == SESSION_ID
     assert route.call_count == 3
     assert len(fake.sleeps) == 2
-    assert 5 <= fake.sleeps[0] <= 6
-    assert 10 <= fake.sleeps[1] <= 12
+    assert all(4 <= s <= 5 for s in fake.sleeps)  # the far step, up to 20 % shorter
     # Every attempt sends the same body.
     assert len({call.request.content for call in route.calls}) == 1
+
+
+@pytest.mark.parametrize("expires_after", [45.0, 50.0, 55.0, 58.5, 60.0])
+@respx.mock
+async def test_create_session_409_follows_the_old_sessions_lease(
+    actions: ActionsClient, fake: FakeTime, expires_after: float
+) -> None:
+    """A SIGKILLed listener's session lives until the service's lease runs out, at most a
+    lease (60 s by default) after our first 409: near that moment the retries come every
+    ≤ 2 s, so the new session follows the old one's expiry by ≤ 3 s instead of landing on
+    an exponential step (the old 5-10-20 s schedule made it 35-42 s for a 30 s wait)."""
+    start = fake.now
+
+    def answer(_request: httpx.Request) -> httpx.Response:
+        if fake.now - start < expires_after:
+            return httpx.Response(409, json={"message": "already has an active session"})
+        return httpx.Response(200, json=session_json())
+
+    respx.post(SESSIONS, params=API).mock(side_effect=answer)
+    await actions.create_session("listener-pod", conflict_timeout=600)
+    assert fake.now - start - expires_after <= 3.0
+
+
+@pytest.mark.parametrize("expires_after", [0.5, 7.0, 21.0, 33.0])
+@respx.mock
+async def test_create_session_409_early_expiry_is_found_within_one_far_step(
+    actions: ActionsClient, fake: FakeTime, expires_after: float
+) -> None:
+    # The old listener may have died a while before we started; its lease then ends early.
+    start = fake.now
+
+    def answer(_request: httpx.Request) -> httpx.Response:
+        if fake.now - start < expires_after:
+            return httpx.Response(409)
+        return httpx.Response(200, json=session_json())
+
+    respx.post(SESSIONS, params=API).mock(side_effect=answer)
+    await actions.create_session("listener-pod", conflict_timeout=600)
+    assert fake.now - start - expires_after <= 5.0
+
+
+@respx.mock
+async def test_create_session_409_backs_off_once_the_lease_is_over(
+    actions: ActionsClient, fake: FakeTime
+) -> None:
+    # A session that outlives the lease belongs to a live listener (or the lease is longer
+    # than configured): the retries thin out again instead of hammering the service.
+    route = respx.post(SESSIONS, params=API).respond(409)
+    with pytest.raises(SessionConflictError):
+        await actions.create_session("listener-pod", conflict_timeout=600)
+    assert sum(fake.sleeps) == pytest.approx(600)
+    assert route.call_count <= 50  # about 24 in the lease's first 70 s, then 5 s to 60 s
+    assert all(s >= 30 for s in fake.sleeps[-5:-1])
 
 
 @respx.mock
@@ -468,7 +520,7 @@ async def test_get_message_5xx_is_retried_by_the_http_layer(
     assert fake.sleeps == [1.0]
 
 
-@pytest.mark.parametrize("status", [400, 403, 404, 501])
+@pytest.mark.parametrize("status", [400, 403, 410, 501])  # 404: test_actions_self_healing.py
 @respx.mock
 async def test_get_message_other_statuses_are_errors(actions: ActionsClient, status: int) -> None:
     await with_session(actions)
@@ -611,7 +663,7 @@ async def test_delete_message_401_refreshes_once(actions: ActionsClient) -> None
     assert route.calls.last.request.headers["Authorization"] == "Bearer queue-token-2"
 
 
-@pytest.mark.parametrize("status", [200, 404])
+@pytest.mark.parametrize("status", [200, 400])  # 404: test_actions_self_healing.py
 @respx.mock
 async def test_delete_message_needs_204(actions: ActionsClient, status: int) -> None:
     await with_session(actions)

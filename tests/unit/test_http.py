@@ -621,12 +621,12 @@ async def test_retry_on_conflict_until_success(client: httpx.AsyncClient, fake: 
     )
     assert response.status_code == 200
     assert route.call_count == 3
-    assert fake.sleeps == [5.5, 11.0]
-    assert waited == 16.5
+    assert fake.sleeps == [4.5, 4.5]
+    assert waited == 9.0
 
 
 @respx.mock
-async def test_retry_on_conflict_gives_up_at_the_deadline(
+async def test_retry_on_conflict_follows_the_lease_then_backs_off(
     client: httpx.AsyncClient, fake: FakeTime
 ) -> None:
     route = respx.post(URL).respond(409)
@@ -635,12 +635,23 @@ async def test_retry_on_conflict_gives_up_at_the_deadline(
         return await send(client, lambda: client.build_request("POST", URL), sleep=fake.sleep)
 
     response, waited = await http.retry_on_conflict(
-        call, give_up_after=100, sleep=fake.sleep, clock=fake.clock, jitter=lambda: 0.0
+        call, give_up_after=200, lease=30, sleep=fake.sleep, clock=fake.clock, jitter=lambda: 0.0
     )
     assert response.status_code == 409
-    assert fake.sleeps == [5.0, 10.0, 20.0, 40.0, 25.0]  # the last wait lands on the deadline
-    assert waited == 100
-    assert route.call_count == 6
+    # 5 s steps up to 15 s before the lease ends, 2 s steps until 10 s after it, then 5 s
+    # doubling (to 60 s); the last wait lands on the deadline.
+    assert fake.sleeps == [5.0, 5.0, 5.0] + [2.0] * 13 + [5.0, 10.0, 20.0, 40.0, 60.0, 24.0]
+    assert waited == 200
+    assert route.call_count == len(fake.sleeps) + 1
+
+
+def test_conflict_wait_never_skips_the_near_window() -> None:
+    # A far step that would cross into the near window stops at its start.
+    assert http.conflict_wait(43.5, 0, lease=60) == 1.5
+    assert http.conflict_wait(45.0, 0, lease=60) == 2.0
+    assert http.conflict_wait(69.9, 0, lease=60) == 2.0
+    assert http.conflict_wait(70.0, 1, lease=60) == 5.0
+    assert http.conflict_wait(0.0, 0, lease=10) == 2.0  # a short lease: near from the start
 
 
 @respx.mock
@@ -653,8 +664,9 @@ async def test_retry_on_conflict_waits_are_capped_and_jittered(
         return await send(client, lambda: client.build_request("POST", URL), sleep=fake.sleep)
 
     await http.retry_on_conflict(call, give_up_after=1000, sleep=fake.sleep, clock=fake.clock)
-    assert all(0 <= s <= 72 for s in fake.sleeps)
-    assert max(fake.sleeps[:-1]) >= 60  # reached the cap
+    assert all(0 <= s <= 60 for s in fake.sleeps)
+    assert max(fake.sleeps[:-1]) >= 48  # reached the cap, less at most 20 %
+    assert len(set(fake.sleeps)) > 3  # jittered
     assert sum(fake.sleeps) == pytest.approx(1000)
 
 

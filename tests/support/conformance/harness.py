@@ -60,6 +60,8 @@ class Scenario:
     script: Callable[[FakeActions], None]
     fake_options: Mapping[str, Any] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)
+    # Environment for both listeners (the reference ignores the LISTENER_* it does not know).
+    env: Mapping[str, str] = field(default_factory=dict)
     # Seconds the whole scenario may take before the harness stops the process anyway.
     budget: float = 90.0
 
@@ -261,6 +263,7 @@ async def run_listener(
                 "LISTENER_PROBE_ADDR": "127.0.0.1:0",
                 # The ARC release the reference stands in for, as a deployment would declare it.
                 "LISTENER_ARC_VERSION": "0.14.2",
+                **scenario.env,
                 **(extra_env or {}),
             },
         ).start()

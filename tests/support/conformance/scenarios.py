@@ -187,6 +187,43 @@ def _session_conflict(fake: FakeActions) -> None:
     _polls(fake, _EMPTY)
 
 
+def _session_evicted(fake: FakeActions) -> None:
+    # actions/scaleset #123: the broker evicts the session; its token is refused, the refresh
+    # answers 404.
+    _polls(
+        fake,
+        _message(1, [job("JobAssigned", 101)], assigned=1),
+        ScriptedPoll(drop="evict"),
+        _message(2, [job("JobStarted", 101)], assigned=1, running=1),
+        _EMPTY,
+    )
+
+
+def _session_expired(fake: FakeActions) -> None:
+    # The session ended quietly on the service's side: the poll answers 404.
+    _polls(
+        fake,
+        _message(1, [job("JobAssigned", 101)], assigned=1),
+        ScriptedPoll(drop="expire"),
+        _message(2, [job("JobStarted", 101)], assigned=1, running=1),
+        _EMPTY,
+    )
+
+
+_GONE = json.dumps(
+    {
+        "typeName": "GitHub.Actions.Runtime.WebApi.RunnerScaleSetNotFoundException, "
+        "GitHub.Actions.Runtime.WebApi",
+        "message": "The runner scale set was not found.",
+    }
+).encode()
+
+
+def _scale_set_gone(fake: FakeActions) -> None:
+    # ARC #4370: the scale set was deleted on GitHub's side.
+    fake.inject("session_create", Fault.status_code(404, _GONE), times=10)
+
+
 def _admin_token_expiry(fake: FakeActions) -> None:
     # The admin token lives 62-63 s and is renewed 60 s before it expires: nothing in the
     # first 2 s renews it, the acquire after a 3.5 s hold runs the whole chain again on both
@@ -246,6 +283,22 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("numeric-job-id", "JobStarted with a numeric jobId", _numeric_job_id),
     Scenario("empty-time", 'JobCompleted with finishTime ""', _empty_time),
     Scenario("session-409", "409 on session create (another session is active)", _session_conflict),
+    Scenario(
+        "session-evicted",
+        "the session is evicted: the queue token is refused and the refresh answers 404",
+        _session_evicted,
+    ),
+    Scenario(
+        "session-expired",
+        "the session ended on the service: the poll answers 404",
+        _session_expired,
+    ),
+    Scenario(
+        "scale-set-gone",
+        "404 RunnerScaleSetNotFoundException on session create (the scale set was deleted)",
+        _scale_set_gone,
+        env={"LISTENER_SCALE_SET_GONE_TIMEOUT": "6"},
+    ),
     Scenario(
         "github-app",
         "GitHub App credentials: JWT → installation token → registration token → admin token",

@@ -446,6 +446,48 @@ def test_pool_at_the_cap_renews_without_exceeding_it() -> None:
     assert result.deletes == ()
 
 
+def test_runners_being_created_take_the_room_of_runner_halves_not_more() -> None:
+    """8 ready pairs at max_runners 8, then ARC creates 7 EphemeralRunners whose pods do
+    not exist yet: 8 placeholder-runners + 7 runners would hold 15 runner slots. The pass
+    deletes 7 runner halves (the newest), so the runner pods find room without exceeding
+    the cap, and keeps their workflow halves reserved for the jobs' workflow pods."""
+    knobs = params(max_runners=8, proactive_capacity=8)
+    observed = Observed(
+        placeholders=tuple(p for i in range(8) for p in pair(i, created=float(i))),
+        active_runners=7,
+    )
+    # The damping remembers wanting 8 pairs a moment ago, as in a running listener.
+    memory = Memory(desired_window=((NOW - 10, 8),))
+    result, memory = plan(observed, demand(0), knobs, memory, NOW)
+    assert result.creates == ()
+    assert {d.name: d.reason for d in result.deletes} == {
+        f"ph-{i}-r": DeleteReason.EXCESS for i in range(1, 8)
+    }
+    applied = apply_plan(observed, result, knobs, NOW)
+    assert sum(1 for p in applied.placeholders if p.role == RU) + 7 == 8
+    assert sum(1 for p in applied.placeholders if p.role == W) == 8  # 1 pair + 7 reserved
+    again, _ = plan(applied, demand(0), knobs, memory, NOW)
+    assert (again.creates, again.deletes) == ((), ())
+    # The runner pods appear and bind into the freed room: capacity is back, nothing moves.
+    started = replace(
+        applied,
+        runner_pods=tuple(runner(f"r{i}") for i in range(7)),
+        workflow_pods=tuple(workflow(f"r{i}", P, bound=False) for i in range(7)),
+    )
+    later, _ = plan(started, demand(0), knobs, memory, NOW + 1)
+    assert (later.creates, later.deletes) == ((), ())
+    assert later.advertised == 8
+
+
+def test_a_pending_pair_over_the_runner_cap_goes_whole() -> None:
+    # A Pending pair protects nothing yet: its workflow half is not kept as a reservation.
+    knobs = params(max_runners=2)
+    observed = Observed(placeholders=(*pair(0), *pair(1, P, P, created=5.0)), active_runners=1)
+    result, _ = plan(observed, demand(2), knobs, Memory(), NOW)
+    assert {d.name for d in result.deletes} == {"ph-1-r", "ph-1-w"}
+    assert result.creates == ()
+
+
 def test_long_queue_drains_with_an_in_flight_cap() -> None:
     """ci-infra #606: 795 queued jobs, at most 30 pairs in flight. Capacity must keep growing
     past 30 pairs in existence and the queue must drain."""

@@ -193,6 +193,31 @@ def test_creates_never_push_runners_over_max_runners(
     assert live <= max(params.max_runners, live_runner_halves(observed))
 
 
+def real_runners(observed: Observed) -> int:
+    """Real runners holding or about to take runner room: active EphemeralRunners (also
+    those whose pod does not exist yet), or the runner pods alive, whichever is more."""
+    alive = sum(
+        1
+        for p in observed.runner_pods
+        if not p.terminating and p.phase in (PodPhase.PENDING, PodPhase.RUNNING)
+    )
+    return max(observed.active_runners, alive)
+
+
+@settings(max_examples=600, deadline=None)
+@given(world_st())
+def test_runner_side_never_held_beyond_max_runners(world: World) -> None:
+    """Through creates (issue: 8 pairs and 7 runners being created held 15 runner slots
+    against max_runners 8): after every pass, live placeholder-runners plus real runners —
+    counting runners whose pods are still being created — stay within max_runners. Runners
+    alone above it (max_runners lowered) leave no placeholder-runner."""
+    observed, params, demand, memory = world
+    assume(observed.synced)
+    result, _ = plan(observed, demand, params, memory, NOW)
+    applied = apply_plan(observed, result, params, NOW)
+    assert live_runner_halves(applied) <= max(0, params.max_runners - real_runners(observed))
+
+
 @settings(max_examples=400, deadline=None)
 @given(world_st())
 def test_plan_is_idempotent(world: World) -> None:
