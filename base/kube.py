@@ -33,13 +33,17 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import aiohttp
-from kubernetes_asyncio import client, config
 
+from base import deferred
 from base.arc import ARC_GROUP, ARC_VERSION
 from base.backoff import Backoff, half_jitter
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client.api_client import ApiClient
 
 log = logging.getLogger("base.kube")
 
@@ -247,7 +251,7 @@ class Kube:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: ApiClient,
         *,
         request_timeout: float = 15.0,
         watch_timeout: tuple[int, int] = (240, 360),
@@ -598,11 +602,30 @@ def runner_set_from(obj: Json) -> RunnerSet:
 async def connect(env: Mapping[str, str] | None = None) -> AsyncIterator[Kube]:
     """Connect with ``KUBECONFIG`` if set, else the pod's in-cluster service account."""
     env = os.environ if env is None else env
-    configuration = client.Configuration()
+    api_client, configuration_class, config = _client_modules()
+    configuration = configuration_class()
     kubeconfig = env.get("KUBECONFIG", "")
     if kubeconfig:
         await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     else:
         config.load_incluster_config(client_configuration=configuration)
-    async with client.ApiClient(configuration) as api:
+    async with api_client(configuration) as api:
         yield Kube(api)
+
+
+def _client_modules() -> tuple[type[ApiClient], Any, ModuleType]:
+    """``ApiClient``, ``Configuration`` and ``kubernetes_asyncio.config``, without the
+    package roots' ``__init__`` (every generated API and model class, ~31 MiB of RSS; this
+    module sends raw requests and parses JSON itself, so it needs none of them)."""
+    package = deferred.defer_init("kubernetes_asyncio", "kubernetes_asyncio.client")
+    deferred.defer_init("kubernetes_asyncio.client.models")  # api_client imports it
+    from kubernetes_asyncio.client.api_client import ApiClient
+    from kubernetes_asyncio.client.configuration import Configuration
+
+    # The config loaders import these two names from the package (so they must be there
+    # first); a deferred package would run its __init__ to find them.
+    vars(package).setdefault("ApiClient", ApiClient)
+    vars(package).setdefault("Configuration", Configuration)
+    from kubernetes_asyncio import config
+
+    return ApiClient, Configuration, config
