@@ -25,10 +25,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
+import hashlib
 import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +43,7 @@ import httpx
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from tests.support.build_cache import build_once, cache_dir
 from tests.support.conformance import build, harness
 from tests.support.conformance.harness import (
     SCALE_SET_ID,
@@ -47,13 +51,12 @@ from tests.support.conformance.harness import (
     _kubeconfig,
     _play_out,
     config_json,
-    our_command,
 )
 from tests.support.conformance.scenarios import by_name
 from tests.support.control_plane import local_control_plane, new_workdir
 from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions
-from tests.support.listener_process import PAT, ListenerProcess, metric_value
+from tests.support.listener_process import PAT, REPO_ROOT, ListenerProcess, metric_value
 from tests.support.localcluster import LocalCluster
 from tests.support.waits import WaitFailed, wait_until
 
@@ -91,6 +94,36 @@ async def sample_memory(pid: int, seconds: float, every: float = 1.0) -> dict[st
         "peak_hwm_mib": round(_status_kib(pid, "VmHWM") / 1024, 1),
         "samples": len(samples),
     }
+
+
+def runtime_python() -> Path:
+    """The interpreter of a virtualenv holding only deploy/requirements.lock, installed by
+    deploy/install.sh as the image's is (cached; about a minute to build the first time).
+
+    The development virtualenv also holds the test tools, and some of those change what the
+    listener imports: httpx imports its command-line front end (click, rich, pygments, ~5 MiB)
+    whenever they are installed. ``python -m listener`` from the repository root then runs the
+    working tree's code with the image's dependencies.
+    """
+    h = hashlib.sha256()
+    for name in ("requirements.lock", "install.sh"):
+        h.update((REPO_ROOT / "deploy" / name).read_bytes())
+    target = cache_dir("footprint") / h.hexdigest()[:16]
+
+    def install(staging: Path) -> None:
+        _say(f"installing deploy/requirements.lock into {target} (once)")
+        env = {**os.environ, "VENV": str(staging), "PYTHON": sys.executable}
+        subprocess.run(
+            ["sh", "deploy/install.sh", "deps"],
+            cwd=REPO_ROOT, env=env, check=True, capture_output=True,
+        )  # fmt: skip
+
+    build_once(target, lambda t: (t / "bin" / "python").exists(), install)
+    return target / "bin" / "python"
+
+
+def our_command() -> list[str]:
+    return [str(runtime_python()), "-m", "listener"]
 
 
 # --- beside ARC's Go listener ------------------------------------------------------------
@@ -135,6 +168,7 @@ async def beside_reference(settle: float = 20.0) -> dict[str, Any]:
     reference = build.ensure_built()
     result: dict[str, Any] = {
         "scenario": f"conformance '{SCENARIO}' messages, then an idle long poll",
+        "ours_environment": "deploy/requirements.lock only, as in the image",
         "settle_s": settle,
     }
     for name, command in (
@@ -231,6 +265,7 @@ async def _cluster_case(
             ),
             max_runners=max(pairs, 1),
             log_level="info",
+            process=functools.partial(ListenerProcess, command=our_command()),
         )
         _say(f"{pairs} pairs: waiting for them to be Running")
         started = time.monotonic()
