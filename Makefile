@@ -6,7 +6,7 @@ CLUSTER := $(PY) -m tests.support.localcluster
 
 .PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
         typecheck check coverage cluster-build cluster-up cluster-down cluster-status bench \
-        clean conformance-build test-conformance
+        clean conformance-build test-conformance bench-footprint
 
 help:
 	@echo "make demo          run the local demo (builds the local cluster on first use)"
@@ -16,6 +16,7 @@ help:
 	@echo "make coverage      branch coverage of the unit tests"
 	@echo "make cluster-up    start a local control plane in the background; cluster-down stops it"
 	@echo "make bench         run the benchmarks (prints JSON)"
+	@echo "make bench-footprint  RSS of one listener beside ARC's Go listener (prints JSON)"
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -89,6 +90,10 @@ cluster-status: venv
 
 bench: venv cluster-build
 	$(PY) -m tests.support.bench
+
+# RSS of one listener beside ARC's Go listener, idle and at 100 / 1,000 pairs (prints JSON).
+bench-footprint: venv cluster-build conformance-build
+	$(PY) -m tests.support.bench_footprint
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache .coverage
