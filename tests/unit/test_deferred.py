@@ -37,9 +37,7 @@ def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         "import sys\nsys.deferred_probe_ran = getattr(sys, 'deferred_probe_ran', []) "
         "+ ['inner']\nTOTAL = 1\n"
     )
-    (root / "inner" / "leaf.py").write_text(
-        f"from {PACKAGE} import light\nLEAF = light.Light\n"
-    )
+    (root / "inner" / "leaf.py").write_text(f"from {PACKAGE} import light\nLEAF = light.Light\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     yield root
     for name in [m for m in sys.modules if m == PACKAGE or m.startswith(PACKAGE + ".")]:
