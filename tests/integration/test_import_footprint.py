@@ -6,7 +6,8 @@ listener with capacity-awareness off, after it has connected its Kubernetes clie
 have imported kubernetes-asyncio's generated API and model classes (~31 MiB), PyJWT and
 cryptography (~9 MiB; GitHub App credentials and a GHES root CA only), the capacity package
 with pydantic and pydantic-settings (~11 MiB; capacity-awareness only) or the Azure SDK (Key
-Vault only). Module names, not megabytes: the set is exact, RSS depends on the machine
+Vault only), nor in a pod (no ``KUBECONFIG``) the kubeconfig loader with yaml (~1 MiB).
+Module names, not megabytes: the set is exact, RSS depends on the machine
 (``python -m tests.support.bench_footprint`` measures it).
 """
 
@@ -40,13 +41,14 @@ from listener import app
 from base import kube
 
 settings = app._capacity_settings(dict(CAPACITY))
-kube._client_modules()
+kube._client_classes()
+kube._config_loader(kubeconfig=KUBECONFIG)
 print(json.dumps({"modules": sorted(sys.modules), "capacity_on": settings is not None}))
 """
 
 
-def _imported(capacity: dict[str, str]) -> tuple[set[str], bool]:
-    probe = f"CAPACITY = {capacity!r}\n{_PROBE}"
+def _imported(capacity: dict[str, str], *, kubeconfig: bool = False) -> tuple[set[str], bool]:
+    probe = f"CAPACITY = {capacity!r}\nKUBECONFIG = {kubeconfig!r}\n{_PROBE}"
     done = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=REPO_ROOT,
@@ -63,7 +65,14 @@ def test_a_stock_listener_imports_none_of_the_heavy_packages() -> None:
     modules, capacity_on = _imported({})
     assert not capacity_on
     assert "kubernetes_asyncio.client.api_client" in modules  # the client is there
-    assert "kubernetes_asyncio.config" in modules
+    assert "kubernetes_asyncio.config.incluster_config" in modules
+    assert sorted(m for m in (*NOT_AT_IDLE, "kubernetes_asyncio.config.kube_config", "yaml")
+                  if m in modules) == []  # fmt: skip
+
+
+def test_a_kubeconfig_brings_its_loader() -> None:
+    modules, _ = _imported({}, kubeconfig=True)
+    assert {"kubernetes_asyncio.config.kube_config", "yaml"} <= modules
     assert sorted(m for m in NOT_AT_IDLE if m in modules) == []
 
 
