@@ -260,8 +260,13 @@ async def _cluster_case(
         _say(f"{pairs} pairs: {foreign} foreign pods in {site.namespace}")
         await create_foreign_pods(stage.api, site, foreign)
         listener = site.start_listener(
+            # The product's placeholder_ready_timeout (the test default, 10 s, deletes pairs
+            # a loaded machine has not started yet, and the ramp never ends).
             capacity=site.capacity_settings(
-                proactive=pairs, recalculate_interval="10s", max_pending_pairs=200
+                proactive=pairs,
+                recalculate_interval="10s",
+                max_pending_pairs=200,
+                placeholder_ready_timeout="300s",
             ),
             max_runners=max(pairs, 1),
             log_level="info",
