@@ -6,7 +6,7 @@ CLUSTER := $(PY) -m tests.support.localcluster
 
 .PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
         typecheck check coverage lint-only cluster-build cluster-up cluster-down cluster-status \
-        bench clean conformance-build test-conformance chart-package
+        bench clean conformance-build test-conformance chart-package bench-footprint
 
 help:
 	@echo "make demo          run the local demo (builds the local cluster on first use)"
@@ -17,6 +17,7 @@ help:
 	@echo "make cluster-up    start a local control plane in the background; cluster-down stops it"
 	@echo "make bench         run the benchmarks (prints JSON)"
 	@echo "make chart-package package charts/capacity-listener into dist/ (chart = image version)"
+	@echo "make bench-footprint  RSS of one listener beside ARC's Go listener (prints JSON)"
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -103,6 +104,10 @@ chart-package: venv
 	  --values charts/capacity-listener/ci/example-values.yaml
 	$(CLUSTER) helm -- package charts/capacity-listener --version $(VERSION) \
 	  --app-version $(VERSION) --destination dist
+
+# RSS of one listener beside ARC's Go listener, idle and at 100 / 1,000 pairs (prints JSON).
+bench-footprint: venv cluster-build conformance-build
+	$(PY) -m tests.support.bench_footprint
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache .coverage

@@ -33,13 +33,16 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import aiohttp
-from kubernetes_asyncio import client, config
 
+from base import deferred
 from base.arc import ARC_GROUP, ARC_VERSION
 from base.backoff import Backoff, half_jitter
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client.api_client import ApiClient
 
 log = logging.getLogger("base.kube")
 
@@ -247,7 +250,7 @@ class Kube:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: ApiClient,
         *,
         request_timeout: float = 15.0,
         watch_timeout: tuple[int, int] = (240, 360),
@@ -645,11 +648,44 @@ def runner_set_from(obj: Json) -> RunnerSet:
 async def connect(env: Mapping[str, str] | None = None) -> AsyncIterator[Kube]:
     """Connect with ``KUBECONFIG`` if set, else the pod's in-cluster service account."""
     env = os.environ if env is None else env
-    configuration = client.Configuration()
+    api_client, configuration_class = _client_classes()
+    configuration = configuration_class()
     kubeconfig = env.get("KUBECONFIG", "")
     if kubeconfig:
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        await _config_loader(kubeconfig=True)(
+            config_file=kubeconfig, client_configuration=configuration
+        )
     else:
-        config.load_incluster_config(client_configuration=configuration)
-    async with client.ApiClient(configuration) as api:
+        _config_loader(kubeconfig=False)(client_configuration=configuration)
+    async with api_client(configuration) as api:
         yield Kube(api)
+
+
+def _client_classes() -> tuple[type[ApiClient], Any]:
+    """``ApiClient`` and ``Configuration`` without the package roots' ``__init__`` (every
+    generated API and model class, ~31 MiB of RSS; this module sends raw requests and parses
+    JSON itself, so it needs none of them)."""
+    package = deferred.defer_init("kubernetes_asyncio", "kubernetes_asyncio.client")
+    deferred.defer_init("kubernetes_asyncio.client.models")  # api_client imports it
+    from kubernetes_asyncio.client.api_client import ApiClient
+    from kubernetes_asyncio.client.configuration import Configuration
+
+    # The config loaders import these two names from the package; a deferred package would
+    # run its __init__ to find them.
+    vars(package).setdefault("ApiClient", ApiClient)
+    vars(package).setdefault("Configuration", Configuration)
+    return ApiClient, Configuration
+
+
+def _config_loader(*, kubeconfig: bool) -> Any:
+    """The one config loader in use: in a pod, the in-cluster one, without the kubeconfig
+    loader's yaml and exec/OIDC helpers (~1 MiB), which the package's ``__init__`` imports."""
+    _client_classes()
+    deferred.defer_init("kubernetes_asyncio.config")
+    if kubeconfig:
+        from kubernetes_asyncio.config.kube_config import load_kube_config
+
+        return load_kube_config
+    from kubernetes_asyncio.config.incluster_config import load_incluster_config
+
+    return load_incluster_config

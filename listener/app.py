@@ -25,14 +25,11 @@ import uuid
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from base import kube as kube_mod
 from base.kube import KubeError
 from base.tasks import unless_stopped
-from capacity.demand import GitHubReaderFactory, HttpClient
-from capacity.github_demand import GitHubScope, reader_factory, repositories_for
-from capacity.settings import CapacitySettings, load_capacity_settings
 from listener import github_auth, http, signals, vault
 from listener.actions import ActionsClient
 from listener.advertised import AdvertisedCapacity
@@ -52,6 +49,13 @@ from listener.metrics import ListenerMetrics, PatchMetrics, Registry, new_regist
 from listener.scaler import KubePatcher, PatchRetry, Scaler
 from listener.server import Health, build_app, parse_addr, serve
 from listener.shutdown import DEFAULT_GRACE, ShutdownBudget
+
+if TYPE_CHECKING:
+    from capacity.demand import GitHubReaderFactory, HttpClient
+    from capacity.settings import CapacitySettings
+
+# The capacity package is imported only when capacity-awareness is configured: its settings
+# bring pydantic and pydantic-settings (~11 MiB of RSS), which a stock listener never needs.
 
 log = logging.getLogger("listener")
 
@@ -199,18 +203,22 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
         actions = ActionsClient(
             client, auth, scale_set_id=cfg.runner_scale_set_id, on_secret=register_secret
         )
-        # The GitHub demand source reads GitHub with this listener's client and credentials.
-        scope = GitHubScope(auth.api_url, cfg.target.organization, cfg.target.repository)
-        if capacity_settings is not None and capacity_settings.demand_source == "github":
-            repositories_for(capacity_settings.github, scope)  # a bad scope fails at start-up
-        github_demand = reader_factory(client=client, token=auth.api_token, scope=scope)
-        # HUD is read through the same proxy rules as GitHub (Go's NO_PROXY semantics), with
-        # the system trust store: the GHES root CA is not HUD's.
+        github_demand = None
         hud_client = None
-        if capacity_settings is not None and capacity_settings.demand_source == "hud":
-            hud_client = await stack.enter_async_context(
-                http.make_client(user_agent=http.product_user_agent())
-            )
+        if capacity_settings is not None:
+            from capacity.github_demand import GitHubScope, reader_factory, repositories_for
+
+            # The GitHub demand source reads GitHub with this listener's client and credentials.
+            scope = GitHubScope(auth.api_url, cfg.target.organization, cfg.target.repository)
+            if capacity_settings.demand_source == "github":
+                repositories_for(capacity_settings.github, scope)  # a bad scope fails at start-up
+            github_demand = reader_factory(client=client, token=auth.api_token, scope=scope)
+            # HUD is read through the same proxy rules as GitHub (Go's NO_PROXY semantics),
+            # with the system trust store: the GHES root CA is not HUD's.
+            if capacity_settings.demand_source == "hud":
+                hud_client = await stack.enter_async_context(
+                    http.make_client(user_agent=http.product_user_agent())
+                )
         budget = ShutdownBudget(grace=options.shutdown_grace)
         parts = _Parts(
             cfg,
@@ -398,6 +406,10 @@ async def _cancel_when(stop: asyncio.Event, task: asyncio.Task[None]) -> None:
 
 def _capacity_settings(env: Mapping[str, str]) -> CapacitySettings | None:
     """The monitor's settings, or None when capacity-awareness is off (ARC's behaviour)."""
+    if not any(name.upper().startswith("CAPACITY_") for name in env):
+        return None  # nothing configured, so off (the default), without importing pydantic
+    from capacity.settings import load_capacity_settings
+
     settings = load_capacity_settings(env)
     return settings if settings.enabled else None
 

@@ -42,8 +42,6 @@ from types import MappingProxyType
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
-from cryptography import x509
-
 from listener.gojson import Fields, type_name
 
 
@@ -513,6 +511,9 @@ _PEM_CERT = re.compile(
 
 def _check_root_ca(pem: str) -> None:
     """Like Go's ``AppendCertsFromPEM``: fine when at least one certificate parses."""
+    # Imported here: cryptography costs ~9 MiB of RSS, and only a GHES root CA needs it.
+    from cryptography import x509
+
     for block in _PEM_CERT.findall(pem):
         try:
             x509.load_pem_x509_certificate(block.encode("ascii"))

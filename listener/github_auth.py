@@ -19,6 +19,8 @@ GitHub API calls carry no ``Accept`` and no ``X-GitHub-Api-Version`` header, lik
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import logging
 import time
@@ -26,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
-import jwt
 
 from listener.config import AppCredentials, Credentials, GitHubTarget
 from listener.errors import CredentialsError, ProtocolError
@@ -67,6 +68,10 @@ def github_api_url(target: GitHubTarget, *, force_ghes: bool = False) -> str:
 
 def app_jwt(credentials: AppCredentials, now: float) -> str:
     """The GitHub App JWT ARC signs (RS256; PKCS#1 or PKCS#8 PEM key)."""
+    # Imported here: PyJWT loads cryptography (~9 MiB of RSS), which only GitHub App
+    # credentials need; a PAT listener never signs anything.
+    import jwt
+
     issued_at = int(now) - _JWT_BACKDATE
     claims = {"iat": issued_at, "exp": issued_at + _JWT_LIFETIME, "iss": str(credentials.app_id)}
     try:
@@ -79,14 +84,24 @@ def app_jwt(credentials: AppCredentials, now: float) -> str:
 
 
 def _token_expiry(token: str) -> float:
+    """The admin token's ``exp``, read without verifying the signature (we only need to know
+    when to fetch a new one). Decoded with the standard library rather than PyJWT, which
+    would load cryptography into every listener for this one unverified read."""
     try:
-        claims = jwt.decode(token, options={"verify_signature": False})
-    except jwt.PyJWTError:
+        header, payload, _signature = token.split(".")
+        claims = json.loads(_b64url(payload))
+        if not isinstance(json.loads(_b64url(header)), dict) or not isinstance(claims, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, binascii.Error):  # UnicodeDecodeError and JSONDecodeError included
         raise ProtocolError("actions/runner-registration: the admin token is not a JWT") from None
     exp = claims.get("exp")
     if isinstance(exp, bool) or not isinstance(exp, int | float):
         raise ProtocolError("actions/runner-registration: the admin token has no numeric exp")
     return float(exp)
+
+
+def _b64url(segment: str) -> bytes:
+    return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
 
 
 def _string_field(response: httpx.Response, key: str) -> str:

@@ -12,9 +12,10 @@ the runner stand-in on the local control plane (README, "Measured"):
   monitor on and with the stock static header.
 * ``apiserver_requests_100_idle_pairs``: the listener's requests to the apiserver, counted by a
   proxy between the two, per minute once 100 pairs are Running and nothing changes.
-* ``listener_memory_1000_pairs``: VmRSS / VmHWM from /proc with 1,000 Running pairs and
-  thousands of unrelated pods in the same namespace; reconcile pass time from the listener's
-  own histogram; process CPU while idle.
+* ``listener_memory_1000_pairs``: steady VmRSS (median of samples) and peak VmHWM from /proc
+  with 1,000 Running pairs (reported only when all 1,000 were reached) and thousands of
+  foreign pods in the same namespace that share labels with ours; reconcile pass time from
+  the listener's own histogram; process CPU while idle.
 * ``job_start_latency``: queue → workflow pod Running for a burst, with warm pairs, without
   (pairs created on demand from HUD) and with the stock listener (no gating).
 * ``demand_sharding``: two clusters serving the same labels from one queue and one HUD, with
@@ -26,6 +27,8 @@ the runner stand-in on the local control plane (README, "Measured"):
   stock ARC, demand-driven pairs with and without demand sharding, and a warm pool (see
   ``bench_outcomes``); also writes one timeline PNG per variant (``--images``, default the
   work directory).
+* ``footprint``: RSS of one listener idle, at 100 and at 1,000 pairs, beside ARC's Go
+  listener (``bench_footprint``).
 
 Size: the catalogue ``make bench`` runs. The benchmarks share the ``Bench`` (control plane,
 work directory, fresh Stage per scenario) and a few measuring helpers, and each is one
@@ -37,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import platform
@@ -51,14 +53,14 @@ from typing import Any
 
 import httpx
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from capacity.github_demand import GitHubDemand, GitHubScope
 from capacity.settings import GitHubDemandSettings
+from tests.support.bench_footprint import create_foreign_pods, footprint, sample_memory
 from tests.support.bench_outcomes import outcomes
 from tests.support.control_plane import local_control_plane, new_workdir
 from tests.support.counting_proxy import CountingProxy, proxied_kubeconfig
-from tests.support.e2e_site import PodEvent, Pool, Site, SiteSpec, Stage
+from tests.support.e2e_site import PodEvent, Pool, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
 from tests.support.fake_github_rest import FakeGitHubRest
 from tests.support.listener_process import PAT, metric_value
@@ -256,11 +258,10 @@ class Bench:
                     workflow_requests={"cpu": "100m", "memory": "128Mi"},
                 )
             )  # fmt: skip
-            _say(f"memory: {unrelated} unrelated pods in the same namespace")
-            unrelated_node = await site.add_nodes(
-                "runner", -(-unrelated // 500), Pool(nodes=1, cpu="256", pods=500)
-            )
-            await _create_unrelated(stage.api, site, unrelated, unrelated_node)
+            # Foreign pods share labels with ours (another scale set's runner, workflow and
+            # placeholder pods), so the watches' server-side selectors really filter.
+            _say(f"memory: {unrelated} foreign pods in the same namespace")
+            await create_foreign_pods(stage.api, site, unrelated)
             listener = site.start_listener(
                 capacity=site.capacity_settings(
                     proactive=pairs, recalculate_interval="10s", max_pending_pairs=200
@@ -288,17 +289,16 @@ class Bench:
             passes, mean = _histogram_delta(
                 before, after, "gha_capacity_reconcile_duration_seconds"
             )
-            rss = listener.rss_kib() or 0
-            hwm = listener.hwm_kib() or 0
+            # Memory only at the target: a figure for fewer pairs would flatter.
+            memory = await sample_memory(listener.pid, 10.0) if reached else {}
             return {
                 "pairs_target": pairs,
                 "pairs_reached": reached,
                 "advertised": site.advertised(),
                 "placeholder_pods": len(site.placeholders),
-                "unrelated_pods": unrelated,
+                "foreign_pods": unrelated,
                 "ramp_s": round(ramp, 1),
-                "vm_rss_mib": round(rss / 1024, 1),
-                "vm_hwm_mib": round(hwm / 1024, 1),
+                **memory,
                 "goal_mib": 128,
                 "idle_cpu_fraction_of_one_core": round(cpu_idle, 4),
                 "idle_reconcile_passes": passes,
@@ -484,32 +484,6 @@ def _outcome_spec(name: str, scale_set_id: int) -> SiteSpec:
     )
 
 
-async def _create_unrelated(
-    api: client.ApiClient, site: Site, count: int, nodes: list[str]
-) -> None:
-    """Pods bound straight to their node (no scheduling work), Running via kwok."""
-    core = client.CoreV1Api(api)
-    gate = asyncio.Semaphore(16)
-
-    async def one(i: int) -> None:
-        manifest = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": f"unrelated-{i}", "labels": {"app": "unrelated"}},
-            "spec": {
-                "nodeName": nodes[i % len(nodes)],
-                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
-                "terminationGracePeriodSeconds": 0,
-                "tolerations": site.tolerations("runner"),
-            },
-        }
-        async with gate:
-            with contextlib.suppress(ApiException):
-                await core.create_namespaced_pod(site.namespace, manifest, _request_timeout=30)
-
-    await asyncio.gather(*(one(i) for i in range(count)))
-
-
 def _histogram_delta(before: str, after: str, name: str) -> tuple[int, float | None]:
     """Passes and mean seconds of a histogram between two scrapes."""
     count = (metric_value(after, f"{name}_count") or 0) - (
@@ -568,6 +542,10 @@ async def _outcomes(bench: Bench) -> dict[str, Any]:
     return await outcomes(bench.cluster, bench.workdir, bench.images)
 
 
+async def _footprint(bench: Bench) -> dict[str, Any]:
+    return await footprint(bench.cluster, bench.workdir)
+
+
 BENCHES: dict[str, Callable[[Bench], Awaitable[dict[str, Any]]]] = {
     "capacity_signal_latency": Bench.capacity_signal_latency,
     "stranded_jobs": Bench.stranded_jobs,
@@ -577,6 +555,7 @@ BENCHES: dict[str, Callable[[Bench], Awaitable[dict[str, Any]]]] = {
     "demand_sharding": Bench.demand_sharding,
     "github_demand_calls": Bench.github_demand_calls,
     "outcomes": _outcomes,
+    "footprint": _footprint,
 }
 
 
