@@ -153,6 +153,16 @@ LISTENER_ENV: dict[str, tuple[str, str]] = {
         "LISTENER_SESSION_CONFLICT_TIMEOUT",
         "Seconds to keep retrying a 409 (the previous pod's session still exists) before exiting.",
     ),
+    "session_lease": (
+        "LISTENER_SESSION_LEASE",
+        "Seconds the Actions service keeps a dead listener's session: after a 409 the retries "
+        "close in on this moment (every 2 s from 15 s before it to 10 s after it).",
+    ),
+    "scale_set_gone_timeout": (
+        "LISTENER_SCALE_SET_GONE_TIMEOUT",
+        "Seconds to keep re-checking a scale set the service answers 404 for (one error line, "
+        "re-checks from 5 s up to 60 s apart) before exiting.",
+    ),
     "reissue_interval": (
         "LISTENER_REISSUE_INTERVAL",
         "Minimum seconds between two re-issued long polls when the advertised capacity rises "

@@ -125,7 +125,9 @@ async def _import_github(
     if args.config:
         env["LISTENER_CONFIG_PATH"] = args.config
     cfg = await asyncio.to_thread(app.load_config, env)
-    until = datetime.now(UTC)
+    # GitHub's `created` filter counts whole seconds: end the window after the current
+    # second, or a run created earlier in this second would fall between two windows.
+    until = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
     since = until - timedelta(days=args.days)
 
     def progress(line: str) -> None:

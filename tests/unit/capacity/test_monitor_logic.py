@@ -459,7 +459,8 @@ async def test_adaptive_pool_grows_after_a_burst_of_arrivals() -> None:
         target = warm_target(scene)
         assert target is not None
         assert 1 <= target <= 8
-        assert len(plan.creates) == target
+        # Pairs beyond demand stay within max_runners (10) less the six real runners.
+        assert len(plan.creates) == min(target, 10 - 6)
         labels = {"name": RUNNER_SET, "namespace": NS, "estimate": "fast"}
         assert scene.registry.get_sample_value("gha_capacity_warm_pool_batch_size", labels) == 6
         assert (
