@@ -156,6 +156,22 @@ async def test_running_pairs_are_advertised_and_pending_ones_never(scene: Scene)
     )
 
 
+async def test_placeholders_as_stored_let_cluster_autoscaler_evict_them(scene: Scene) -> None:
+    # What the apiserver keeps, not what the builder returns: both halves carry
+    # cluster-autoscaler's safe-to-evict annotation, or CA never drains their nodes.
+    scene.node(cpu=2)
+    run = scene.start(settings(proactive_capacity=1))
+    await run.advertises(1)
+    stored = await scene.placeholders()
+    assert {p.metadata.labels["capacity-listener.dev/role"] for p in stored} == {
+        "placeholder-runner",
+        "placeholder-workflow",
+    }
+    for pod in stored:
+        assert pod.metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "true"
+    await run.close()
+
+
 async def test_preemption_hand_off_keeps_the_value_right(scene: Scene) -> None:
     await scene.runner_pdb()  # without it a workflow pod evicts the runner (see test_ladder)
     scene.node(cpu=2)  # room for exactly one job
