@@ -193,6 +193,13 @@ class CapacityMetrics:
             "forbidden (no RBAC), absent (no Karpenter CRD).",
             "state",
         )
+        # cluster-autoscaler (node checks on): nodes CA marked unneeded. Placeholders there
+        # still count (the node still runs them; CA taints it ToBeDeleted before removing it).
+        self.deletion_candidates = gauge(
+            "gha_capacity_placeholders_on_deletion_candidates",
+            "Running placeholders on nodes cluster-autoscaler has marked unneeded "
+            "(DeletionCandidateOfClusterAutoscaler); still counted (node checks on).",
+        )
         everything: list[MetricWrapperBase] = [
             self.advertised,
             self.desired_pairs,
@@ -221,6 +228,7 @@ class CapacityMetrics:
             self.nodepool_pair_room,
             self.nodepool_held_pairs,
             self.nodepool_state,
+            self.deletion_candidates,
         ]
         self._pool_series: set[tuple[str, str]] = set()
         self._prime()
@@ -338,6 +346,9 @@ class CapacityMetrics:
 
     def record_held(self, pairs: int) -> None:
         self.nodepool_held_pairs.labels(**self._base).set(pairs)
+
+    def record_deletion_candidates(self, placeholders: int) -> None:
+        self.deletion_candidates.labels(**self._base).set(placeholders)
 
     def record_advertised(self, value: int, *, changed: bool) -> None:
         self.advertised.labels(**self._base).set(value)

@@ -529,10 +529,25 @@ def nodepools() -> list[PanelBuilder]:
     ]
 
 
+def cluster_autoscaler() -> list[PanelBuilder]:
+    """cluster-autoscaler (node checks; node groups with cluster_autoscaler.enabled)."""
+    return [
+        timeseries(
+            "Placeholders on CA deletion candidates",
+            "Running placeholders on nodes cluster-autoscaler has marked unneeded "
+            "(DeletionCandidateOfClusterAutoscaler, PreferNoSchedule). They still count: "
+            "the node still runs them, and CA taints it ToBeDeletedByClusterAutoscaler "
+            "(then no longer counted) before it removes it. Node checks on.",
+            by_name("gha_capacity_placeholders_on_deletion_candidates", "placeholders"),
+        ),
+    ]
+
+
 SECTIONS = (
     ("Jobs: assigned vs running", jobs),
     ("Capacity", capacity),
     ("NodePool limits (Karpenter)", nodepools),
+    ("cluster-autoscaler", cluster_autoscaler),
     ("Demand (HUD or GitHub)", demand),
     ("Reconcile health", reconcile),
     ("Job timings", job_timings),

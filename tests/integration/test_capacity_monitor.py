@@ -565,6 +565,41 @@ async def test_node_checks_stop_counting_placeholders_on_a_cordoned_node(scene: 
     await run.close()
 
 
+@pytest.mark.parametrize(
+    "taint",
+    [
+        # cluster-autoscaler's mark on a node it is removing (it also cordons it, later)
+        {"key": "ToBeDeletedByClusterAutoscaler", "value": "1764000000", "effect": "NoSchedule"},
+        # any other taint the placeholders do not tolerate: a drain tool, a dedicated node
+        {"key": "example.com/maintenance", "value": "true", "effect": "NoSchedule"},
+    ],
+    ids=["ca-to-be-deleted", "untolerated-noschedule"],
+)
+async def test_node_checks_stop_counting_placeholders_on_a_node_tainted_against_them(
+    scene: Scene, taint: dict[str, str]
+) -> None:
+    first = scene.node(cpu=2)
+    run = scene.start(settings(proactive_capacity=1, node_checks=True))
+    await run.advertises(1)
+    assert {p.spec.node_name for p in await scene.placeholders()} == {first}
+
+    # The taint lands on the node holding the Running pair (not cordoned): the pair is no
+    # longer confirmed capacity, the value drops, and it is replaced on a usable node.
+    second = scene.node(cpu=2)
+    node = await scene.core.read_node(first)
+    taints = [t.to_dict() for t in node.spec.taints or []]
+    tainted = time.monotonic()
+    await scene.core.patch_node(first, {"spec": {"taints": [*taints, taint]}})
+    await eventually(_async(lambda: 0 in run.values_since(tainted)), "the value dropped")
+    dropped = run.first_time(0, tainted)
+    assert dropped is not None
+    await run.advertises(1)
+    assert {p.spec.node_name for p in await scene.placeholders()} == {second}
+    assert run.metric("gha_capacity_pair_deletes_total", reason="unusable") >= 1
+    print(f"header drop after taint: {dropped - tainted:.2f} s")
+    await run.close()
+
+
 def _async(check: Callable[[], bool]) -> Callable[[], Any]:
     async def wrapped() -> bool:
         return check()
