@@ -167,6 +167,10 @@ class Resource:
         return cls(f"/api/v1/namespaces/{namespace}/pods", "pods", namespace)
 
     @classmethod
+    def configmaps(cls, namespace: str) -> Resource:
+        return cls(f"/api/v1/namespaces/{namespace}/configmaps", "configmaps", namespace)
+
+    @classmethod
     def arc(cls, plural: str, namespace: str) -> Resource:
         """An ARC custom resource (ephemeralrunners, ephemeralrunnersets)."""
         return cls(

@@ -57,6 +57,7 @@ from capacity.cluster import Cluster
 from capacity.demand import DemandReader, GitHubReaderFactory, HttpClient, build_reader
 from capacity.metrics import CapacityMetrics, Registry
 from capacity.model import Demand, HudState, Observed, Params, Role
+from capacity.node_group_watch import NodeGroupRoom
 from capacity.nodepool_watch import NodePoolLimits
 from capacity.reconciler import Manifest, Reconciler
 from capacity.settings import CapacitySettings, to_params
@@ -123,6 +124,14 @@ class CapacityMonitor:
             if settings.nodepools.enabled
             else None
         )
+        # cluster-autoscaler node groups (optional, off by default).
+        self.node_groups = (
+            NodeGroupRoom(
+                kube, settings.cluster_autoscaler, metrics=self.metrics, on_change=self.view.poke
+            )
+            if settings.cluster_autoscaler.enabled
+            else None
+        )
         self.reconciler = Reconciler(
             view=self.view,
             kube=kube,
@@ -134,7 +143,11 @@ class CapacityMonitor:
             metrics=self.metrics,
             on_reconcile=on_reconcile,
             interval=settings.recalculate_interval,
-            pool_room=self._pool_room if self.nodepools is not None else None,
+            pool_room=(
+                self._pool_room
+                if self.nodepools is not None or self.node_groups is not None
+                else None
+            ),
         )
         # Nothing is confirmed yet: advertise 0 until the view has synced and a pass has
         # counted verified capacity (set here, before the listener's first poll can start).
@@ -150,6 +163,15 @@ class CapacityMonitor:
         return policy.resolve_demand(self.hud_state, now, self.params())
 
     def _pool_room(self, observed: Observed, commit: bool) -> int | None:
+        """New pairs admitted by NodePool limits and full node groups (None: no cap)."""
+        rooms = [
+            self._nodepool_room(observed, commit),
+            self.node_groups.room(observed, commit=commit) if self.node_groups else None,
+        ]
+        known = [r for r in rooms if r is not None]
+        return min(known) if known else None
+
+    def _nodepool_room(self, observed: Observed, commit: bool) -> int | None:
         if self.nodepools is None:
             return None
         owner = self.view.runner_set
@@ -284,6 +306,10 @@ class CapacityMonitor:
                 ]
                 if self.nodepools is not None:
                     loops.append(tg.create_task(self.nodepools.run(), name="capacity-nodepools"))
+                if self.node_groups is not None:
+                    loops.append(
+                        tg.create_task(self.node_groups.run(), name="capacity-node-groups")
+                    )
                 await stop.wait()
                 for task in loops:
                     task.cancel()

@@ -30,6 +30,8 @@ STRING_SAMPLES = {
     "placeholder_image": "registry.example.com/pause:3",
     "hud.url": "https://hud.example.com/api/queued",
     "hud.parameters.repo": "my-org/my-repo",
+    "cluster_autoscaler.status_namespace": "autoscaling",
+    "cluster_autoscaler.status_configmap": "ca-status",
 }
 
 
@@ -43,6 +45,8 @@ REFERENCE_CONTEXT: dict[str, dict[str, str]] = {
     "demand.cluster_count": {"CAPACITY_DEMAND__SOURCE": "github"},
     "nodepools.runner": {"CAPACITY_NODEPOOLS__ENABLED": "true"},
     "nodepools.workflow": {"CAPACITY_NODEPOOLS__ENABLED": "true"},
+    "cluster_autoscaler.runner": {"CAPACITY_CLUSTER_AUTOSCALER__ENABLED": "true"},
+    "cluster_autoscaler.workflow": {"CAPACITY_CLUSTER_AUTOSCALER__ENABLED": "true"},
 }
 
 
