@@ -569,8 +569,11 @@ def node_group_room(
     or backing off after a failed scale-up): no new node can come for it. CA's status does
     not describe the nodes, so the room left on existing nodes is counted in halves: the
     most halves of that role seen holding room since its groups filled (``peak``), minus
-    those holding room now and those still waiting for a node. A half whose groups are not
-    full is not capped (CA adds a node for a Pending pair), and its peak is forgotten.
+    those holding room now and those still waiting for a node. Beyond that, one pair at a
+    time (a probe, only while none of that half waits): it lands if an existing node still
+    has room, and otherwise waits Pending alone until its ready timeout instead of a burst
+    of ``max_pending_pairs``. A half whose groups are not full is not capped (CA adds a node
+    for a Pending pair), and its peak is forgotten.
     """
     bound, waiting = _halves_holding_room(observed)
     room: int | None = None
@@ -580,5 +583,7 @@ def node_group_room(
             continue
         kept[role] = max(bound[role], peak.get(role, 0))
         left = max(0, kept[role] - bound[role] - waiting[role])
+        if left == 0 and waiting[role] == 0:
+            left = 1  # the probe
         room = left if room is None else min(room, left)
     return room, kept
