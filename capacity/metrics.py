@@ -192,7 +192,8 @@ class CapacityMetrics:
         self.nodepool_held_pairs = gauge(
             "gha_capacity_nodepool_held_pairs",
             "Pairs wanted but not created at the last pass because the NodePools' limits "
-            "(or full cluster-autoscaler node groups) cannot hold them (each would have waited Pending until its ready timeout).",
+            "(or full cluster-autoscaler node groups) cannot hold them (each would have waited "
+            "Pending until its ready timeout).",
         )
         self.nodepool_state = gauge(
             "gha_capacity_nodepool_state",
