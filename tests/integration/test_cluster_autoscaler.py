@@ -31,7 +31,12 @@ from tests.support.capacity_kit import (
 )
 from tests.support.cluster_autoscaler import GROUP_LABEL, TO_BE_DELETED, ClusterAutoscaler, Group
 from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import OWNER_KEY, eventually, node_reservation
+from tests.support.localcluster.testkit import (
+    OWNER_KEY,
+    eventually,
+    node_reservation,
+    pod_manifest,
+)
 from tests.support.monitor_scene import MonitorScene, ScaleSet
 
 pytestmark = [
@@ -83,11 +88,16 @@ class Scene(MonitorScene):
         self.cluster = cluster
 
     def spare(self, group: str, cpu: str = "4") -> str:
-        """A node by hand, in no node group: room CA may move pods to."""
+        """A node by hand, in no node group: room CA may move pods to. An empty node is a
+        removal candidate itself and no destination for CA, so a small pod that CA cannot
+        move (no owner) keeps it."""
         name = f"spare-{self.ns}-{group}"[:63]
         reservation = node_reservation(self.ns)
         reservation["labels"][GROUP_LABEL] = group
         self.cluster.add_node(name, cpu=cpu, memory="8Gi", pods=50, **reservation)
+        pin = pod_manifest(f"pin-{group}", owner=self.ns)
+        pin["spec"]["nodeName"] = name
+        self.cluster.rest.request("POST", f"/api/v1/namespaces/{self.ns}/pods", pin)
         return name
 
 
