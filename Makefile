@@ -6,7 +6,8 @@ CLUSTER := $(PY) -m tests.support.localcluster
 
 .PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
         typecheck check coverage lint-only cluster-build cluster-up cluster-down cluster-status \
-        bench clean conformance-build test-conformance chart-package bench-footprint
+        bench clean conformance-build test-conformance chart-package bench-footprint \
+        test-cluster-autoscaler
 
 help:
 	@echo "make demo          run the local demo (builds the local cluster on first use)"
@@ -65,6 +66,12 @@ test-image: venv cluster-build
 
 image: venv
 	$(PY) -m tests.support.image
+
+# Opt-in: the capacity model on the real cluster-autoscaler (1.36, kwok provider), built from
+# the source tree in CLUSTER_AUTOSCALER_SRC (not on the Go module proxy); skipped without it.
+test-cluster-autoscaler: venv cluster-build
+	@test -n "$(CLUSTER_AUTOSCALER_SRC)" || echo "cluster-autoscaler tier skipped: CLUSTER_AUTOSCALER_SRC is not set (a cluster-autoscaler 1.36 source tree; see CONTRIBUTING.md)"
+	$(VENV)/bin/pytest tests/integration/test_cluster_autoscaler.py -rs -s
 
 # Our listener against ARC's own poll loop (a Go reference over actions/scaleset, cached).
 test-conformance: venv conformance-build

@@ -170,6 +170,10 @@ class Resource:
         return cls(f"/api/v1/namespaces/{namespace}/pods", "pods", namespace)
 
     @classmethod
+    def configmaps(cls, namespace: str) -> Resource:
+        return cls(f"/api/v1/namespaces/{namespace}/configmaps", "configmaps", namespace)
+
+    @classmethod
     def arc(cls, plural: str, namespace: str) -> Resource:
         """An ARC custom resource (ephemeralrunners, ephemeralrunnersets)."""
         return cls(
@@ -234,12 +238,21 @@ class RunnerSet:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeTaint:
+    """One of a node's taints (``spec.taints[]``)."""
+
+    key: str
+    value: str = ""
+    effect: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class NodeState:
-    """A node as node checks see it."""
+    """A node as node checks see it: cordoned or not, and its taints."""
 
     name: str
     unschedulable: bool
-    taints: frozenset[str]  # taint keys
+    taints: tuple[NodeTaint, ...] = ()
 
 
 class Kube:
@@ -462,7 +475,15 @@ class Kube:
         return NodeState(
             name=name,
             unschedulable=bool(spec.get("unschedulable")),
-            taints=frozenset(str(t.get("key", "")) for t in spec.get("taints") or ()),
+            taints=tuple(
+                NodeTaint(
+                    key=str(t.get("key") or ""),
+                    value=str(t.get("value") or ""),
+                    effect=str(t.get("effect") or ""),
+                )
+                for t in spec.get("taints") or ()
+                if isinstance(t, dict)
+            ),
         )
 
     # --- list and watch -------------------------------------------------------------------

@@ -40,6 +40,15 @@ ANNOTATION_OWNER_UID = LABEL_PREFIX + "owner-uid"
 # fingerprint(pod spec): a placeholder made from other settings or another runner pod
 # template is not adopted.
 ANNOTATION_SPEC_HASH = LABEL_PREFIX + "spec-hash"
+# cluster-autoscaler refuses to drain a node holding a pod whose ownerReference lacks
+# `controller: true` ("not replicated"), and placeholders are owned that way (the runner set
+# owns them, no controller recreates them). Without this annotation every node that ever held
+# a placeholder would stay forever on cluster-autoscaler. With it, CA may evict a placeholder
+# to remove an under-used node; the monitor sees the broken pair and makes it again wherever
+# the scheduler confirms room. Only placeholders carry it: a runner or workflow pod holds a
+# job, and evicting it kills the job (docs/capacity-model.md, "On cluster-autoscaler").
+ANNOTATION_SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+SAFE_TO_EVICT_VALUE = "true"
 
 MAX_LABEL_VALUE = 63
 

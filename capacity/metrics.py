@@ -7,6 +7,10 @@ registered while the monitor runs: no ``listenerMetrics`` allow-list applies to 
 Like the listener's page, no ``_created`` series are written: the metrics are created
 unregistered and exposed through one collector that drops those samples (per registry, so
 prometheus_client's process-wide switch is left alone).
+
+Size: every series family of the monitor is declared here, in one registry wrapper, so the
+deploy/metrics.txt list, the dashboard and this file can be read against each other; the
+optional readers (NodePools, node groups) record through it rather than own series.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from base.exposition import GoStyleCollector
 from capacity.model import Demand, DemandSource, HudResult, Observed, Plan, PodPhase, Role
+from capacity.node_groups import NodeGroup
 from capacity.nodepools import NodePool
 from capacity.warm_pool import Estimate
 
@@ -39,6 +44,8 @@ GITHUB_CALL_RESULTS: Final = ("ok", "not_modified", "rate_limited", "error")
 NODEPOOL_STATES: Final = ("off", "starting", "watching", "forbidden", "absent")
 WARM_POOL_MODES: Final = ("fixed", "scheduled", "adaptive")
 WARM_POOL_ESTIMATES: Final = ("fast", "profile")
+# The node-group reader: unreadable is a ConfigMap without CA's structured status.
+NODE_GROUP_STATES: Final = ("off", "starting", "watching", "forbidden", "absent", "unreadable")
 
 _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _HUD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -188,7 +195,8 @@ class CapacityMetrics:
         self.nodepool_held_pairs = gauge(
             "gha_capacity_nodepool_held_pairs",
             "Pairs wanted but not created at the last pass because the NodePools' limits "
-            "cannot hold them (each would have waited Pending until its ready timeout).",
+            "(or full cluster-autoscaler node groups) cannot hold them (each would have waited "
+            "Pending until its ready timeout).",
         )
         self.nodepool_state = gauge(
             "gha_capacity_nodepool_state",
@@ -217,6 +225,39 @@ class CapacityMetrics:
             "gha_capacity_warm_pool_batch_size",
             "Adaptive warm pool: estimated mean jobs per batch, by estimate (fast, profile).",
             "estimate",
+        )
+        # cluster-autoscaler (node checks on): nodes CA marked unneeded. Placeholders there
+        # still count (the node still runs them; CA taints it ToBeDeleted before removing it).
+        self.deletion_candidates = gauge(
+            "gha_capacity_placeholders_on_deletion_candidates",
+            "Running placeholders on nodes cluster-autoscaler has marked unneeded "
+            "(DeletionCandidateOfClusterAutoscaler); still counted (node checks on).",
+        )
+        # cluster-autoscaler node groups (settings cluster_autoscaler.enabled).
+        self.node_group_size = gauge(
+            "gha_capacity_node_group_size",
+            "A cluster-autoscaler node group's size by kind: min, max, target (the size CA "
+            "asked the cloud for), registered, ready.",
+            "node_group",
+            "kind",
+        )
+        self.node_group_headroom = gauge(
+            "gha_capacity_node_group_headroom",
+            "Nodes a cluster-autoscaler node group may still add (max minus target; 0 while "
+            "it backs off after a failed scale-up).",
+            "node_group",
+        )
+        self.node_group_pair_room = gauge(
+            "gha_capacity_node_group_pair_room",
+            "New placeholder pairs full node groups still admit (absent while no group the "
+            "placeholders land on is full).",
+        )
+        self.node_group_state = gauge(
+            "gha_capacity_node_group_state",
+            "The node-group reader (1 for the current state): off, starting, watching, "
+            "forbidden (no RBAC), absent (no status ConfigMap), unreadable (not CA >= 1.30's "
+            "structured status).",
+            "state",
         )
         everything: list[MetricWrapperBase] = [
             self.advertised,
@@ -250,8 +291,14 @@ class CapacityMetrics:
             self.warm_pool_target,
             self.warm_pool_batch_rate,
             self.warm_pool_batch_size,
+            self.deletion_candidates,
+            self.node_group_size,
+            self.node_group_headroom,
+            self.node_group_pair_room,
+            self.node_group_state,
         ]
         self._pool_series: set[tuple[str, str]] = set()
+        self._group_series: set[str] = set()
         self._prime()
         self._collector = GoStyleCollector(everything)
         self._registry = registry
@@ -380,8 +427,45 @@ class CapacityMetrics:
             self.warm_pool_batch_rate.labels(**b, estimate=name).set(estimate.rate)
             self.warm_pool_batch_size.labels(**b, estimate=name).set(estimate.mean_size)
 
+    def record_node_group_state(self, state: str) -> None:
+        """The node-group reader's state (one of NODE_GROUP_STATES)."""
+        for each in NODE_GROUP_STATES:
+            self.node_group_state.labels(**self._base, state=each).set(1 if each == state else 0)
+
+    def record_node_groups(self, groups: Iterable[NodeGroup], pair_room: int | None) -> None:
+        """Sizes and headroom of the node groups; series of groups gone are removed."""
+        b = self._base
+        seen: set[str] = set()
+        for g in groups:
+            sizes = {
+                "min": g.min_size,
+                "max": g.max_size,
+                "target": g.target,
+                "registered": g.registered,
+                "ready": g.ready,
+            }
+            for kind, value in sizes.items():
+                self.node_group_size.labels(**b, node_group=g.name, kind=kind).set(value)
+            self.node_group_headroom.labels(**b, node_group=g.name).set(0 if g.full else g.headroom)
+            seen.add(g.name)
+        for gone in self._group_series - seen:
+            for kind in ("min", "max", "target", "registered", "ready"):
+                with contextlib.suppress(KeyError):
+                    self.node_group_size.remove(b[NAME], b[NAMESPACE], gone, kind)
+            with contextlib.suppress(KeyError):
+                self.node_group_headroom.remove(b[NAME], b[NAMESPACE], gone)
+        self._group_series = seen
+        if pair_room is None:
+            with contextlib.suppress(KeyError):
+                self.node_group_pair_room.remove(b[NAME], b[NAMESPACE])
+        else:
+            self.node_group_pair_room.labels(**b).set(pair_room)
+
     def record_held(self, pairs: int) -> None:
         self.nodepool_held_pairs.labels(**self._base).set(pairs)
+
+    def record_deletion_candidates(self, placeholders: int) -> None:
+        self.deletion_candidates.labels(**self._base).set(placeholders)
 
     def record_advertised(self, value: int, *, changed: bool) -> None:
         self.advertised.labels(**self._base).set(value)

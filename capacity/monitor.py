@@ -58,6 +58,7 @@ from capacity.cluster import Cluster
 from capacity.demand import DemandReader, GitHubReaderFactory, HttpClient, build_reader
 from capacity.metrics import CapacityMetrics, Registry
 from capacity.model import Demand, DemandSource, HudState, Observed, Params, Role
+from capacity.node_group_watch import NodeGroupRoom
 from capacity.nodepool_watch import NodePoolLimits
 from capacity.reconciler import Manifest, Reconciler
 from capacity.settings import CapacitySettings, to_params, to_warm_pool
@@ -139,6 +140,14 @@ class CapacityMonitor:
             if settings.nodepools.enabled
             else None
         )
+        # cluster-autoscaler node groups (optional, off by default).
+        self.node_groups = (
+            NodeGroupRoom(
+                kube, settings.cluster_autoscaler, metrics=self.metrics, on_change=self.view.poke
+            )
+            if settings.cluster_autoscaler.enabled
+            else None
+        )
         self.reconciler = Reconciler(
             view=self.view,
             kube=kube,
@@ -150,7 +159,11 @@ class CapacityMonitor:
             metrics=self.metrics,
             on_reconcile=on_reconcile,
             interval=settings.recalculate_interval,
-            pool_room=self._pool_room if self.nodepools is not None else None,
+            pool_room=(
+                self._pool_room
+                if self.nodepools is not None or self.node_groups is not None
+                else None
+            ),
             warm_pool=self._warm_target,
         )
         self.metrics.record_warm_pool_mode(settings.warm_pool.mode)
@@ -187,6 +200,15 @@ class CapacityMonitor:
         return target
 
     def _pool_room(self, observed: Observed, commit: bool) -> int | None:
+        """New pairs admitted by NodePool limits and full node groups (None: no cap)."""
+        rooms = [
+            self._nodepool_room(observed, commit),
+            self.node_groups.room(observed, commit=commit) if self.node_groups else None,
+        ]
+        known = [r for r in rooms if r is not None]
+        return min(known) if known else None
+
+    def _nodepool_room(self, observed: Observed, commit: bool) -> int | None:
         if self.nodepools is None:
             return None
         owner = self.view.runner_set
@@ -366,6 +388,10 @@ class CapacityMonitor:
                 ]
                 if self.nodepools is not None:
                     loops.append(tg.create_task(self.nodepools.run(), name="capacity-nodepools"))
+                if self.node_groups is not None:
+                    loops.append(
+                        tg.create_task(self.node_groups.run(), name="capacity-node-groups")
+                    )
                 await stop.wait()
                 for task in loops:
                     task.cancel()

@@ -22,6 +22,8 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
+from capacity.pods import tolerates, toleration_from
+
 Json = dict[str, Any]
 
 GROUP = "karpenter.sh"
@@ -196,16 +198,7 @@ def _selector_allowed(pool: NodePool, key: str, value: str) -> bool:
 
 
 def _tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
-    effect = str(toleration.get("effect") or "")
-    if effect and effect != taint.effect:
-        return False
-    key = str(toleration.get("key") or "")
-    operator = str(toleration.get("operator") or "Equal")
-    if not key:
-        return operator == "Exists"  # an empty key with Exists tolerates everything
-    if key != taint.key:
-        return False
-    return operator == "Exists" or str(toleration.get("value") or "") == taint.value
+    return tolerates(toleration_from(toleration), taint.key, taint.value, taint.effect)
 
 
 def can_land(

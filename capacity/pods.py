@@ -10,8 +10,9 @@ applies these projections to its watch streams; tests and benchmarks use them di
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from capacity import contract
 from capacity.model import Placeholder, PodPhase, RealPod, Role
@@ -23,18 +24,25 @@ RUNNER_POD_LABEL = "runner-pod"  # on workflow pods: the name of the runner pod 
 # The hook's job pod name: the runner pod's name cut so that "-workflow" fits in 63 chars.
 _MAX_POD_NAME = 63
 _WORKFLOW_SUFFIX = "-workflow"
-# A placeholder on a node with one of these taints is not confirmed capacity: the node is
-# being removed (Karpenter, cluster-autoscaler) or is not working.
+CA_TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"  # NoSchedule: CA is removing it
+CA_DELETION_CANDIDATE_TAINT = "DeletionCandidateOfClusterAutoscaler"  # PreferNoSchedule
+# A placeholder on a node with one of these taints is not confirmed capacity whatever its
+# tolerations say (a pod template that tolerates every taint must not make a node that is
+# being removed, or is not working, count): the node is being removed (Karpenter,
+# cluster-autoscaler) or is not working.
 UNUSABLE_TAINTS = frozenset(
     {
         "karpenter.sh/disrupted",
         "karpenter.sh/disruption",
-        "ToBeDeletedByClusterAutoscaler",
+        CA_TO_BE_DELETED_TAINT,
         "node.kubernetes.io/unschedulable",
         "node.kubernetes.io/not-ready",
         "node.kubernetes.io/unreachable",
     }
 )
+# Taints that keep or drive pods off a node. PreferNoSchedule is a preference: the pod stays,
+# and so does the capacity (docs/capacity-model.md, "On cluster-autoscaler").
+_HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 _ACTIVE_RUNNER_PHASES = frozenset({"", "Pending", "Running"})
 
 
@@ -50,14 +58,103 @@ def _phase(obj: Json) -> PodPhase:
 
 
 @dataclass(frozen=True, slots=True)
+class Toleration:
+    """One of a pod's tolerations (``spec.tolerations[]``)."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+    seconds: int | None = None  # tolerationSeconds: a NoExecute taint evicts after this
+
+
+def toleration_from(obj: Mapping[str, Any]) -> Toleration:
+    seconds = obj.get("tolerationSeconds")
+    return Toleration(
+        key=str(obj.get("key") or ""),
+        operator=str(obj.get("operator") or "Equal"),
+        value=str(obj.get("value") or ""),
+        effect=str(obj.get("effect") or ""),
+        seconds=int(seconds)
+        if isinstance(seconds, int) and not isinstance(seconds, bool)
+        else None,
+    )
+
+
+def tolerates(toleration: Toleration, key: str, value: str, effect: str) -> bool:
+    """Kubernetes' toleration match: the effect (empty tolerates every effect), then the
+    key (empty with Exists tolerates every key), then the value for Equal."""
+    if toleration.effect and toleration.effect != effect:
+        return False
+    if not toleration.key:
+        return toleration.operator == "Exists"
+    if toleration.key != key:
+        return False
+    return toleration.operator == "Exists" or toleration.value == value
+
+
+class NodeTaintView(Protocol):
+    """A node's taint as the node check reads it (``base.kube.NodeTaint``; this module
+    stays free of the I/O layer)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def value(self) -> str: ...
+    @property
+    def effect(self) -> str: ...
+
+
+def node_confirms(
+    *,
+    unschedulable: bool,
+    taints: Iterable[NodeTaintView],
+    tolerations: Iterable[Toleration],
+) -> bool:
+    """Whether a Running placeholder on this node is confirmed capacity.
+
+    Not when the node is cordoned, carries one of ``UNUSABLE_TAINTS`` (whatever the pod
+    tolerates), or carries a NoSchedule/NoExecute taint the pod does not tolerate: a taint
+    added after the pod was scheduled leaves it running, but a real pod with the same
+    tolerations could not be placed there, and such taints mark nodes being removed
+    (cluster-autoscaler, Karpenter, any drain tool) or kept for something else. A NoExecute
+    toleration with ``tolerationSeconds`` only delays the eviction, so it does not count.
+    PreferNoSchedule taints (cluster-autoscaler's deletion candidates) leave it confirmed.
+    """
+    if unschedulable:
+        return False
+    given = tuple(tolerations)
+    for taint in taints:
+        if taint.key in UNUSABLE_TAINTS:
+            return False
+        if taint.effect not in _HARD_EFFECTS:
+            continue
+        if not any(
+            tolerates(t, taint.key, taint.value, taint.effect)
+            and not (taint.effect == "NoExecute" and t.seconds is not None)
+            for t in given
+        ):
+            return False
+    return True
+
+
+def deletion_candidate(taints: Iterable[NodeTaintView]) -> bool:
+    """Whether cluster-autoscaler has marked the node unneeded (it may remove it later; a
+    placeholder there still counts)."""
+    return any(t.key == CA_DELETION_CANDIDATE_TAINT for t in taints)
+
+
+@dataclass(frozen=True, slots=True)
 class PlaceholderPod:
     """A placeholder as watched, plus what decides whether it is ours: the owner uids (from
-    ownerReferences and the owner annotation) and the spec hash."""
+    ownerReferences and the owner annotation) and the spec hash; and its tolerations, which
+    node checks hold a node's taints against."""
 
     placeholder: Placeholder
     uid: str
     owner_uids: tuple[str, ...]
     spec_hash: str = ""
+    tolerations: tuple[Toleration, ...] = ()
 
 
 def placeholder_from(obj: Json) -> PlaceholderPod | None:
@@ -91,6 +188,9 @@ def placeholder_from(obj: Json) -> PlaceholderPod | None:
             if uid
         ),
         spec_hash=str(annotations.get(contract.ANNOTATION_SPEC_HASH) or ""),
+        tolerations=tuple(
+            toleration_from(t) for t in spec.get("tolerations") or () if isinstance(t, Mapping)
+        ),
     )
 
 

@@ -55,7 +55,8 @@ The plan, in order:
    renews by letting a pair expire first (a short dip) rather than going over the cap;
    and (c), with NodePool limits read, within the pairs the pools can still hold
    (`nodepool_room`): a pair that no node may be launched for would only wait Pending until
-   its ready timeout.
+   its ready timeout; likewise with cluster-autoscaler node groups read, within the room a
+   full group's nodes still have for the halves (`node_group_room`).
 
 Slot ids are decimal strings chosen by the policy: above every numeric slot observed and above
 `Memory.next_slot`, so ids are not reused while a process lives and never collide with a pod
@@ -617,3 +618,33 @@ def nodepool_room(
             pairs = max(0, math.floor(min(limit, free) / need))
             room = pairs if room is None else min(room, pairs)
     return room, new_memory
+
+
+def node_group_room(
+    full: Mapping[Role, bool], observed: Observed, peak: Mapping[Role, int]
+) -> tuple[int | None, dict[Role, int]]:
+    """How many more pairs full cluster-autoscaler node groups admit (None: no cap), and the
+    peak to carry to the next pass (docs/capacity-model.md, "On cluster-autoscaler").
+
+    ``full`` says, per half, whether every node group it lands on is full (at its max size,
+    or backing off after a failed scale-up): no new node can come for it. CA's status does
+    not describe the nodes, so the room left on existing nodes is counted in halves: the
+    most halves of that role seen holding room since its groups filled (``peak``), minus
+    those holding room now and those still waiting for a node. Beyond that, one pair at a
+    time (a probe, only while none of that half waits): it lands if an existing node still
+    has room, and otherwise waits Pending alone until its ready timeout instead of a burst
+    of ``max_pending_pairs``. A half whose groups are not full is not capped (CA adds a node
+    for a Pending pair), and its peak is forgotten.
+    """
+    bound, waiting = _halves_holding_room(observed)
+    room: int | None = None
+    kept: dict[Role, int] = {}
+    for role in Role:
+        if not full.get(role, False):
+            continue
+        kept[role] = max(bound[role], peak.get(role, 0))
+        left = max(0, kept[role] - bound[role] - waiting[role])
+        if left == 0 and waiting[role] == 0:
+            left = 1  # the probe
+        room = left if room is None else min(room, left)
+    return room, kept

@@ -263,6 +263,8 @@ class Reconciler:
         self.metrics.record_pass(plan, observed, demand, proactive=self.params().proactive_capacity)
         if self.pool_room is not None:
             self.metrics.record_held(plan.held_by_nodepools)
+        if self.view.node_checks:
+            self.metrics.record_deletion_candidates(self.view.on_deletion_candidates())
         if plan.deletes or plan.creates:
             log.info(
                 "reconcile",

@@ -379,6 +379,42 @@ def to_warm_pool(settings: CapacitySettings) -> warm_pool.WarmPool:
     return warm_pool.AdaptivePool(config, floor=scheduled)
 
 
+class ClusterAutoscalerSettings(BaseModel):
+    """cluster-autoscaler node groups: read CA's `cluster-autoscaler-status` ConfigMap, export
+    each named node group's size and headroom, and create no pair a full group cannot back
+    (needs deploy/rbac/role-cluster-autoscaler-status.yaml; without it, or without CA, the
+    monitor logs one line and works as before)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    # Node group names per half (CA's names, as in its status). Unset: metrics only, no cap
+    # (CA's status does not say which pods a group's nodes admit).
+    runner: list[str] | None = None
+    workflow: list[str] | None = None
+    status_namespace: str = "kube-system"
+    status_configmap: str = "cluster-autoscaler-status"
+
+    @field_validator("runner", "workflow")
+    @classmethod
+    def _check_names(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("must name at least one node group (leave it unset for no cap)")
+        for name in value:
+            if not isinstance(name, str) or not name.strip():
+                raise ValueError(f"invalid node group name {name!r}")
+        return list(dict.fromkeys(value))
+
+    @field_validator("status_namespace", "status_configmap")
+    @classmethod
+    def _check_object_name(cls, value: str) -> str:
+        if not _DNS_SUBDOMAIN.match(value):
+            raise ValueError(f"invalid name {value!r}")
+        return value
+
+
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -423,6 +459,7 @@ class CapacitySettings(BaseSettings):
     github: GitHubDemandSettings = Field(default_factory=GitHubDemandSettings)
     nodepools: NodePoolSettings = Field(default_factory=NodePoolSettings)
     warm_pool: WarmPoolSettings = Field(default_factory=WarmPoolSettings)
+    cluster_autoscaler: ClusterAutoscalerSettings = Field(default_factory=ClusterAutoscalerSettings)
 
     @property
     def demand_source(self) -> DemandSourceName:
@@ -486,6 +523,14 @@ class CapacitySettings(BaseSettings):
         if not pools.enabled and (pools.runner is not None or pools.workflow is not None):
             named = "nodepools.runner" if pools.runner is not None else "nodepools.workflow"
             raise ValueError(f"{named}: set, but nodepools.enabled is false")
+        ca = self.cluster_autoscaler
+        if not ca.enabled and (ca.runner is not None or ca.workflow is not None):
+            named = (
+                "cluster_autoscaler.runner"
+                if ca.runner is not None
+                else "cluster_autoscaler.workflow"
+            )
+            raise ValueError(f"{named}: set, but cluster_autoscaler.enabled is false")
         if self.demand_source == "none" and demand.cluster_count > 1:
             raise ValueError(
                 "demand.cluster_count: sharding needs a demand source (demand.source: hud or "

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from capacity.contract import (
     ANNOTATION_EXPIRES_AT,
     ANNOTATION_OWNER_UID,
+    ANNOTATION_SAFE_TO_EVICT,
     ANNOTATION_SCALE_SET,
     ANNOTATION_SPEC_HASH,
     LABEL_MANAGED_BY,
@@ -30,6 +31,7 @@ from capacity.contract import (
     LABEL_SLOT,
     MANAGED_BY_VALUE,
     NAME_HASH_LEN,
+    SAFE_TO_EVICT_VALUE,
     fingerprint,
     format_expiry,
     label_value,
@@ -301,6 +303,7 @@ def placeholder_pod(
             ANNOTATION_EXPIRES_AT: format_expiry(now + template.ttl),
             ANNOTATION_OWNER_UID: template.owner_uid,
             ANNOTATION_SPEC_HASH: fingerprint(spec),
+            ANNOTATION_SAFE_TO_EVICT: SAFE_TO_EVICT_VALUE,
         },
     }
     if template.owner is not None:

@@ -52,9 +52,11 @@ from capacity.model import Observed, Placeholder, PodPhase, RealPod, Role
 from capacity.pods import (
     RUNNER_POD_LABEL,
     SCALE_SET_LABEL,
-    UNUSABLE_TAINTS,
     PlaceholderPod,
+    Toleration,
     WorkflowPod,
+    deletion_candidate,
+    node_confirms,
     placeholder_from,
     real_pod_from,
     runner_active,
@@ -307,15 +309,27 @@ class View:
         for gone in set(self.nodes) - current:
             del self.nodes[gone]
 
-    def node_usable(self, name: str | None) -> bool:
+    def node_usable(self, name: str | None, tolerations: Iterable[Toleration] = ()) -> bool:
+        """Whether a Running placeholder with these tolerations on node ``name`` counts
+        (``pods.node_confirms``): always with node checks off."""
         if not self.node_checks or name is None:
             return True
         if name not in self.nodes:
             return False  # not checked yet: not confirmed
         state = self.nodes[name]
-        return (
-            state is not None and not state.unschedulable and not (state.taints & UNUSABLE_TAINTS)
+        return state is not None and node_confirms(
+            unschedulable=state.unschedulable, taints=state.taints, tolerations=tolerations
         )
+
+    def on_deletion_candidates(self) -> int:
+        """Running placeholders on nodes cluster-autoscaler has marked unneeded
+        (``DeletionCandidateOfClusterAutoscaler``): still counted, exported as a gauge."""
+        count = 0
+        for p in self.placeholders.values():
+            state = self.nodes.get(p.placeholder.node_name or "")
+            if p.placeholder.phase == PodPhase.RUNNING and state is not None:
+                count += deletion_candidate(state.taints)
+        return count
 
     # --- snapshot -------------------------------------------------------------------------
 
@@ -337,7 +351,9 @@ class View:
         owner = self.runner_set.uid if self.runner_set is not None else None
         hashes = self.expected_hashes()
         placeholders = tuple(
-            _with_context(p, owner, hashes, self.node_usable(p.placeholder.node_name))
+            _with_context(
+                p, owner, hashes, self.node_usable(p.placeholder.node_name, p.tolerations)
+            )
             for p in self.placeholders.values()
         )
         runner_pods = tuple(self.runner_pods.values())

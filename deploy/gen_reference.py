@@ -67,8 +67,10 @@ DESCRIPTIONS: dict[str, str] = {
     "not a cap on pairs in existence).",
     "downscale_delay": "Scale-down waits until the desired pair count has stayed lower for "
     "this long; scale-up is immediate.",
-    "node_checks": "Count a Running placeholder only on a usable node (not cordoned, no "
-    "`karpenter.sh/disrupted` taint). Needs deploy/rbac/clusterrole-node-checks.yaml.",
+    "node_checks": "Count a Running placeholder only on a usable node: not cordoned, no "
+    "NoSchedule/NoExecute taint the placeholder does not tolerate, none of the removal taints "
+    "(`ToBeDeletedByClusterAutoscaler`, `karpenter.sh/disrupted`, …). Nodes are read one by "
+    "one (GET; needs `deploy/rbac/clusterrole-node-checks.yaml`).",
     "hud": "The HUD queued-jobs source (below).",
     "hud.enabled": "Query HUD for jobs queued for this scale set's labels. Off: desired "
     "pairs = `proactive_capacity`.",
@@ -141,6 +143,21 @@ DESCRIPTIONS: dict[str, str] = {
     "quickly a surge is followed and forgotten).",
     "warm_pool.profile_timezone": "Adaptive: the time zone of the hour-of-week profile "
     "(working hours move with daylight saving time).",
+    "cluster_autoscaler": "cluster-autoscaler node groups (below): export their sizes and "
+    "create no pair a full group cannot back.",
+    "cluster_autoscaler.enabled": "Read cluster-autoscaler's status ConfigMap (a watch of that "
+    "one object; needs `deploy/rbac/role-cluster-autoscaler-status.yaml`), export each node "
+    "group's size and headroom, and, for the halves whose groups are named, create no pair a "
+    "full group (at max size, or backing off) cannot back. Without the RBAC, without CA or "
+    "with CA < 1.30: one log line, no cap.",
+    "cluster_autoscaler.runner": "Node groups (CA's names) the runner placeholders land on. "
+    "Unset: the runner half is not capped.",
+    "cluster_autoscaler.workflow": "Node groups the workflow placeholders land on. Unset: the "
+    "workflow half is not capped.",
+    "cluster_autoscaler.status_namespace": "Namespace of CA's status ConfigMap (CA's "
+    "namespace, where CA writes it by default).",
+    "cluster_autoscaler.status_configmap": "Name of CA's status ConfigMap "
+    "(`--status-config-map-name`).",
 }
 
 LISTENER_ENV: dict[str, tuple[str, str]] = {

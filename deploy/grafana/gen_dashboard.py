@@ -504,7 +504,8 @@ def nodepools() -> list[PanelBuilder]:
         ),
         timeseries(
             "Pairs held back by NodePool limits",
-            "Pairs wanted but not created because the NodePools' limits cannot hold them (each "
+            "Pairs wanted but not created because the NodePools' limits (or full "
+            "cluster-autoscaler node groups) cannot hold them (each "
             "would only have waited Pending until placeholder_ready_timeout), and the pairs "
             "the limits still admit. Raise the NodePool's limits, or accept the cap.",
             by_name("gha_capacity_nodepool_held_pairs", "held back"),
@@ -574,11 +575,63 @@ def warm_pool() -> list[PanelBuilder]:
     ]
 
 
+def cluster_autoscaler() -> list[PanelBuilder]:
+    """cluster-autoscaler (node checks; node groups with cluster_autoscaler.enabled)."""
+    return [
+        timeseries(
+            "Placeholders on CA deletion candidates",
+            "Running placeholders on nodes cluster-autoscaler has marked unneeded "
+            "(DeletionCandidateOfClusterAutoscaler, PreferNoSchedule). They still count: "
+            "the node still runs them, and CA taints it ToBeDeletedByClusterAutoscaler "
+            "(then no longer counted) before it removes it. Node checks on.",
+            by_name("gha_capacity_placeholders_on_deletion_candidates", "placeholders"),
+        ),
+        timeseries(
+            "Node group sizes",
+            "For each cluster-autoscaler node group (settings cluster_autoscaler.enabled): its "
+            "max size, the size CA asked the cloud for (target) and the ready nodes. A group "
+            "whose target reached its max can add no node for new pairs.",
+            Query(
+                f'max by (node_group) (gha_capacity_node_group_size{{{SEL}, kind="max"}})',
+                "{{node_group}} max",
+            ),
+            Query(
+                f'max by (node_group) (gha_capacity_node_group_size{{{SEL}, kind="target"}})',
+                "{{node_group}} target",
+            ),
+            Query(
+                f'max by (node_group) (gha_capacity_node_group_size{{{SEL}, kind="ready"}})',
+                "{{node_group}} ready",
+            ),
+        ),
+        timeseries(
+            "Node group headroom and pairs admitted",
+            "Nodes each group may still add (0 while it backs off after a failed scale-up), "
+            "and the new pairs full groups still admit (absent: no cap). Pairs held back "
+            "are in the 'Pairs held back' panel of the NodePool row.",
+            Query(
+                f"max by (node_group) (gha_capacity_node_group_headroom{{{SEL}}})",
+                "{{node_group}} headroom",
+            ),
+            by_name("gha_capacity_node_group_pair_room", "pairs admitted", agg="min"),
+        ),
+        timeseries(
+            "Node group reader state",
+            "1 for the reader's state: watching, starting (no pair created until the first "
+            "list), forbidden (RBAC: deploy/rbac/role-cluster-autoscaler-status.yaml), absent "
+            "(no status ConfigMap) or unreadable (CA older than 1.30); the last three cost "
+            "one log line and impose no cap.",
+            Query(f"max by (state) (gha_capacity_node_group_state{{{SEL}}})", "{{state}}"),
+        ),
+    ]
+
+
 SECTIONS = (
     ("Jobs: assigned vs running", jobs),
     ("Capacity", capacity),
     ("Warm pool", warm_pool),
     ("NodePool limits (Karpenter)", nodepools),
+    ("cluster-autoscaler", cluster_autoscaler),
     ("Demand (HUD or GitHub)", demand),
     ("Reconcile health", reconcile),
     ("Job timings", job_timings),

@@ -156,6 +156,22 @@ async def test_running_pairs_are_advertised_and_pending_ones_never(scene: Scene)
     )
 
 
+async def test_placeholders_as_stored_let_cluster_autoscaler_evict_them(scene: Scene) -> None:
+    # What the apiserver keeps, not what the builder returns: both halves carry
+    # cluster-autoscaler's safe-to-evict annotation, or CA never drains their nodes.
+    scene.node(cpu=2)
+    run = scene.start(settings(proactive_capacity=1))
+    await run.advertises(1)
+    stored = await scene.placeholders()
+    assert {p.metadata.labels["capacity-listener.dev/role"] for p in stored} == {
+        "placeholder-runner",
+        "placeholder-workflow",
+    }
+    for pod in stored:
+        assert pod.metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "true"
+    await run.close()
+
+
 async def test_preemption_hand_off_keeps_the_value_right(scene: Scene) -> None:
     await scene.runner_pdb()  # without it a workflow pod evicts the runner (see test_ladder)
     scene.node(cpu=2)  # room for exactly one job
@@ -573,6 +589,41 @@ async def test_node_checks_stop_counting_placeholders_on_a_cordoned_node(scene: 
     # Nodes are read one by one, never listed or watched (ci-infra #965).
     assert run.kube.requests["get nodes"] >= 2
     assert not any(k.endswith(" nodes") and not k.startswith("get") for k in run.kube.requests)
+    await run.close()
+
+
+@pytest.mark.parametrize(
+    "taint",
+    [
+        # cluster-autoscaler's mark on a node it is removing (it also cordons it, later)
+        {"key": "ToBeDeletedByClusterAutoscaler", "value": "1764000000", "effect": "NoSchedule"},
+        # any other taint the placeholders do not tolerate: a drain tool, a dedicated node
+        {"key": "example.com/maintenance", "value": "true", "effect": "NoSchedule"},
+    ],
+    ids=["ca-to-be-deleted", "untolerated-noschedule"],
+)
+async def test_node_checks_stop_counting_placeholders_on_a_node_tainted_against_them(
+    scene: Scene, taint: dict[str, str]
+) -> None:
+    first = scene.node(cpu=2)
+    run = scene.start(settings(proactive_capacity=1, node_checks=True))
+    await run.advertises(1)
+    assert {p.spec.node_name for p in await scene.placeholders()} == {first}
+
+    # The taint lands on the node holding the Running pair (not cordoned): the pair is no
+    # longer confirmed capacity, the value drops, and it is replaced on a usable node.
+    second = scene.node(cpu=2)
+    node = await scene.core.read_node(first)
+    taints = [t.to_dict() for t in node.spec.taints or []]
+    tainted = time.monotonic()
+    await scene.core.patch_node(first, {"spec": {"taints": [*taints, taint]}})
+    await eventually(_async(lambda: 0 in run.values_since(tainted)), "the value dropped")
+    dropped = run.first_time(0, tainted)
+    assert dropped is not None
+    await run.advertises(1)
+    assert {p.spec.node_name for p in await scene.placeholders()} == {second}
+    assert run.metric("gha_capacity_pair_deletes_total", reason="unusable") >= 1
+    print(f"header drop after taint: {dropped - tainted:.2f} s")
     await run.close()
 
 

@@ -134,6 +134,28 @@ def test_cluster_roles_only_for_the_scale_sets_that_need_them(
     assert not by_kind(plain, "ClusterRole")
 
 
+def test_cluster_autoscaler_status_role_only_for_scale_sets_that_read_it(
+    helm_bin: Path, tmp_path: Path
+) -> None:
+    ca = {"enabled": True, "status_namespace": "autoscaling"}
+    values = {
+        "scaleSets": {
+            "arc-cpu": scale_set(),
+            "arc-ca": scale_set(cluster_autoscaler=ca),
+        }
+    }
+    docs = template(helm_bin, values, tmp_path)
+    (shipped, _) = yaml_docs(DEPLOY / "rbac" / "role-cluster-autoscaler-status.yaml")
+    roles = {k: v for k, v in by_kind(docs, "Role").items() if "-ca-status-" in k}
+    assert list(roles) == ["autoscaling/capacity-listener-ca-status-arc-ca"]
+    assert roles["autoscaling/capacity-listener-ca-status-arc-ca"]["rules"] == shipped["rules"]
+    binding = by_kind(docs, "RoleBinding")["autoscaling/capacity-listener-ca-status-arc-ca"]
+    account = listener_name("arc-ca", "arc-runners", "", "https://github.com/acme")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": CONTROLLER_NAMESPACE}
+    ]
+
+
 def test_capacity_configmap_takes_workflow_resources_from_the_pod_template(
     helm_bin: Path, tmp_path: Path
 ) -> None:

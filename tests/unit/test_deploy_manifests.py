@@ -30,6 +30,7 @@ def test_deploy_has_yaml_files() -> None:
         "rbac/rolebinding.yaml",
         "rbac/clusterrole-node-checks.yaml",
         "rbac/clusterrole-nodepools.yaml",
+        "rbac/role-cluster-autoscaler-status.yaml",
         "pdb-runners.yaml",
         "prometheus/alerts.yaml",
     }

@@ -43,3 +43,11 @@ def test_rbac_grants_exactly_the_listed_operations() -> None:
     assert rules("clusterrole-nodepools.yaml") == {
         ("karpenter.sh", "nodepools", v) for v in ("get", "list", "watch")
     }
+    # capacity/node_group_watch.py: one list+watch of CA's status ConfigMap, by name only
+    # (test_node_group_rbac.py).
+    assert rules("role-cluster-autoscaler-status.yaml") == {
+        ("", "configmaps", v) for v in ("get", "list", "watch")
+    }
+    (role, _) = yaml_docs(DEPLOY / "rbac" / "role-cluster-autoscaler-status.yaml")
+    assert role["kind"] == "Role"
+    assert [r["resourceNames"] for r in role["rules"]] == [["cluster-autoscaler-status"]]

@@ -31,6 +31,8 @@ STRING_SAMPLES = {
     "hud.url": "https://hud.example.com/api/queued",
     "hud.parameters.repo": "my-org/my-repo",
     "warm_pool.profile_timezone": "Europe/Berlin",
+    "cluster_autoscaler.status_namespace": "autoscaling",
+    "cluster_autoscaler.status_configmap": "ca-status",
 }
 
 
@@ -48,6 +50,8 @@ REFERENCE_CONTEXT: dict[str, dict[str, str]] = {
         f"warm_pool.{name}": {"CAPACITY_WARM_POOL__MODE": "adaptive"}
         for name in ("max", "lead_time", "launch_cost", "fast_window", "profile_timezone")
     },
+    "cluster_autoscaler.runner": {"CAPACITY_CLUSTER_AUTOSCALER__ENABLED": "true"},
+    "cluster_autoscaler.workflow": {"CAPACITY_CLUSTER_AUTOSCALER__ENABLED": "true"},
 }
 
 

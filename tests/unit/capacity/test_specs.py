@@ -10,6 +10,7 @@ import pytest
 from capacity.contract import (
     ANNOTATION_EXPIRES_AT,
     ANNOTATION_OWNER_UID,
+    ANNOTATION_SAFE_TO_EVICT,
     ANNOTATION_SCALE_SET,
     ANNOTATION_SPEC_HASH,
     LABEL_MANAGED_BY,
@@ -104,6 +105,7 @@ def test_runner_half_manifest() -> None:
         ANNOTATION_EXPIRES_AT,
         ANNOTATION_OWNER_UID,
         ANNOTATION_SPEC_HASH,
+        ANNOTATION_SAFE_TO_EVICT,
     }
     assert meta["annotations"][ANNOTATION_SCALE_SET] == "linux-x64"
     assert read_expiry(meta["annotations"][ANNOTATION_EXPIRES_AT]) == NOW + 900
@@ -159,6 +161,15 @@ def test_no_owner_means_no_owner_references() -> None:
     assert "ownerReferences" not in pod["metadata"]
     # ownership then rests on the annotation, which names the runner set all the same
     assert pod["metadata"]["annotations"][ANNOTATION_OWNER_UID] == ERS_UID
+
+
+def test_both_halves_let_cluster_autoscaler_evict_them() -> None:
+    # cluster-autoscaler will not drain a node holding a pod owned without `controller: true`
+    # unless the pod says it is safe to evict: without it, placeholders pin their nodes.
+    for role in Role:
+        pod = placeholder_pod(role, "3", template=template(), now=NOW)
+        annotations = pod["metadata"]["annotations"]
+        assert annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "true"
 
 
 def test_owner_annotation_names_the_runner_set_whatever_the_reference_names() -> None:

@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import pytest
 
-from base.kube import Kube, NodeState, RunnerSet
+from base.kube import Kube, NodeState, NodeTaint, RunnerSet
 from capacity import contract
 from capacity.contract import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH
 from capacity.model import PodPhase, RealPod, Role
@@ -239,10 +239,16 @@ def test_node_checks_confirm_only_usable_checked_nodes() -> None:
         add(view, placeholder_pod(f"p-{node}", str(i), Role.RUNNER, owners=(OWNER_UID,), node=node))
     view.nodes.update(
         {
-            "fine": NodeState(name="fine", unschedulable=False, taints=frozenset({"x"})),
-            "cordoned": NodeState(name="cordoned", unschedulable=True, taints=frozenset()),
+            "fine": NodeState(
+                name="fine",
+                unschedulable=False,
+                taints=(NodeTaint("x", effect="PreferNoSchedule"),),
+            ),
+            "cordoned": NodeState(name="cordoned", unschedulable=True),
             "disrupted": NodeState(
-                name="disrupted", unschedulable=False, taints=frozenset({"karpenter.sh/disrupted"})
+                name="disrupted",
+                unschedulable=False,
+                taints=(NodeTaint("karpenter.sh/disrupted", effect="NoSchedule"),),
             ),
             "gone": None,
         }
