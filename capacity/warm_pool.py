@@ -62,6 +62,8 @@ from datetime import datetime
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from capacity.model import Demand, DemandSource
+
 PROFILE_VERSION = 1
 MAX_GAP = 300.0  # seconds between two observations still counted as watched
 _DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -431,20 +433,60 @@ class AdaptivePool:
 @dataclass
 class ArrivalCounter:
     """Jobs that arrived between two passes, from what the monitor sees: the rise of the
-    queued count (while the demand source is live) plus real runner pods not seen before (a
-    job that left the queue for a runner arrived too, maybe between two reads). The first
-    pass only learns what exists. Jobs that arrive and leave the queue between two reads
-    without a runner pod of this scale set (cancelled, taken by another scale set) are not
-    seen: a floor, not an overcount."""
+    queued count at each new read of the demand source (while it is live) plus real runner
+    pods not seen before (a job that left the queue for a runner arrived too, maybe between
+    two reads). A runner pod first takes one of the jobs already counted as queued: the
+    demand read lags the cluster, so a job counted when it was queued and seen again as a
+    runner before the next read shows it gone is one arrival, not two. The first pass and
+    the first live read only learn what exists. Jobs that arrive and leave the queue between
+    two reads without a runner pod of this scale set (cancelled, taken by another scale set)
+    are not seen: a floor, not an overcount."""
 
-    queued: int | None = None
     runners: frozenset[str] | None = None
+    known: int = 0  # jobs counted that the last read showed queued, less runners since
+    read: float | None = None  # when the queued figure last counted was read
+    live_once: bool = False
 
-    def count(self, queued: int | None, runners: Iterable[str]) -> int:
+    def count(self, queued: int | None, runners: Iterable[str], read_at: float | None = None) -> int:
         """`queued` is None while the demand source is not live (its held or floor value
-        says nothing about arrivals)."""
+        says nothing about arrivals); `read_at` is when it was read (None: every call is a
+        new read)."""
         names = frozenset(runners)
         fresh = 0 if self.runners is None else len(names - self.runners)
-        rise = 0 if queued is None or self.queued is None else queued - self.queued
-        self.queued, self.runners = queued, names
-        return max(0, rise + fresh)
+        self.runners = names
+        taken = min(fresh, self.known)
+        self.known -= taken
+        arrived = fresh - taken
+        if queued is not None and (read_at is None or read_at != self.read):
+            if self.live_once:
+                arrived += max(0, queued - self.known)
+            self.known, self.read, self.live_once = queued, read_at, True
+        return arrived
+
+
+def read_at(demand: Demand, now: float) -> float | None:
+    """When the demand value in use was read, while the source is live (None otherwise);
+    rounded so that one read gives one value at every pass."""
+    if demand.source not in (DemandSource.HUD, DemandSource.GITHUB) or demand.age is None:
+        return None
+    return round(now - demand.age, 3)
+
+
+def drive(
+    pool: WarmPool,
+    arrivals: ArrivalCounter,
+    now: float,
+    *,
+    queued: int,
+    read_at: float | None,
+    runners: Iterable[str],
+    commit: bool,
+) -> int:
+    """One pass's call of a pool, the same in the monitor and in the simulator (so what is
+    simulated is what runs): a committed pass (the reconcile loop) first tells the pool the
+    arrivals it saw (`read_at`: when the demand source read `queued`, None while the source
+    is not live); every pass asks for the target."""
+    if commit:
+        live = read_at is not None
+        pool.observe(now, queued, arrivals.count(queued if live else None, runners, read_at))
+    return pool.target(now)

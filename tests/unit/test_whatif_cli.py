@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from capacity.whatif.simulate import FixedPool
+from capacity.warm_pool import FixedPool
 from listener import whatif
 
 

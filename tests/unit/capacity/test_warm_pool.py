@@ -323,9 +323,23 @@ def test_arrivals_are_queue_rises_plus_new_runners() -> None:
     assert count.count(8, ["a"]) == 3  # three more queued
     assert count.count(6, ["a", "b", "c"]) == 0  # two left the queue for runners
     assert count.count(6, ["a", "b", "c", "d"]) == 1  # one came and went between reads
-    assert count.count(None, ["a", "b", "c", "d", "e"]) == 1  # source down: runners only
-    assert count.count(2, ["e"]) == 0  # back: no rise to compare with yet
+    # Source down: a runner first takes a job the last read showed queued.
+    assert count.count(None, ["a", "b", "c", "d", "e"]) == 0
+    assert count.count(2, ["e"]) == 0  # back, and fewer queued than known
     assert count.count(1, ["e"]) == 0  # never negative
+
+
+def test_a_runner_seen_before_the_read_shows_its_job_gone_is_not_a_second_arrival() -> None:
+    # The demand read lags the cluster: a queued job's runner pod appears while the value
+    # read before it started is still in use. It arrived once, when the read saw it queued.
+    count = ArrivalCounter()
+    assert count.count(0, [], read_at=0.0) == 0
+    assert count.count(3, [], read_at=30.0) == 3
+    assert count.count(3, ["x", "y", "z"], read_at=30.0) == 0  # the same read, held
+    assert count.count(0, ["x", "y", "z"], read_at=60.0) == 0  # the read catches up
+    # A job that came and started between two reads is still an arrival.
+    assert count.count(0, ["x", "y", "z", "w"], read_at=60.0) == 1
+    assert count.count(2, ["x", "y", "z", "w"], read_at=90.0) == 2
 
 
 # --- the profile across restarts ----------------------------------------------------------
