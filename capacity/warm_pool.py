@@ -275,6 +275,8 @@ class AdaptiveConfig:
     lead_time: float = 60.0
     launch_cost: float = 60.0
     fast_window: float = 600.0
+    # Arrivals seen within this long of a batch's first are that batch (see `observe`).
+    batch_window: float = 30.0
     profile_zone: ZoneInfo = field(default_factory=lambda: ZoneInfo("UTC"))
     profile_decay: float = 0.5  # weight left to last week's figures when a new week starts
     # A profile hour is trusted once it has been observed this long (summed over weeks).
@@ -285,7 +287,13 @@ class AdaptiveConfig:
             raise ValueError(f"target_ready must be in [0, 1), got {self.target_ready}")
         if self.ceiling < 0:
             raise ValueError(f"ceiling must be >= 0, got {self.ceiling}")
-        for name in ("lead_time", "launch_cost", "fast_window", "profile_min_exposure"):
+        for name in (
+            "lead_time",
+            "launch_cost",
+            "fast_window",
+            "batch_window",
+            "profile_min_exposure",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
         if not 0 <= self.profile_decay <= 1:
@@ -316,6 +324,8 @@ class AdaptivePool:
     profile: list[_Sums] = field(default_factory=lambda: [_Sums() for _ in range(168)])
     profile_week: list[int] = field(default_factory=lambda: [0] * 168)
     last_seen: float | None = None
+    # The batch still being seen: when it was first seen and its size so far.
+    batch: tuple[float, int] | None = None
     # Sliding-window maximum of recent raw targets (time, B), newest last.
     recent: tuple[tuple[float, int], ...] = ()
 
@@ -342,10 +352,20 @@ class AdaptivePool:
         # outage): it says nothing about this hour's arrivals.
         bucket.exposure += min(elapsed, MAX_GAP)
         if new_jobs > 0:
+            # The monitor sees one batch in parts: the jobs that took ready pairs as runner
+            # pods at the next pass, the rest at the next demand read, up to one read
+            # interval later. Counted as separate batches, a batch of 40 seen as 10 + 30
+            # halves E[S²]/E[S] and the cover misses exactly the bursts it is for; so parts
+            # within `batch_window` of the batch's first are one batch.
+            first, size = self.batch if self.batch is not None else (now, 0)
+            joined = size > 0 and now - first <= cfg.batch_window
+            if not joined:
+                first, size = now, 0
             for sums in (self.fast, bucket):
-                sums.batches += 1
+                sums.batches += 0 if joined else 1
                 sums.size += new_jobs
-                sums.size2 += new_jobs * new_jobs
+                sums.size2 += (size + new_jobs) ** 2 - size * size
+            self.batch = (first, size + new_jobs)
         self.recent = self._slide(now, self.raw_target(now))
 
     def estimates(self, now: float) -> tuple[Estimate, Estimate]:

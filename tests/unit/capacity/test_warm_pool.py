@@ -205,6 +205,25 @@ def test_adaptive_pool_grows_after_a_burst_and_releases_after_the_hold() -> None
     assert pool.target(now) < grown
 
 
+def test_a_batch_seen_in_parts_within_the_batch_window_is_one_batch() -> None:
+    # The monitor sees a batch of 40 as the 10 that took ready pairs (runner pods, next
+    # pass) and the 30 left queued (next demand read, up to one read interval later).
+    whole, parts = adaptive(batch_window=30.0), adaptive(batch_window=30.0)
+    for pool in (whole, parts):
+        pool.observe(T0, 0, 0)
+    whole.observe(T0 + 10, 0, 40)
+    parts.observe(T0 + 10, 0, 10)
+    parts.observe(T0 + 30, 30, 30)
+    fast_whole, _ = whole.estimates(T0 + 30)
+    fast_parts, _ = parts.estimates(T0 + 30)
+    assert fast_parts.mean_size == pytest.approx(40.0, rel=0.05)  # decayed a little
+    assert fast_parts.second_moment == pytest.approx(fast_whole.second_moment, rel=0.05)
+    assert parts.raw_target(T0 + 30) >= whole.raw_target(T0 + 30) - 1
+    # Later than the window: a batch of its own.
+    parts.observe(T0 + 100, 0, 5)
+    assert parts.estimates(T0 + 100)[0].mean_size < 40.0
+
+
 def test_profile_has_working_hours_ready_before_the_first_batch() -> None:
     pool = adaptive(ceiling=20, fast_window=300.0, profile_min_exposure=1800.0)
     week = 7 * 24 * 3600
