@@ -467,7 +467,9 @@ class ArrivalCounter:
     read: float | None = None  # when the queued figure last counted was read
     live_once: bool = False
 
-    def count(self, queued: int | None, runners: Iterable[str], read_at: float | None = None) -> int:
+    def count(
+        self, queued: int | None, runners: Iterable[str], read_at: float | None = None
+    ) -> int:
         """`queued` is None while the demand source is not live (its held or floor value
         says nothing about arrivals); `read_at` is when it was read (None: every call is a
         new read)."""

@@ -40,9 +40,9 @@ from capacity.settings import (
     to_params,
     to_warm_pool,
 )
+from capacity.warm_pool import WarmPool
 from capacity.whatif.optimum import Optimum, by_label_set, intervals, optimum
 from capacity.whatif.recommend import Point, Setting, cheapest, fixed_pools, sweep
-from capacity.warm_pool import WarmPool
 from capacity.whatif.simulate import SimConfig
 from capacity.whatif.synth import SynthSpec, generate, provisioning_delays
 from capacity.whatif.trace import TraceError, TraceJob, from_github, read_lines, write_lines
@@ -281,7 +281,9 @@ def settings_pools(
     found: list[Setting] = []
     mode = capacity.warm_pool.mode
     if mode != "fixed":
-        found.append(Setting(name=f"settings ({mode})", pool=functools.partial(to_warm_pool, capacity)))
+        found.append(
+            Setting(name=f"settings ({mode})", pool=functools.partial(to_warm_pool, capacity))
+        )
     block = capacity.warm_pool.model_dump(exclude_unset=True)
     for ceiling in ceilings or [capacity.warm_pool.max]:
         for share in targets:
@@ -482,8 +484,7 @@ def _simulation_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--adaptive-max",
         default="",
-        help="with --adaptive: each target at these warm_pool.max values (default: the "
-        "setting's)",
+        help="with --adaptive: each target at these warm_pool.max values (default: the setting's)",
     )
     parser.add_argument(
         "--pool-factory",

@@ -18,9 +18,10 @@ What is simulated, per label set (one scale set each; label sets do not share no
   queued at that moment and its value is used ``demand_lag`` seconds later (the read's own
   duration); in between the policy holds the last value (``policy.resolve_demand``). The pool
   is told what each reconcile pass sees, as in the monitor: the demand in use and the runner
-  pods of the jobs running (``warm_pool.ArrivalCounter`` turns them into arrivals). With ``lookahead`` > 0 a read also counts the jobs of runs already under way that
-  will be queued within ``lookahead`` seconds (the later stages of a workflow run, which a
-  source reading a run's job graph could see coming).
+  pods of the jobs running (``warm_pool.ArrivalCounter`` turns them into arrivals). With
+  ``lookahead`` > 0 a read also counts the jobs of runs already under way that will be
+  queued within ``lookahead`` seconds (the later stages of a workflow run, which a source
+  reading a run's job graph could see coming).
 * **Passes**: ``coalesce`` seconds after a change the view would see (a pair Running, a job
   starting or ending, a new demand value; changes meanwhile join that pass), and
   ``recalculate_interval`` after the last pass when nothing happened, as the reconcile loop

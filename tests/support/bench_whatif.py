@@ -13,8 +13,9 @@ capacity settings by the factory the listener uses (``listener.whatif.settings_p
 With ``--images`` it also writes ``whatif-curve.png`` (p90 queue time against spare
 node-seconds, per label set; fixed pools and adaptive pools as two curves) and
 ``whatif.json`` there; ``--keep`` keeps the points of that file's policies this run does not
-simulate (same seed), so adding adaptive points does not re-run the fixed pools. matplotlib is a test dependency, so the figure is drawn here and
-not by ``ghalistener whatif``, which prints JSON or a table.
+simulate (same seed), so adding adaptive points does not re-run the fixed pools. matplotlib
+is a test dependency, so the figure is drawn here and not by ``ghalistener whatif``, which
+prints JSON or a table.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from capacity.model import Params
-from capacity.whatif.recommend import cheapest, fixed_pools, sweep
 from capacity.warm_pool import FixedPool
+from capacity.whatif.recommend import cheapest, fixed_pools, sweep
 from capacity.whatif.simulate import SimConfig, merge, percentile, simulate
 from capacity.whatif.synth import SynthSpec, generate
 from capacity.whatif.trace import TraceJob
