@@ -57,7 +57,7 @@ from capacity import contract, policy, specs, warm_pool
 from capacity.cluster import Cluster
 from capacity.demand import DemandReader, GitHubReaderFactory, HttpClient, build_reader
 from capacity.metrics import CapacityMetrics, Registry
-from capacity.model import Demand, DemandSource, HudState, Observed, Params, Role
+from capacity.model import Demand, HudState, Observed, Params, Role
 from capacity.node_group_watch import NodeGroupRoom
 from capacity.nodepool_watch import NodePoolLimits
 from capacity.reconciler import Manifest, Reconciler
@@ -183,13 +183,15 @@ class CapacityMonitor:
     def _warm_target(self, now: float, demand: Demand, observed: Observed, commit: bool) -> int:
         """Pairs to hold beyond demand. A committed pass (the reconcile loop) feeds the pool
         the arrivals it saw and records the estimate; the signal path only asks."""
-        if commit:
-            live = demand.source in (DemandSource.HUD, DemandSource.GITHUB)
-            arrived = self._arrivals.count(
-                demand.queued if live else None, (p.name for p in observed.runner_pods)
-            )
-            self.warm_pool.observe(now, demand.queued, arrived)
-        target = self.warm_pool.target(now)
+        target = warm_pool.drive(
+            self.warm_pool,
+            self._arrivals,
+            now,
+            queued=demand.queued,
+            read_at=warm_pool.read_at(demand, now),
+            runners=(p.name for p in observed.runner_pods),
+            commit=commit,
+        )
         if commit:
             estimates = (
                 self.warm_pool.estimates(now)

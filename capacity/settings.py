@@ -374,6 +374,8 @@ def to_warm_pool(settings: CapacitySettings) -> warm_pool.WarmPool:
         lead_time=pool.lead_time,
         launch_cost=pool.launch_cost,
         fast_window=pool.fast_window,
+        # The parts of one batch show up at most one demand read apart.
+        batch_window=settings.recalculate_interval,
         profile_zone=warm_pool.zone(pool.profile_timezone),
     )
     return warm_pool.AdaptivePool(config, floor=scheduled)

@@ -62,6 +62,8 @@ from datetime import datetime
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from capacity.model import Demand, DemandSource
+
 PROFILE_VERSION = 1
 MAX_GAP = 300.0  # seconds between two observations still counted as watched
 _DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -273,6 +275,8 @@ class AdaptiveConfig:
     lead_time: float = 60.0
     launch_cost: float = 60.0
     fast_window: float = 600.0
+    # Arrivals seen within this long of a batch's first are that batch (see `observe`).
+    batch_window: float = 30.0
     profile_zone: ZoneInfo = field(default_factory=lambda: ZoneInfo("UTC"))
     profile_decay: float = 0.5  # weight left to last week's figures when a new week starts
     # A profile hour is trusted once it has been observed this long (summed over weeks).
@@ -283,7 +287,13 @@ class AdaptiveConfig:
             raise ValueError(f"target_ready must be in [0, 1), got {self.target_ready}")
         if self.ceiling < 0:
             raise ValueError(f"ceiling must be >= 0, got {self.ceiling}")
-        for name in ("lead_time", "launch_cost", "fast_window", "profile_min_exposure"):
+        for name in (
+            "lead_time",
+            "launch_cost",
+            "fast_window",
+            "batch_window",
+            "profile_min_exposure",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
         if not 0 <= self.profile_decay <= 1:
@@ -314,6 +324,8 @@ class AdaptivePool:
     profile: list[_Sums] = field(default_factory=lambda: [_Sums() for _ in range(168)])
     profile_week: list[int] = field(default_factory=lambda: [0] * 168)
     last_seen: float | None = None
+    # The batch still being seen: when it was first seen and its size so far.
+    batch: tuple[float, int] | None = None
     # Sliding-window maximum of recent raw targets (time, B), newest last.
     recent: tuple[tuple[float, int], ...] = ()
 
@@ -340,10 +352,20 @@ class AdaptivePool:
         # outage): it says nothing about this hour's arrivals.
         bucket.exposure += min(elapsed, MAX_GAP)
         if new_jobs > 0:
+            # The monitor sees one batch in parts: the jobs that took ready pairs as runner
+            # pods at the next pass, the rest at the next demand read, up to one read
+            # interval later. Counted as separate batches, a batch of 40 seen as 10 + 30
+            # halves E[S²]/E[S] and the cover misses exactly the bursts it is for; so parts
+            # within `batch_window` of the batch's first are one batch.
+            first, size = self.batch if self.batch is not None else (now, 0)
+            joined = size > 0 and now - first <= cfg.batch_window
+            if not joined:
+                first, size = now, 0
             for sums in (self.fast, bucket):
-                sums.batches += 1
+                sums.batches += 0 if joined else 1
                 sums.size += new_jobs
-                sums.size2 += new_jobs * new_jobs
+                sums.size2 += (size + new_jobs) ** 2 - size * size
+            self.batch = (first, size + new_jobs)
         self.recent = self._slide(now, self.raw_target(now))
 
     def estimates(self, now: float) -> tuple[Estimate, Estimate]:
@@ -431,20 +453,62 @@ class AdaptivePool:
 @dataclass
 class ArrivalCounter:
     """Jobs that arrived between two passes, from what the monitor sees: the rise of the
-    queued count (while the demand source is live) plus real runner pods not seen before (a
-    job that left the queue for a runner arrived too, maybe between two reads). The first
-    pass only learns what exists. Jobs that arrive and leave the queue between two reads
-    without a runner pod of this scale set (cancelled, taken by another scale set) are not
-    seen: a floor, not an overcount."""
+    queued count at each new read of the demand source (while it is live) plus real runner
+    pods not seen before (a job that left the queue for a runner arrived too, maybe between
+    two reads). A runner pod first takes one of the jobs already counted as queued: the
+    demand read lags the cluster, so a job counted when it was queued and seen again as a
+    runner before the next read shows it gone is one arrival, not two. The first pass and
+    the first live read only learn what exists. Jobs that arrive and leave the queue between
+    two reads without a runner pod of this scale set (cancelled, taken by another scale set)
+    are not seen: a floor, not an overcount."""
 
-    queued: int | None = None
     runners: frozenset[str] | None = None
+    known: int = 0  # jobs counted that the last read showed queued, less runners since
+    read: float | None = None  # when the queued figure last counted was read
+    live_once: bool = False
 
-    def count(self, queued: int | None, runners: Iterable[str]) -> int:
+    def count(
+        self, queued: int | None, runners: Iterable[str], read_at: float | None = None
+    ) -> int:
         """`queued` is None while the demand source is not live (its held or floor value
-        says nothing about arrivals)."""
+        says nothing about arrivals); `read_at` is when it was read (None: every call is a
+        new read)."""
         names = frozenset(runners)
         fresh = 0 if self.runners is None else len(names - self.runners)
-        rise = 0 if queued is None or self.queued is None else queued - self.queued
-        self.queued, self.runners = queued, names
-        return max(0, rise + fresh)
+        self.runners = names
+        taken = min(fresh, self.known)
+        self.known -= taken
+        arrived = fresh - taken
+        if queued is not None and (read_at is None or read_at != self.read):
+            if self.live_once:
+                arrived += max(0, queued - self.known)
+            self.known, self.read, self.live_once = queued, read_at, True
+        return arrived
+
+
+def read_at(demand: Demand, now: float) -> float | None:
+    """When the demand value in use was read, while the source is live (None otherwise);
+    rounded so that one read gives one value at every pass."""
+    if demand.source not in (DemandSource.HUD, DemandSource.GITHUB) or demand.age is None:
+        return None
+    return round(now - demand.age, 3)
+
+
+def drive(
+    pool: WarmPool,
+    arrivals: ArrivalCounter,
+    now: float,
+    *,
+    queued: int,
+    read_at: float | None,
+    runners: Iterable[str],
+    commit: bool,
+) -> int:
+    """One pass's call of a pool, the same in the monitor and in the simulator (so what is
+    simulated is what runs): a committed pass (the reconcile loop) first tells the pool the
+    arrivals it saw (`read_at`: when the demand source read `queued`, None while the source
+    is not live); every pass asks for the target."""
+    if commit:
+        live = read_at is not None
+        pool.observe(now, queued, arrivals.count(queued if live else None, runners, read_at))
+    return pool.target(now)

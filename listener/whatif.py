@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib
 import json
 import os
@@ -32,10 +33,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from capacity.github_demand import label_match
-from capacity.settings import CapacitySettingsError, load_capacity_settings, to_params
+from capacity.settings import (
+    CapacitySettings,
+    CapacitySettingsError,
+    load_capacity_settings,
+    to_params,
+    to_warm_pool,
+)
+from capacity.warm_pool import WarmPool
 from capacity.whatif.optimum import Optimum, by_label_set, intervals, optimum
 from capacity.whatif.recommend import Point, Setting, cheapest, fixed_pools, sweep
-from capacity.whatif.simulate import SimConfig, WarmPool
+from capacity.whatif.simulate import SimConfig
 from capacity.whatif.synth import SynthSpec, generate, provisioning_delays
 from capacity.whatif.trace import TraceError, TraceJob, from_github, read_lines, write_lines
 from listener.config import ConfigError
@@ -255,10 +263,61 @@ def _pool_factory(spec: str) -> Callable[[], WarmPool]:
     return factory  # type: ignore[no-any-return]
 
 
+def _shares(text: str) -> list[float]:
+    try:
+        shares = sorted({float(x) for x in text.split(",") if x})
+    except ValueError:
+        raise UsageError(f"--adaptive {text!r}: use target_ready values like 0.5,0.9") from None
+    if not shares or not all(0 < x < 1 for x in shares):
+        raise UsageError(f"--adaptive {text!r}: at least one target_ready, each in (0, 1)")
+    return shares
+
+
+def settings_pools(
+    capacity: CapacitySettings, targets: Sequence[float], ceilings: Sequence[int]
+) -> list[Setting]:
+    """The warm pools the capacity settings build, through the factory the monitor uses
+    (``to_warm_pool``): the one in force when it is scheduled or adaptive, and an adaptive
+    pool per (target_ready, max) from the settings' warm_pool block with those two replaced
+    (the rest of the block, a schedule floor included, as configured)."""
+    found: list[Setting] = []
+    mode = capacity.warm_pool.mode
+    if mode != "fixed":
+        found.append(
+            Setting(name=f"settings ({mode})", pool=functools.partial(to_warm_pool, capacity))
+        )
+    block = capacity.warm_pool.model_dump(exclude_unset=True)
+    for ceiling in ceilings or [capacity.warm_pool.max]:
+        for share in targets:
+            values = {**block, "mode": "adaptive", "target_ready": share, "max": ceiling}
+            try:
+                adaptive = capacity.model_copy(
+                    update={"warm_pool": type(capacity.warm_pool).model_validate(values)}
+                )
+            except ValueError as exc:
+                raise UsageError(f"--adaptive {share:g} --adaptive-max {ceiling}: {exc}") from None
+            problem = adaptive.warm_pool.problem(capacity.proactive_capacity)
+            if problem is not None:
+                raise UsageError(problem)
+            found.append(
+                Setting(
+                    name=f"adaptive {share:g} max {ceiling}",
+                    pool=functools.partial(to_warm_pool, adaptive),
+                    adaptive=(share, ceiling),
+                )
+            )
+    return found
+
+
 def _settings(args: argparse.Namespace) -> list[Setting]:
     settings = fixed_pools(_sizes(args.pools))
     if args.lookahead:
         settings += fixed_pools(_sizes(args.pools), lookahead=args.lookahead)
+    targets = _shares(args.adaptive) if args.adaptive else []
+    ceilings = _sizes(args.adaptive_max) if args.adaptive_max else []
+    if ceilings and not targets:
+        raise UsageError("--adaptive-max needs --adaptive (the target_ready values)")
+    settings += settings_pools(load_capacity_settings(os.environ), targets, ceilings)
     for spec in args.pool_factory or ():
         settings.append(Setting(name=spec, pool=_pool_factory(spec)))
     return settings
@@ -339,7 +398,7 @@ def _simulate_command(args: argparse.Namespace) -> int:
 
 def _table(rows: Sequence[tuple[str, Optimum, Sequence[Point]]]) -> None:
     head = f"{'policy':<28}{'spare % busy':>13}{'× OPT0':>8}{'p50 s':>8}{'p90 s':>8}"
-    head += f"{'p99 s':>8}{'max s':>8}{'launches':>10}"
+    head += f"{'p99 s':>8}{'max s':>8}{'ready':>7}{'launches':>10}"
     for key, opt, points in rows:
         print(f"{key}: {opt.jobs} jobs, OPT0 spare {100 * opt.spare_share:.1f} % of busy")
         print(head)
@@ -349,7 +408,7 @@ def _table(rows: Sequence[tuple[str, Optimum, Sequence[Point]]]) -> None:
             print(
                 f"{p.setting.name:<28}{100 * o.spare / o.busy:>13.1f}{ratio:>8.2f}"
                 f"{o.percentile(50):>8.1f}{o.percentile(90):>8.1f}{o.percentile(99):>8.1f}"
-                f"{(o.waits[-1] if o.waits else 0):>8.1f}{o.launches:>10}"
+                f"{(o.waits[-1] if o.waits else 0):>8.1f}{o.ready_share:>7.2f}{o.launches:>10}"
             )
         print()
 
@@ -416,6 +475,18 @@ def _simulation_options(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="also each pool with demand counting later stages of runs under way due "
         "within this many seconds",
+    )
+    parser.add_argument(
+        "--adaptive",
+        default="",
+        help="also an adaptive pool per target_ready (e.g. 0.5,0.9,0.99), built from the "
+        "settings' warm_pool block as the listener builds it; a scheduled or adaptive pool "
+        "in force is always simulated",
+    )
+    parser.add_argument(
+        "--adaptive-max",
+        default="",
+        help="with --adaptive: each target at these warm_pool.max values (default: the setting's)",
     )
     parser.add_argument(
         "--pool-factory",

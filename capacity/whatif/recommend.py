@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from capacity.whatif.simulate import FixedPool, Outcome, SimConfig, WarmPool, simulate
+from capacity.warm_pool import FixedPool, WarmPool
+from capacity.whatif.simulate import Outcome, SimConfig, simulate
 from capacity.whatif.trace import TraceJob
 
 
@@ -25,11 +26,15 @@ class Setting:
     pool: Callable[[], WarmPool]
     lookahead: float = 0.0
     fixed: int | None = None  # the pool's size when it is a fixed pool
+    # An adaptive pool's (target_ready, max) when the sweep varies them.
+    adaptive: tuple[float, int] | None = None
 
     def describe(self) -> dict[str, object]:
         result: dict[str, object] = {"policy": self.name, "lookahead_seconds": self.lookahead}
         if self.fixed is not None:
             result["proactive_capacity"] = self.fixed
+        if self.adaptive is not None:
+            result["target_ready"], result["max"] = self.adaptive
         return result
 
 

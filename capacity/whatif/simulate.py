@@ -3,8 +3,10 @@
 Every reconcile pass calls ``capacity.policy.plan`` — the code the listener runs — with the
 simulated placeholders, the demand as the demand source would have reported it, and the
 virtual time; its creates and deletes are applied to a simulated cluster. The warm pool on
-top of demand (``proactive_capacity``) comes from a ``WarmPool`` object each pass, so a fixed
-pool, no pool (reactive) and any adaptive pool are compared on the same trace.
+top of demand (``proactive_capacity``) comes from a ``WarmPool`` object each pass, driven by
+``warm_pool.drive`` as the monitor drives it (the same arrival counter, on every reconcile
+pass), so a fixed pool, no pool (reactive), the scheduled and adaptive pools the settings
+build, and any other pool are compared on the same trace.
 
 What is simulated, per label set (one scale set each; label sets do not share nodes):
 
@@ -14,11 +16,12 @@ What is simulated, per label set (one scale set each; label sets do not share no
   (both halves go at once) and the job holds the pair's node until it ends.
 * **Demand**: the source is read every ``demand_interval`` seconds; a read sees the jobs
   queued at that moment and its value is used ``demand_lag`` seconds later (the read's own
-  duration); in between the policy holds the last value (``policy.resolve_demand``). A pool
-  is told what each read saw (``WarmPool.observe``: jobs queued, jobs new since the last
-  read). With ``lookahead`` > 0 a read also counts the jobs of runs already under way that
-  will be queued within ``lookahead`` seconds (the later stages of a workflow run, which a
-  source reading a run's job graph could see coming).
+  duration); in between the policy holds the last value (``policy.resolve_demand``). The pool
+  is told what each reconcile pass sees, as in the monitor: the demand in use and the runner
+  pods of the jobs running (``warm_pool.ArrivalCounter`` turns them into arrivals). With
+  ``lookahead`` > 0 a read also counts the jobs of runs already under way that will be
+  queued within ``lookahead`` seconds (the later stages of a workflow run, which a source
+  reading a run's job graph could see coming).
 * **Passes**: ``coalesce`` seconds after a change the view would see (a pair Running, a job
   starting or ending, a new demand value; changes meanwhile join that pass), and
   ``recalculate_interval`` after the last pass when nothing happened, as the reconcile loop
@@ -54,9 +57,8 @@ import heapq
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
-from capacity import policy
+from capacity import policy, warm_pool
 from capacity.model import (
     HudOutcome,
     HudResult,
@@ -68,31 +70,8 @@ from capacity.model import (
     PodPhase,
     Role,
 )
+from capacity.warm_pool import WarmPool
 from capacity.whatif.trace import TraceJob
-
-
-class WarmPool(Protocol):
-    """Pairs to hold beyond demand. ``observe`` gets what each demand read saw: the jobs
-    queued then and those new since the previous read; ``target`` is asked every pass."""
-
-    def observe(self, now: float, queued_jobs: int, new_jobs: int) -> None: ...
-
-    def target(self, now: float) -> int: ...
-
-
-@dataclass
-class FixedPool:
-    """``proactive_capacity: size``: the same pool whatever happens (0: reactive)."""
-
-    size: int
-
-    def observe(self, now: float, queued_jobs: int, new_jobs: int) -> None:
-        """A fixed pool ignores what it sees."""
-        del now, queued_jobs, new_jobs
-
-    def target(self, now: float) -> int:
-        del now
-        return self.size
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +98,9 @@ class SimConfig:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
 
 
+READY_WAIT = 1.0  # a job that waited less than this found a pair ready
+
+
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
     """What one policy cost and bought on one label set's jobs."""
@@ -135,6 +117,14 @@ class Outcome:
     def percentile(self, p: float) -> float:
         return percentile(self.waits, p)
 
+    @property
+    def ready_share(self) -> float:
+        """The share of jobs that found a pair ready (waited under a second): what an
+        adaptive pool's ``target_ready`` aims at."""
+        if not self.waits:
+            return 1.0
+        return bisect.bisect_left(self.waits, READY_WAIT) / len(self.waits)
+
     def describe(self, opt_spare: float | None = None) -> dict[str, object]:
         result: dict[str, object] = {
             "jobs": self.jobs,
@@ -148,6 +138,7 @@ class Outcome:
                 "p99": round(self.percentile(99), 2),
                 "max": round(self.waits[-1], 2) if self.waits else 0.0,
             },
+            "ready_share": round(self.ready_share, 3),
             "launches": self.launches,
             "pairs_created": self.pairs_created,
             "passes": self.passes,
@@ -213,6 +204,8 @@ class _Run:
     jobs: Sequence[TraceJob]
     config: SimConfig
     pool: WarmPool
+    arrivals: warm_pool.ArrivalCounter = field(default_factory=warm_pool.ArrivalCounter)
+    runner_pods: dict[int, str] = field(default_factory=dict)  # node → its job's runner pod
     events: list[tuple[float, int, int, int]] = field(default_factory=list)
     seq: int = 0
     nodes: dict[int, _Node] = field(default_factory=dict)
@@ -220,8 +213,6 @@ class _Run:
     waiting: list[int] = field(default_factory=list)  # jobs queued, FIFO (a deque by index)
     waiting_head: int = 0
     running_jobs: int = 0
-    arrived: int = 0
-    arrived_at_last_read: int = 0
     memory: Memory = field(default_factory=Memory)
     hud: HudState = field(default_factory=HudState)
     node_seconds: float = 0.0
@@ -345,6 +336,7 @@ class _Run:
             job = self.jobs[index]
             self.waits.append(now - job.queued_at)
             self.running_jobs += 1
+            self.runner_pods[node_id] = job.job or f"job-{index}"
             self.push(now + (job.duration or 0.0), _JOB_END, node_id)
             moved = True
         return moved
@@ -354,8 +346,7 @@ class _Run:
 
     # --- the policy -----------------------------------------------------------------------
 
-    def params(self, now: float) -> Params:
-        size = max(0, self.pool.target(now))
+    def params(self, size: int) -> Params:
         cached = self.params_cache.get(size)
         if cached is None:
             cached = replace(self.config.params, proactive_capacity=size, hud_enabled=True)
@@ -364,12 +355,21 @@ class _Run:
 
     def reconcile(self, now: float) -> None:
         self.passes += 1
-        params = self.params(now)
+        demand = policy.resolve_demand(self.hud, now, self.params(0))
+        size = warm_pool.drive(
+            self.pool,
+            self.arrivals,
+            now,
+            queued=demand.queued,
+            read_at=warm_pool.read_at(demand, now),
+            runners=self.runner_pods.values(),
+            commit=True,
+        )
+        params = self.params(max(0, size))
         observed = Observed(
             placeholders=tuple(h for pair in self.pairs.values() for h in pair.halves),
             active_runners=self.running_jobs,
         )
-        demand = policy.resolve_demand(self.hud, now, params)
         plan, self.memory = policy.plan(observed, demand, params, self.memory, now)
         for slot in {d.name[:-1] for d in plan.deletes}:
             if slot not in self.pairs:
@@ -396,7 +396,7 @@ def simulate(jobs: Sequence[TraceJob], config: SimConfig, pool: WarmPool) -> Out
     run.push(start, _PASS, _POKED)
     poked = True  # a pass is scheduled for a change
     ahead = _Lookahead(ran) if config.lookahead > 0 else None
-    seen: dict[int, tuple[int, int]] = {}  # read number → (queued, new) it saw
+    seen: dict[int, int] = {}  # read number → the jobs queued it saw
     reads = 0
     end: float | None = None
     remaining = len(ran)
@@ -408,6 +408,7 @@ def simulate(jobs: Sequence[TraceJob], config: SimConfig, pool: WarmPool) -> Out
             _, kind, _, arg = heapq.heappop(run.events)
             if kind == _JOB_END:
                 run.running_jobs -= 1
+                del run.runner_pods[arg]
                 remaining -= 1
                 run.free_node(arg, now)
                 changed = True
@@ -427,22 +428,18 @@ def simulate(jobs: Sequence[TraceJob], config: SimConfig, pool: WarmPool) -> Out
                     run.remove_node(arg, now)
             elif kind == _ARRIVAL:
                 run.waiting.append(arg)
-                run.arrived += 1
             elif kind == _DEMAND_READ:
                 queued = run.queued() + (ahead.count(now, config.lookahead) if ahead else 0)
-                new = run.arrived - run.arrived_at_last_read
-                run.arrived_at_last_read = run.arrived
                 reads += 1
-                seen[reads] = (queued, new)
+                seen[reads] = queued
                 run.push(now + config.demand_lag, _DEMAND_SEEN, reads)
                 if remaining:
                     run.push(now + config.demand_interval, _DEMAND_READ)
             elif kind == _DEMAND_SEEN:
-                queued, new = seen.pop(arg)
-                before = policy.resolve_demand(run.hud, now, run.params(now)).queued
+                queued = seen.pop(arg)
+                before = policy.resolve_demand(run.hud, now, run.params(0)).queued
                 outcome = HudOutcome(result=HudResult.OK, duration=0.0, queued=queued)
                 run.hud = policy.record_hud(run.hud, outcome, now)
-                run.pool.observe(now, queued, new)
                 changed = changed or queued != before
             elif arg == _POKED:  # _PASS for a change
                 poked = False

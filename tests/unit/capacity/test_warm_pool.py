@@ -205,6 +205,25 @@ def test_adaptive_pool_grows_after_a_burst_and_releases_after_the_hold() -> None
     assert pool.target(now) < grown
 
 
+def test_a_batch_seen_in_parts_within_the_batch_window_is_one_batch() -> None:
+    # The monitor sees a batch of 40 as the 10 that took ready pairs (runner pods, next
+    # pass) and the 30 left queued (next demand read, up to one read interval later).
+    whole, parts = adaptive(batch_window=30.0), adaptive(batch_window=30.0)
+    for pool in (whole, parts):
+        pool.observe(T0, 0, 0)
+    whole.observe(T0 + 10, 0, 40)
+    parts.observe(T0 + 10, 0, 10)
+    parts.observe(T0 + 30, 30, 30)
+    fast_whole, _ = whole.estimates(T0 + 30)
+    fast_parts, _ = parts.estimates(T0 + 30)
+    assert fast_parts.mean_size == pytest.approx(40.0, rel=0.05)  # decayed a little
+    assert fast_parts.second_moment == pytest.approx(fast_whole.second_moment, rel=0.05)
+    assert parts.raw_target(T0 + 30) >= whole.raw_target(T0 + 30) - 1
+    # Later than the window: a batch of its own.
+    parts.observe(T0 + 100, 0, 5)
+    assert parts.estimates(T0 + 100)[0].mean_size < 40.0
+
+
 def test_profile_has_working_hours_ready_before_the_first_batch() -> None:
     pool = adaptive(ceiling=20, fast_window=300.0, profile_min_exposure=1800.0)
     week = 7 * 24 * 3600
@@ -323,9 +342,23 @@ def test_arrivals_are_queue_rises_plus_new_runners() -> None:
     assert count.count(8, ["a"]) == 3  # three more queued
     assert count.count(6, ["a", "b", "c"]) == 0  # two left the queue for runners
     assert count.count(6, ["a", "b", "c", "d"]) == 1  # one came and went between reads
-    assert count.count(None, ["a", "b", "c", "d", "e"]) == 1  # source down: runners only
-    assert count.count(2, ["e"]) == 0  # back: no rise to compare with yet
+    # Source down: a runner first takes a job the last read showed queued.
+    assert count.count(None, ["a", "b", "c", "d", "e"]) == 0
+    assert count.count(2, ["e"]) == 0  # back, and fewer queued than known
     assert count.count(1, ["e"]) == 0  # never negative
+
+
+def test_a_runner_seen_before_the_read_shows_its_job_gone_is_not_a_second_arrival() -> None:
+    # The demand read lags the cluster: a queued job's runner pod appears while the value
+    # read before it started is still in use. It arrived once, when the read saw it queued.
+    count = ArrivalCounter()
+    assert count.count(0, [], read_at=0.0) == 0
+    assert count.count(3, [], read_at=30.0) == 3
+    assert count.count(3, ["x", "y", "z"], read_at=30.0) == 0  # the same read, held
+    assert count.count(0, ["x", "y", "z"], read_at=60.0) == 0  # the read catches up
+    # A job that came and started between two reads is still an arrival.
+    assert count.count(0, ["x", "y", "z", "w"], read_at=60.0) == 1
+    assert count.count(2, ["x", "y", "z", "w"], read_at=90.0) == 2
 
 
 # --- the profile across restarts ----------------------------------------------------------
