@@ -7,7 +7,7 @@ CLUSTER := $(PY) -m tests.support.localcluster
 .PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
         typecheck check coverage lint-only cluster-build cluster-up cluster-down cluster-status \
         bench clean conformance-build test-conformance chart-package bench-footprint \
-        test-cluster-autoscaler
+        test-cluster-autoscaler test-chart
 
 help:
 	@echo "make demo          run the local demo (builds the local cluster on first use)"
@@ -55,6 +55,10 @@ coverage: venv
 
 test-integration: venv cluster-build
 	$(VENV)/bin/pytest tests/integration
+
+# helm lint / helm template with the pinned Helm (built by cluster-build).
+test-chart: venv cluster-build
+	$(VENV)/bin/pytest tests/chart
 
 test-e2e: venv cluster-build
 	$(VENV)/bin/pytest tests/e2e

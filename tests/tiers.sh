@@ -5,7 +5,8 @@
 #          a failure here stops the run within minutes, before any build.
 #   build: the local control plane, Karpenter and the conformance reference (cached under
 #          ~/.cache/capacity-listener; only a fresh machine pays for them).
-#   slow:  every other directory of tests/ (integration, e2e, conformance, image, and any
+#   slow:  every other directory of tests/ (chart: helm lint/template with the pinned Helm;
+#          integration, e2e, conformance, image, and any
 #          tier added later), each its own pytest run, all run even if one fails.
 #
 # Ends with one line per tier: name, wall seconds, result. Exit 1 if any tier failed.
@@ -53,7 +54,7 @@ fi
 
 # The slow tiers in a fixed order, then any other test directory (so a new tier cannot be
 # left out of `make test` by forgetting this file).
-ordered=(integration e2e conformance image)
+ordered=(chart integration e2e conformance image)
 others=()
 for dir in tests/*/; do
   name=$(basename "$dir")
