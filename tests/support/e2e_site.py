@@ -43,6 +43,7 @@ from tests.support.listener_process import (
 from tests.support.localcluster import LocalCluster
 from tests.support.runner_standin import (
     ARC_GROUP,
+    PREPARE_JOB_TIMEOUT,
     ARC_VERSION,
     ERS_PLURAL,
     RunnerStandIn,
@@ -87,6 +88,8 @@ class SiteSpec:
     )
     job_seconds: float = 3.0
     strand_after: float = 10.0
+    # The runner-container hooks' prepare-job timeout (ACTIONS_RUNNER_PREPARE_JOB_TIMEOUT_SECONDS).
+    prepare_timeout: float = PREPARE_JOB_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -311,6 +314,7 @@ class Site:
                 workflow_placement=self.placement("workflow"),
                 default_job_seconds=spec.job_seconds,
                 strand_after=spec.strand_after,
+                prepare_timeout=spec.prepare_timeout,
             ),
         )
         await self.standin.start()

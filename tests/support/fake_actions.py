@@ -118,6 +118,9 @@ class FakeJob:
     workflow_started_at: float | None = None
     finished_at: float | None = None
     stranded_reported: bool = False
+    # Why a failed job failed, when the fake knows: "prepare_timeout" (its workflow pod was
+    # not Running within the hooks' prepare-job timeout).
+    failure: str | None = None
     # (monotonic time, state) transitions, so a lagging observer (the fake HUD) can ask
     # "what was this job's state L seconds ago".
     history: list[tuple[float, JobState]] = field(default_factory=list)
@@ -148,6 +151,7 @@ class FakeJob:
             "runnerName": self.runner_name,
             "runnerId": self.runner_id,
             "result": self.result,
+            "failure": self.failure,
             "requeues": self.requeues,
         }
 
@@ -523,13 +527,17 @@ class FakeActions:
         """The stand-in knows this claimed job's workflow will never start."""
         self.job(job_id).stranded_reported = True
 
-    def complete_job(self, job_id: str | int, result: str = "succeeded") -> FakeJob:
+    def complete_job(
+        self, job_id: str | int, result: str = "succeeded", *, failure: str | None = None
+    ) -> FakeJob:
         """Finish a job (emits JobCompleted to its scale set). A job no runner claimed yet
-        completes with a zero runnerAssignTime, like a cancellation on GitHub."""
+        completes with a zero runnerAssignTime, like a cancellation on GitHub. ``failure``
+        records why a failed job failed (e.g. "prepare_timeout")."""
         job = self.job(job_id)
         if job.state is JobState.COMPLETED:
             raise ValueError(f"job {job.job_id} already completed")
         job.result = result
+        job.failure = failure
         job.finish_time = datetime.now(UTC)
         job.finished_at = time.monotonic()
         self._set_state(job, JobState.COMPLETED)
