@@ -142,7 +142,8 @@ async def test_a_workflow_pod_that_cannot_schedule_fails_its_job_after_the_prepa
 
     assert (doomed.result, doomed.failure) == ("failed", "prepare_timeout")
     assert doomed.workflow_started_at is None
-    assert doomed.claimed_at is not None and doomed.finished_at is not None
+    assert doomed.claimed_at is not None
+    assert doomed.finished_at is not None
     assert doomed.finished_at - doomed.claimed_at >= 3.0
     stats = standin.stats()
     assert (stats.jobs_timed_out, stats.jobs_completed, stats.stranded_reported) == (1, 0, 1)

@@ -43,9 +43,9 @@ from tests.support.listener_process import (
 from tests.support.localcluster import LocalCluster
 from tests.support.runner_standin import (
     ARC_GROUP,
-    PREPARE_JOB_TIMEOUT,
     ARC_VERSION,
     ERS_PLURAL,
+    PREPARE_JOB_TIMEOUT,
     RunnerStandIn,
     StandInSpec,
     ephemeral_runner_set_manifest,
