@@ -18,6 +18,10 @@ message envelope). Where the real service is undocumented the fake makes a choic
 * Any new poll on a session ends the session's older held polls with 202 (their client gave
   them up); the brief's case is the one where the capacity header changed.
 * A missing `X-ScaleSetMaxCapacity` header means "no limit".
+* Which scale set gets a job several could take: by default the first to poll with room
+  (woken in the order the scale sets were added). With ``assign_seed``, each job gets a seeded
+  random order of the scale sets when queued and goes to the first one in it that matches and
+  had room at its last poll — GitHub picks whichever eligible listener, never always the same.
 
 The Python API below (add_jobs, claim_job, complete_job, ...) must be called from the event
 loop that runs the fake. For another process there is a small JSON control API under `/_fake/`.
@@ -35,6 +39,7 @@ import contextlib
 import enum
 import itertools
 import json
+import random
 import secrets
 import time
 import uuid
@@ -302,6 +307,7 @@ class FakeActions:
         requeue_after: float | None = None,
         max_requeues: int = 3,
         strand_grace: float = 30.0,
+        assign_seed: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -317,6 +323,9 @@ class FakeActions:
         self.requeue_after = requeue_after
         self.max_requeues = max_requeues
         self.strand_grace = strand_grace
+        self._assign_rng = None if assign_seed is None else random.Random(assign_seed)
+        self._preference: dict[int, list[int]] = {}  # job -> scale set ids, in seeded order
+        self._last_capacity: dict[int, int | None] = {}  # scale set -> header of its last poll
 
         self.scale_sets: dict[int, FakeScaleSet] = {}
         self.jobs: dict[int, FakeJob] = {}  # by runner_request_id, in queue order
@@ -431,6 +440,10 @@ class FakeActions:
             )
             job.history.append((now - queued_ago, JobState.QUEUED))
             self.jobs[request_id] = job
+            if self._assign_rng is not None:
+                order = sorted(self.scale_sets)
+                self._assign_rng.shuffle(order)
+                self._preference[request_id] = order
             created.append(job)
         self._wake_all()
         return created
@@ -684,12 +697,15 @@ class FakeActions:
 
     def _assign(self, scale_set: FakeScaleSet, capacity: int | None) -> None:
         """Hand queued jobs to the polling scale set, never beyond its advertised capacity."""
+        self._last_capacity[scale_set.id] = capacity
         in_flight = len(self.jobs_of(scale_set.id, *_IN_FLIGHT))
         room = None if capacity is None else max(0, capacity - in_flight)
         for job in self.jobs.values():
             if room is not None and room <= 0:
                 break
             if job.state is not JobState.QUEUED or not scale_set.matches(job):
+                continue
+            if not self._first_choice(scale_set.id, job):
                 continue
             job.scale_set_id = scale_set.id
             job.scale_set_assign_time = datetime.now(UTC)
@@ -704,6 +720,24 @@ class FakeActions:
                 self._emit(scale_set, job, "JobAssigned")
             if room is not None:
                 room -= 1
+
+    def _first_choice(self, scale_set_id: int, job: FakeJob) -> bool:
+        """With ``assign_seed``: whether ``scale_set_id`` comes first in the job's order among
+        the scale sets that match it and had room at their last poll (always True without)."""
+        order = self._preference.get(job.runner_request_id)
+        if order is None:
+            return True
+        for candidate in order:
+            if candidate == scale_set_id:
+                return True
+            other = self.scale_sets.get(candidate)
+            if other is None or not other.matches(job) or self._live_session(candidate) is None:
+                continue
+            capacity = self._last_capacity.get(candidate, 0)
+            in_flight = len(self.jobs_of(candidate, *_IN_FLIGHT))
+            if capacity is None or capacity > in_flight:
+                return False  # the earlier choice can take it on its next poll
+        return True
 
     def _requeue_stale(self) -> None:
         """GitHub's re-assignment: an unclaimed job goes back to the queue, announced to the
