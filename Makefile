@@ -6,6 +6,7 @@ CLUSTER := $(PY) -m tests.support.localcluster
 
 .PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
         typecheck check coverage cluster-build cluster-up cluster-down cluster-status bench \
+        bench-outcomes \
         clean conformance-build test-conformance
 
 help:
@@ -16,6 +17,7 @@ help:
 	@echo "make coverage      branch coverage of the unit tests"
 	@echo "make cluster-up    start a local control plane in the background; cluster-down stops it"
 	@echo "make bench         run the benchmarks (prints JSON)"
+	@echo "make bench-outcomes  the outcome benchmark: JSON + figures into OUTCOMES_DIR"
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -89,6 +91,11 @@ cluster-status: venv
 
 bench: venv cluster-build
 	$(PY) -m tests.support.bench
+
+# Five seeds, every variant of a seed side by side (about 2 h on a busy 2-core machine).
+OUTCOMES_DIR ?= docs/img
+bench-outcomes: venv cluster-build
+	$(PY) -m tests.support.bench_outcomes run --out $(OUTCOMES_DIR)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache .coverage
