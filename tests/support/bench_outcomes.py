@@ -309,6 +309,8 @@ async def benchmark(
             runs, figures = await _run_seed(cluster, karpenter, workdir, config, seed_plan)
             figures["load_average"] = list(os.getloadavg())
             result["seeds"][str(seed)] = figures
+            # Written after every seed, so a long run that fails later keeps what it measured.
+            await asyncio.to_thread(_write, out / "outcomes.json", result)
             if number == 0:
                 pictured, pictured_plan = runs, seed_plan
     finally:
@@ -331,8 +333,12 @@ async def benchmark(
         "at the start, after each seed and at the end); absolute seconds vary with load, "
         "ratios to stock of the same seed hold better."
     )
-    (out / "outcomes.json").write_text(json.dumps(result, indent=1) + "\n")
+    await asyncio.to_thread(_write, out / "outcomes.json", result)
     return result
+
+
+def _write(path: Path, document: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(document, indent=1) + "\n")
 
 
 def _ensure_overprov_class(cluster: LocalCluster) -> None:
@@ -596,6 +602,9 @@ def _placeholder_seconds(site: Site, start: float, end: float) -> float:
 
 
 def _pause_seconds(samples: Sequence[tuple[float, int]], window: float) -> float:
+    """Running pause pods integrated over the window (sampled every 2 s; none: 0)."""
+    if not samples:
+        return 0.0
     total = 0.0
     for (t, count), (t_next, _) in zip(samples, [*samples[1:], (window, 0)], strict=True):
         total += count * max(0.0, min(t_next, window) - min(t, window))
