@@ -422,7 +422,7 @@ async def _run_seed(
         "jobs": len(seed_plan.arrivals),
         "last_arrival_s": seed_plan.last_arrival,
         "shortage_s": list(seed_plan.shortage),
-        "window_s": round(window, 1),
+        "window_s": _r(window),
         "variant_order": order,
         "variants": {name: _figures(run, config, window) for name, run in runs.items()},
     }
