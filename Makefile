@@ -6,7 +6,7 @@ CLUSTER := $(PY) -m tests.support.localcluster
 
 .PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
         typecheck check coverage lint-only cluster-build cluster-up cluster-down cluster-status \
-        bench clean conformance-build test-conformance chart-package bench-footprint \
+        bench bench-outcomes clean conformance-build test-conformance chart-package bench-footprint \
         test-cluster-autoscaler test-chart
 
 help:
@@ -19,6 +19,7 @@ help:
 	@echo "make bench         run the benchmarks (prints JSON)"
 	@echo "make chart-package package charts/capacity-listener into dist/ (chart = image version)"
 	@echo "make bench-footprint  RSS of one listener beside ARC's Go listener (prints JSON)"
+	@echo "make bench-outcomes  the outcome benchmark: JSON + figures into OUTCOMES_DIR"
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -119,6 +120,11 @@ chart-package: venv
 # RSS of one listener beside ARC's Go listener, idle and at 100 / 1,000 pairs (prints JSON).
 bench-footprint: venv cluster-build conformance-build
 	$(PY) -m tests.support.bench_footprint
+
+# Five seeds, every variant of a seed side by side (about 2 h on a busy 2-core machine).
+OUTCOMES_DIR ?= docs/img
+bench-outcomes: venv cluster-build
+	$(PY) -m tests.support.bench_outcomes run --out $(OUTCOMES_DIR)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache .coverage

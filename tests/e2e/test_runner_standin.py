@@ -12,7 +12,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from tests.support.e2e_site import Site, SiteSpec, Stage
+from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import JobState
 from tests.support.runner_standin import (
     ARC_GROUP,
@@ -113,4 +113,43 @@ async def test_standin_follows_replicas_runs_jobs_and_strands_without_capacity(
         10,
     )
     assert stage.fake.jobs_of(site.scale_set_id, JobState.RUNNING) == [doomed]
+    assert standin.errors == []
+
+
+async def test_a_workflow_pod_that_cannot_schedule_fails_its_job_after_the_prepare_timeout(
+    stage: Stage,
+) -> None:
+    # No workflow node at all: the workflow pod stays Pending. The hooks wait for it for
+    # ACTIONS_RUNNER_PREPARE_JOB_TIMEOUT_SECONDS (600 s by default; 3 s here), then fail the
+    # job and remove the pod.
+    site = await stage.add_site(
+        SiteSpec(
+            name="timeout",
+            scale_set_id=12,
+            workflow_pool=Pool(nodes=0),
+            strand_after=1.0,
+            prepare_timeout=3.0,
+        )
+    )
+    standin = site.standin
+    assert standin is not None
+    core = client.CoreV1Api(stage.api)
+    await patch_ers(site, 1, 1)
+    await site.wait_for(lambda: standin.stats().runners_idle == 1, "an idle runner", 60)
+    (doomed,) = stage.fake.add_jobs(1, labels=["linux"])
+    stage.fake.assign(site.scale_set_id, None)
+    await site.wait_for(lambda: doomed.state is JobState.COMPLETED, "the job to end", 60)
+
+    assert (doomed.result, doomed.failure) == ("failed", "prepare_timeout")
+    assert doomed.workflow_started_at is None
+    assert doomed.claimed_at is not None
+    assert doomed.finished_at is not None
+    assert doomed.finished_at - doomed.claimed_at >= 3.0
+    stats = standin.stats()
+    assert (stats.jobs_timed_out, stats.jobs_completed, stats.stranded_reported) == (1, 0, 1)
+    await site.wait_for(
+        lambda: doomed.runner_name not in standin.runners, "the failed runner removed", 30
+    )
+    workflow = await core.list_namespaced_pod(site.namespace, label_selector=LABEL_RUNNER_POD)
+    assert [p for p in workflow.items if not p.metadata.deletion_timestamp] == []
     assert standin.errors == []

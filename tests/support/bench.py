@@ -23,10 +23,10 @@ the runner stand-in on the local control plane (README, "Measured"):
   created for the same burst, drain time and start latency.
 * ``github_demand_calls``: REST calls per read of the GitHub demand source at 50 repositories,
   with and without 304s (against the fake of those endpoints; no cluster needed).
-* ``outcomes``: one job trace on two clusters whose nodes come from the real Karpenter, for
-  stock ARC, demand-driven pairs with and without demand sharding, and a warm pool (see
-  ``bench_outcomes``); also writes one timeline PNG per variant (``--images``, default the
-  work directory).
+* ``outcomes``: seeded job traces on two clusters whose nodes come from the real Karpenter,
+  for stock ARC (minRunners 0 and N, pause-pod overprovisioning) and ours (demand only, warm
+  pool), five seeds (see ``bench_outcomes``; also ``make bench-outcomes``); writes JSON and
+  figures (``--images``, default the work directory).
 * ``footprint``: RSS of one listener idle, at 100 and at 1,000 pairs, beside ARC's Go
   listener (``bench_footprint``).
 
@@ -57,7 +57,7 @@ from kubernetes_asyncio import client
 from capacity.github_demand import GitHubDemand, GitHubScope
 from capacity.settings import GitHubDemandSettings
 from tests.support.bench_footprint import create_foreign_pods, footprint, sample_memory
-from tests.support.bench_outcomes import outcomes
+from tests.support.bench_outcomes import benchmark
 from tests.support.control_plane import local_control_plane, new_workdir
 from tests.support.counting_proxy import CountingProxy, proxied_kubeconfig
 from tests.support.e2e_site import PodEvent, Pool, SiteSpec, Stage
@@ -107,7 +107,9 @@ class Bench:
 
     # --- capacity-signal latency ----------------------------------------------------------
 
-    async def capacity_signal_latency(self, pairs: int = 10, cycles: int = 8) -> dict[str, Any]:
+    async def capacity_signal_latency(self, pairs: int = 10, cycles: int = 100) -> dict[str, Any]:
+        # 100 preempt/restore cycles are 200 capacity changes: enough for a p99 that is not
+        # simply the maximum of a handful.
         async with self.stage("latency") as stage:
             site = await stage.add_site(
                 SiteSpec(
@@ -185,7 +187,9 @@ class Bench:
 
     # --- apiserver load -------------------------------------------------------------------
 
-    async def apiserver_requests(self, pairs: int = 100, window: float = 90.0) -> dict[str, Any]:
+    async def apiserver_requests(self, pairs: int = 100, window: float = 420.0) -> dict[str, Any]:
+        # The window outlasts the longest server-side watch timeout (360 s), so every watch
+        # stream is re-opened inside it at least once and its re-list/re-watch is counted.
         proxy = CountingProxy(self.cluster.server)
         proxy_url = await proxy.start()
         try:
@@ -233,6 +237,7 @@ class Bench:
                     "by_request_in_window": {f"{v} {r}": n for (v, r), n in sorted(counts.items())},
                     "lists_during_setup": sum(n for (v, _), n in setup.items() if v == "list"),
                     "watch_streams_open": {k: v for k, v in proxy.open_watches.items() if v},
+                    "watch_opens_in_window": by_verb.get("watch", 0),
                     # Each stream is re-opened when its server-side timeout ends (4-6 min).
                     "watch_timeout_s": "240-360",
                     "listener_long_poll_s": LONG_POLL,
@@ -539,7 +544,7 @@ def signal_latencies(
 
 
 async def _outcomes(bench: Bench) -> dict[str, Any]:
-    return await outcomes(bench.cluster, bench.workdir, bench.images)
+    return await benchmark(bench.cluster, bench.workdir, bench.images or bench.workdir / "outcomes")
 
 
 async def _footprint(bench: Bench) -> dict[str, Any]:

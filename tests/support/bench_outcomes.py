@@ -1,43 +1,64 @@
-"""The outcome benchmark (``make bench`` section ``outcomes``): one job trace, four listeners.
+"""The outcome benchmark (``make bench-outcomes``): one seeded job trace per seed, every
+variant a user would pick, side by side on the same clusters, the same shortage and the same
+fixed window.
 
 Two clusters (two Sites on one control plane) share GitHub's queue. Each has a runner pool
-and a workflow pool, each a Karpenter NodePool with its own instance types, so every node is
-launched by Karpenter (kwok cloud provider) with a node-registration delay, and removed by its
-consolidation. Site A's workflow type runs out of cloud capacity for a while (Karpenter's
-insufficient-capacity error on launch). The same trace is run once per variant:
+and a workflow pool, each a Karpenter NodePool (real Karpenter, kwok cloud provider), so every
+node is launched by Karpenter after a per-node provisioning delay drawn from [30, 90] s (our
+Karpenter main sleeps in the cloud provider's Create; a KWOKNodeClass has one delay for all
+nodes) and removed by its consolidation. Site A's workflow instance type runs out of cloud
+capacity (Karpenter's insufficient-capacity error on launch) from a seeded random time during
+the arrivals, for a seeded duration. The fake Actions service hands each job to the clusters
+in a seeded random order (the first with room at its last poll), as GitHub picks whichever
+eligible listener. The runner stand-in fails a job whose workflow pod is not Running within
+the prepare-job timeout, as the runner-container hooks do.
 
-* ``stock``: ARC's behaviour — the static header ``max_runners``, no placeholders;
-* ``demand``: ours, pairs only for queued jobs (``proactive_capacity: 0``, HUD demand, the
-  queue sharded between the two clusters);
-* ``demand_unsharded``: the same without sharding: each cluster holds pairs for the whole
-  queue, so the two together hold two for every queued job (what sharding saves);
-* ``warm_pool``: ours with ``proactive_capacity: N`` idle pairs per cluster as well.
+Variants (all of one seed run at once, on the same clock; each its own fake Actions service,
+HUD, namespaces and NodePools; the order they are set up in is shuffled per seed):
 
-Per variant: jobs stranded, queue → workflow pod Running (p50/p90/max), node-seconds per
-pool (NodeClaim lifetimes), placeholder pod-seconds, pairs created and re-created, Karpenter
-launches; every figure also as a ratio to stock from the same run, and the sharded demand
-variant's as a ratio to the unsharded one. One timeline picture per variant (PNG) is written
-too.
+* ``stock_min0``: ARC's listener, ``minRunners: 0`` (the static header ``maxRunners``);
+* ``stock_minN``: ARC's listener, ``minRunners: N`` (the warm pool a user buys today);
+* ``stock_overprov``: ARC's listener plus pause-pod overprovisioning: per cluster a Deployment
+  of N runner-sized and one of N workflow-sized pause pods at PriorityClass
+  ``overprovisioning`` (value -1, the common recipe), which runner (0) and workflow (20) pods
+  preempt, so Karpenter keeps N spare slots of each;
+* ``ours_demand``: our listener, ``proactive_capacity: 0`` (pairs for queued jobs, HUD demand
+  sharded between the two clusters);
+* ``ours_warm``: the same with ``proactive_capacity: N``;
+* ``ours_adaptive``: the adaptive warm pool: skipped (noted in the JSON) until it exists.
 
-What it does not model: image pulls and container start (kwok runs pods at once), real
-cloud latency and its variance (one fixed registration delay), node boot and kubelet
-registration beyond that delay, prices (node-seconds are counted, not priced).
+Honest accounting: one window for every variant of a seed, from cluster start (listeners and
+pause pods start; warm-up included) to a fixed time after the last arrival; node-seconds
+integrate every NodeClaim alive in the window (also those still alive at its end), per pool.
+Seeds: every figure per seed, then median and min–max over seeds, and the ratio to
+``stock_min0`` per seed.
 
-Size: one benchmark: the trace, the variants, the measurements taken while it runs and the
-figures computed from them are read together when a number looks wrong.
+What it does not model: image pulls and container start (kwok runs pods at once), node boot
+beyond the drawn delay, spot interruptions, prices (node-seconds are counted, not priced),
+two label sets (the trace's two label sets are served by both clusters alike: every job is
+labelled ``linux``), GitHub's own queueing delays.
+
+Size: one benchmark: the trace, the variants, the measurements taken while they run, the
+figures computed from them and the pictures are read together when a number looks wrong.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import json
+import os
+import random
+import statistics
 import sys
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from capacity.whatif.synth import SynthSpec, generate
 from tests.support.e2e_karpenter import (
     NodeClaimLog,
     create_site_nodepools,
@@ -48,22 +69,31 @@ from tests.support.e2e_karpenter import (
 )
 from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
-from tests.support.listener_process import metric_value
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.karpenter import WORKFLOW_TYPE, Karpenter
+from tests.support.localcluster.rest import KubeError
 from tests.support.stats import percentile
-from tests.support.waits import wait_until
 
 PAT = "ghp_e2e_fake_token"
-LONG_POLL = 50.0
+LONG_POLL = 50.0  # the real service holds a long poll about 50 s
 ROUND = 2
-VARIANTS = ("stock", "demand", "demand_unsharded", "warm_pool")
-# Column headers of the README table.
+BASE = "stock_min0"
+VARIANTS = (
+    "stock_min0",
+    "stock_minN",
+    "stock_overprov",
+    "ours_demand",
+    "ours_warm",
+    "ours_adaptive",
+)
+SKIPPED = {"ours_adaptive": "the adaptive warm pool does not exist on this branch yet"}
 HEADERS = {
-    "stock": "stock",
-    "demand": "demand, sharded",
-    "demand_unsharded": "demand, unsharded",
-    "warm_pool": "warm pool (sharded)",
+    "stock_min0": "stock, minRunners 0",
+    "stock_minN": "stock, minRunners N",
+    "stock_overprov": "stock + pause pods",
+    "ours_demand": "ours, demand only",
+    "ours_warm": "ours, warm pool N",
+    "ours_adaptive": "ours, adaptive",
 }
 # Runner pods fit two to a 2-CPU node; workflow pods two to a 4-CPU node, in either cluster.
 RUNNER_REQUESTS = {"cpu": "900m", "memory": "1Gi"}
@@ -74,10 +104,9 @@ SITE_TYPES: tuple[dict[str, tuple[str, ...]], ...] = (
     {"runner": ("c-2x",), "workflow": ("c-4x",)},
 )
 SITE_NAMES = ("site-a", "site-b")
-# Deletions of pairs that never served a job and were made again (model.DeleteReason):
-# timed out Pending, evicted (Finished), or on a node being disrupted/cordoned.
-RECREATE_REASONS = ("timeout", "finished", "unusable")
-DELETE_REASONS = ("timeout", "excess", "broken", "expired", "finished", "orphan", "unusable")
+OVERPROV_CLASS = "overprovisioning"
+OVERPROV_LABEL = "bench.capacity-listener.dev/overprovisioning"
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
 
 def _say(line: str) -> None:
@@ -85,252 +114,473 @@ def _say(line: str) -> None:
 
 
 @dataclass(frozen=True)
-class Wave:
-    at: float  # seconds after the trace starts
-    durations: tuple[float, ...]  # one job each
+class Config:
+    """Everything a run depends on; ``describe()`` is printed with the results."""
 
-
-@dataclass(frozen=True)
-class Trace:
-    waves: tuple[Wave, ...]
-    shortage: tuple[float, float]  # site A's workflow type has no cloud capacity in [from, to)
-    quiet: float  # watched after the last job finished (consolidation)
-    cap: float  # the trace ends here at the latest
-    registration_delay: float = 30.0
-    # A claimed job whose workflow pod waited longer than this is counted as stranded: a new
-    # node takes the registration delay plus Karpenter's batching (about a second).
-    strand_grace: float = 40.0
+    spec: SynthSpec
+    seeds: tuple[int, ...]
+    variants: tuple[str, ...] = VARIANTS
+    warm: int = 2  # N: minRunners, pause pods per pool, proactive pairs; per cluster
     max_runners: int = 10
-    warm_pairs: int = 2
+    warmup: float = 150.0  # cluster start -> the trace's t=0
+    tail: float = 480.0  # the window ends this long after the last arrival
+    overtime: float = 300.0  # wait at most this much longer for unfinished jobs (not counted)
+    prepare_timeout: float = 180.0  # the hooks' default is 600 s
+    launch_delay: tuple[float, float] = (30.0, 90.0)
+    shortage_start: tuple[float, float] = (0.1, 0.6)  # share of the arrival span
+    shortage_seconds: tuple[float, float] = (240.0, 480.0)
+    hud_lag: float = 30.0
+    consolidate_after: str = "30s"
+    waited_long: float = 60.0
 
     def describe(self) -> dict[str, Any]:
         return {
-            "waves": [{"at_s": w.at, "job_seconds": list(w.durations)} for w in self.waves],
-            "jobs": sum(len(w.durations) for w in self.waves),
-            "insufficient_capacity": {
+            "seeds": list(self.seeds),
+            "variants": list(self.variants),
+            "trace_spec": self.spec.describe(),
+            "N": self.warm,
+            "max_runners_per_cluster": self.max_runners,
+            "window": {
+                "warmup_s": self.warmup,
+                "after_last_arrival_s": self.tail,
+                "overtime_s": self.overtime,
+            },
+            "node_provisioning_delay_s": list(self.launch_delay),
+            "shortage": {
                 "site": SITE_NAMES[0],
                 "instance_type": WORKFLOW_TYPE,
-                "from_s": self.shortage[0],
-                "to_s": self.shortage[1],
+                "start_share_of_arrivals": list(self.shortage_start),
+                "duration_s": list(self.shortage_seconds),
             },
-            "quiet_after_last_job_s": self.quiet,
-            "node_registration_delay_s": self.registration_delay,
-            "strand_grace_s": self.strand_grace,
-            "max_runners_per_site": self.max_runners,
-            "warm_pairs_per_site": self.warm_pairs,
             "instance_types": {
                 name: {k: list(v) for k, v in types.items()}
                 for name, types in zip(SITE_NAMES, SITE_TYPES, strict=True)
             },
             "requests": {"runner": RUNNER_REQUESTS, "workflow": WORKFLOW_REQUESTS},
+            "changed_settings": self.changed_settings(),
         }
 
+    def changed_settings(self) -> list[str]:
+        """Every setting that is not the product's (or the environment's) default."""
+        return [
+            f"ours_warm: proactive_capacity {self.warm} (default 0); stock_minN: minRunners "
+            f"{self.warm}; stock_overprov: {self.warm} + {self.warm} pause pods per cluster",
+            "ours: demand sharded between the two clusters (demand.cluster_index 0/1, "
+            "cluster_count 2; aged_after left at its default 900 s)",
+            "ours: hud.enabled with the fake HUD's URL; placement and resources of the "
+            "placeholders set to the pools' (required configuration, not tuning)",
+            f"runner-container hooks: ACTIONS_RUNNER_PREPARE_JOB_TIMEOUT_SECONDS "
+            f"{self.prepare_timeout:g} (default 600), shortened with the trace's durations",
+            f"environment: fake HUD lags the queue by {self.hud_lag:g} s; Karpenter "
+            f"consolidateAfter {self.consolidate_after}, consolidationPolicy "
+            "WhenEmptyOrUnderutilized, budget 100 %; maxRunners "
+            f"{self.max_runners} per cluster",
+            "everything else at product defaults: recalculate_interval 30 s, "
+            "downscale_delay 300 s, placeholder_ready_timeout 300 s, max_pending_pairs 30, "
+            "hud.stale_after 300 s, hud.timeout 10 s, hud.failure_base_capacity 1",
+        ]
 
-# The first wave's jobs are long, so site A's workflow nodes are all busy when its
-# workflow type runs out and the second wave arrives: new workflow pods there need new nodes.
-TRACE = Trace(
-    waves=(
-        Wave(0.0, (60.0, 65.0, 70.0, 75.0, 60.0, 70.0)),
-        Wave(45.0, (15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 45.0, 20.0)),
-        Wave(100.0, (20.0, 25.0, 30.0, 35.0)),
+
+# Durations of real CI scaled by 1/4 (median 75 s instead of 300 s) so a 15-minute trace is a
+# busy quarter hour; the seeds give >= 100 jobs each (seeds 2, 3 and 5 give fewer; not used).
+FULL = Config(
+    spec=SynthSpec(
+        minutes=15,
+        runs_per_minute_quiet=1.0,
+        runs_per_minute_busy=4.0,
+        mean_quiet_seconds=180.0,
+        mean_busy_seconds=120.0,
+        batch_cap=16,
+        second_stage_share=0.2,
+        duration_median_seconds=300.0,
+        duration_sigma=0.7,
+        duration_cap_seconds=1800.0,
+        duration_scale=0.25,
     ),
-    shortage=(40.0, 100.0),
-    quiet=30.0,
-    cap=300.0,
+    seeds=(1, 4, 6, 7, 8),
 )
+# The smoke run of `make test`: one seed, two variants, a 3-minute trace, short durations.
+SMOKE = replace(
+    FULL,
+    spec=replace(
+        FULL.spec,
+        minutes=3,
+        runs_per_minute_quiet=2.0,
+        batch_cap=4,
+        second_stage_share=0.0,
+        duration_scale=0.1,
+    ),
+    seeds=(2,),
+    variants=("stock_min0", "ours_demand"),
+    warmup=60.0,
+    tail=150.0,
+    overtime=120.0,
+    prepare_timeout=90.0,
+    launch_delay=(10.0, 30.0),
+    shortage_seconds=(60.0, 90.0),
+)
+
+
+@dataclass(frozen=True)
+class Arrival:
+    at: float  # seconds after the trace's t=0
+    duration: float
+
+
+@dataclass(frozen=True)
+class SeedPlan:
+    seed: int
+    arrivals: tuple[Arrival, ...]
+    shortage: tuple[float, float]  # [from, to) after the trace's t=0
+
+    @property
+    def last_arrival(self) -> float:
+        return max(a.at for a in self.arrivals)
+
+
+def plan(config: Config, seed: int) -> SeedPlan:
+    jobs = generate(config.spec, seed)
+    arrivals = tuple(
+        Arrival(round(j.queued_at - config.spec.start, 3), float(j.duration or 0.0)) for j in jobs
+    )
+    rng = random.Random(f"shortage-{seed}")
+    span = max(a.at for a in arrivals)
+    start = rng.uniform(*config.shortage_start) * span
+    return SeedPlan(
+        seed, arrivals, (round(start, 1), round(start + rng.uniform(*config.shortage_seconds), 1))
+    )
 
 
 @dataclass
 class Point:
-    """One timeline sample (seconds since the trace started)."""
+    """One timeline sample (seconds since cluster start)."""
 
     t: float
     queued: int
     header: list[int | None]
-    pairs_running: list[int]
-    assigned: list[int]
+    confirmed: list[int]
     running: list[int]
 
 
 @dataclass
 class VariantRun:
     name: str
-    sites: list[Site]
-    log: NodeClaimLog
-    start_wall: float = 0.0
-    start_mono: float = 0.0
-    end_wall: float = 0.0
-    points: list[Point] = field(default_factory=list)
-    metrics: list[str] = field(default_factory=list)
+    stage: Stage
+    sites: list[Site] = field(default_factory=list)
+    pools: list[str] = field(default_factory=list)
+    log: NodeClaimLog | None = None
     jobs: list[FakeJob] = field(default_factory=list)
+    points: list[Point] = field(default_factory=list)
+    pause_samples: list[tuple[float, int]] = field(default_factory=list)
+    window: tuple[float, float] = (0.0, 0.0)  # wall clock: cluster start, the window's end
 
 
 def _r(x: float | None) -> float | None:
     return None if x is None else round(x, ROUND)
 
 
-# ---------------------------------------------------------------------- the benchmark
+# ---------------------------------------------------------------------- running
 
 
-async def outcomes(
-    cluster: LocalCluster, workdir: Path, images: Path | None, trace: Trace = TRACE
+async def benchmark(
+    cluster: LocalCluster, workdir: Path, out: Path, config: Config = FULL
 ) -> dict[str, Any]:
+    """Run every seed (variants of a seed side by side) and write JSON + figures to ``out``."""
+    started = time.monotonic()
     karpenter = await asyncio.to_thread(ensure_karpenter, cluster, _say)
-    images = images or workdir / "outcomes"
-    images.mkdir(parents=True, exist_ok=True)
-    delay = f"{trace.registration_delay:g}s"
-    karpenter.set_registration_delay(delay)
-    result: dict[str, Any] = {"trace": trace.describe(), "variants": {}}
-    runs: dict[str, VariantRun] = {}
+    await asyncio.to_thread(out.mkdir, parents=True, exist_ok=True)
+    karpenter.set_registration_delay("0s")  # the per-node launch delay replaces it
+    await asyncio.to_thread(_ensure_overprov_class, cluster)
+    result: dict[str, Any] = {
+        "config": config.describe(),
+        "skipped": {v: SKIPPED[v] for v in config.variants if v in SKIPPED},
+        "load_average": {"start": list(os.getloadavg())},
+        "seeds": {},
+    }
+    pictured: dict[str, VariantRun] = {}
+    pictured_plan: SeedPlan | None = None
     try:
-        for number, variant in enumerate(VARIANTS):
-            _say(f"outcomes: variant {variant}")
-            run = await _run_variant(cluster, karpenter, workdir, number, variant, trace)
-            runs[variant] = run
-            result["variants"][variant] = _figures(run, trace)
+        for number, seed in enumerate(config.seeds):
+            seed_plan = plan(config, seed)
+            _say(
+                f"seed {seed}: {len(seed_plan.arrivals)} jobs, last at "
+                f"{seed_plan.last_arrival:.0f}s, shortage {seed_plan.shortage}"
+            )
+            runs, figures = await _run_seed(cluster, karpenter, workdir, config, seed_plan)
+            figures["load_average"] = list(os.getloadavg())
+            result["seeds"][str(seed)] = figures
+            # Written after every seed, so a long run that fails later keeps what it measured.
+            await asyncio.to_thread(_write, out / "outcomes.json", result)
+            if number == 0:
+                pictured, pictured_plan = runs, seed_plan
     finally:
         await asyncio.to_thread(reset_cloud, karpenter)
-    _add_ratios(result["variants"])
-    result["sharding"] = _sharding_ratios(result["variants"])
-    written = []
-    for variant, run in runs.items():
-        path = images / f"outcomes-{variant}.png"
-        _draw(run, trace, path)
-        written.append(str(path))
-    result["images"] = written
+    result["summary"] = summarize(result["seeds"], config)
+    result["load_average"]["end"] = list(os.getloadavg())
+    images = []
+    if pictured_plan is not None:
+        for name, run in pictured.items():
+            path = out / f"outcomes-{name}.png"
+            _draw(run, config, pictured_plan, result["seeds"][str(pictured_plan.seed)], path)
+            images.append(path.name)
+    summary_png = out / "outcomes-summary.png"
+    _draw_summary(result["seeds"], config, summary_png)
+    result["images"] = [*images, summary_png.name]
+    result["run_seconds"] = round(time.monotonic() - started, 1)
+    result["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     result["note"] = (
-        "Karpenter's real provisioning and consolidation code with a fake cloud (kwok "
-        "provider): every node appears after the same registration delay; no image pulls, "
-        "no container start time, no variance of real cloud latency; node-seconds are "
-        "NodeClaim lifetimes (launch to removal) inside the trace window, not prices."
+        "Measured on a shared 2-core machine under load (load_average: 1/5/15-minute averages "
+        "at the start, after each seed and at the end); absolute seconds vary with load, "
+        "ratios to stock of the same seed hold better."
     )
+    await asyncio.to_thread(_write, out / "outcomes.json", result)
     return result
 
 
-async def _run_variant(
+def _write(path: Path, document: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(document, indent=1) + "\n")
+
+
+def _ensure_overprov_class(cluster: LocalCluster) -> None:
+    body = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": OVERPROV_CLASS},
+        "value": -1,
+        "globalDefault": False,
+        "description": "Pause pods that hold spare room; every other pod preempts them.",
+    }
+    try:
+        cluster.rest.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body)
+    except KubeError as exc:
+        if exc.status != 409:
+            raise
+
+
+async def _run_seed(
     cluster: LocalCluster,
     karpenter: Karpenter,
     workdir: Path,
-    number: int,
-    variant: str,
-    trace: Trace,
-) -> VariantRun:
-    fake = FakeActions(pats=[PAT], poll_hold=LONG_POLL, strand_grace=trace.strand_grace)
-    pools: list[str] = []
-    async with Stage(cluster, workdir / f"outcomes-{variant}", fake=fake, prefix="out") as stage:
-        sites = []
-        for index, name in enumerate(SITE_NAMES):
-            site = await stage.add_site(
-                SiteSpec(
-                    name=name,
-                    scale_set_id=701 + 10 * number + index,
-                    runner_pool=Pool(nodes=0),
-                    workflow_pool=Pool(nodes=0),
-                    runner_requests=RUNNER_REQUESTS,
-                    workflow_requests=WORKFLOW_REQUESTS,
-                    strand_after=trace.strand_grace,
+    config: Config,
+    seed_plan: SeedPlan,
+) -> tuple[dict[str, VariantRun], dict[str, Any]]:
+    seed = seed_plan.seed
+    karpenter.set_launch_delay(*config.launch_delay, seed=seed)
+    order = [v for v in config.variants if v not in SKIPPED]
+    random.Random(f"order-{seed}").shuffle(order)
+    runs: dict[str, VariantRun] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        for number, name in enumerate(order):
+            fake = FakeActions(
+                pats=[PAT], poll_hold=LONG_POLL, strand_grace=config.waited_long, assign_seed=seed
+            )
+            stage = await stack.enter_async_context(
+                Stage(cluster, workdir / f"seed{seed}-{name}", fake=fake, prefix="out")
+            )
+            if stage.hud is not None:
+                stage.hud.link(stage.fake, lag=config.hud_lag)
+            run = runs[name] = VariantRun(name, stage)
+            for index, site_name in enumerate(SITE_NAMES):
+                site = await stage.add_site(
+                    SiteSpec(
+                        name=site_name,
+                        scale_set_id=1000 + 20 * number + index,
+                        runner_pool=Pool(nodes=0),
+                        workflow_pool=Pool(nodes=0),
+                        runner_requests=RUNNER_REQUESTS,
+                        workflow_requests=WORKFLOW_REQUESTS,
+                        strand_after=config.waited_long,
+                        prepare_timeout=config.prepare_timeout,
+                    )
                 )
-            )
-            pools += await asyncio.to_thread(
-                create_site_nodepools, karpenter, site, SITE_TYPES[index]
-            )
-            sites.append(site)
-        log = NodeClaimLog(cluster, pools).start()
-        run = VariantRun(variant, sites, log)
+                run.pools += await asyncio.to_thread(
+                    create_site_nodepools,
+                    karpenter,
+                    site,
+                    SITE_TYPES[index],
+                    consolidate_after=config.consolidate_after,
+                )
+                run.sites.append(site)
+            run.log = NodeClaimLog(cluster, run.pools).start()
         try:
-            for index, site in enumerate(sites):
-                site.start_listener(
-                    capacity=_capacity(site, variant, index, trace),
-                    max_runners=trace.max_runners,
-                    log_level="info",
-                )
-            for site in sites:
-                await site.wait_session(60)
-            if variant == "warm_pool":
-                await wait_until(
-                    lambda: all(s.view().pairs_running >= trace.warm_pairs for s in sites),
-                    "the warm pairs Running",
-                    trace.registration_delay + 90,
-                    sites,
-                )
-            await _play(run, stage, karpenter, trace)
-            for site in sites:
-                if site.listener is not None and site.capacity_on:
-                    run.metrics.append(await site.listener.metrics_text())
+            await _play(runs, order, karpenter, config, seed_plan)
         finally:
-            await log.stop()
+            for run in runs.values():
+                if run.log is not None:
+                    await run.log.stop()
             await asyncio.to_thread(karpenter.set_capacity)
-    _say(f"outcomes: {variant}: removing its NodePools and nodes")
-    await asyncio.to_thread(delete_nodepools, karpenter, pools)
-    return run
+            for run in runs.values():
+                for site in run.sites:
+                    if site.listener is not None and site.listener.returncode is None:
+                        await site.listener.stop(within=15.0)
+    _say(f"seed {seed}: removing NodePools and nodes")
+    await asyncio.to_thread(
+        delete_nodepools, karpenter, [p for r in runs.values() for p in r.pools]
+    )
+    window = config.warmup + seed_plan.last_arrival + config.tail
+    figures = {
+        "jobs": len(seed_plan.arrivals),
+        "last_arrival_s": seed_plan.last_arrival,
+        "shortage_s": list(seed_plan.shortage),
+        "window_s": _r(window),
+        "variant_order": order,
+        "variants": {name: _figures(run, config, window) for name, run in runs.items()},
+    }
+    return runs, figures
 
 
-def _capacity(site: Site, variant: str, index: int, trace: Trace) -> dict[str, Any] | None:
-    if variant == "stock":
+async def _start_variant(run: VariantRun, config: Config) -> None:
+    for index, site in enumerate(run.sites):
+        name = run.name
+        if name == "stock_overprov":
+            await asyncio.to_thread(_create_pause_pods, site, config.warm)
+        capacity = _capacity(site, name, index, config)
+        site.start_listener(
+            capacity=capacity,
+            max_runners=config.max_runners,
+            min_runners=config.warm if name == "stock_minN" else 0,
+            log_level="info",
+        )
+
+
+def _capacity(site: Site, variant: str, index: int, config: Config) -> dict[str, Any] | None:
+    if not variant.startswith("ours"):
         return None
-    # Each cluster provisions for its share of fresh jobs; jobs queued a minute or more are
-    # provisioned by both (the failover path when one cluster has no capacity). Unsharded,
-    # each provisions for every queued job.
-    demand: dict[str, Any] = (
-        {"cluster_count": 1}
-        if variant == "demand_unsharded"
-        else {"cluster_index": index, "cluster_count": len(SITE_NAMES), "aged_after": "1m"}
+    settings = site.capacity_settings(
+        proactive=config.warm if variant == "ours_warm" else 0,
+        demand={"cluster_index": index, "cluster_count": len(SITE_NAMES)},
     )
-    return site.capacity_settings(
-        proactive=trace.warm_pairs if variant == "warm_pool" else 0,
-        hud=True,
-        hud_floor=0,
-        demand=demand,
-        # A pair waits for a node: registration delay plus Karpenter's batching.
-        placeholder_ready_timeout=f"{trace.registration_delay + 45:g}s",
-        downscale_delay="10s",
+    # Back to the product's defaults (capacity_settings is tuned for fast tests).
+    for key in ("recalculate_interval", "placeholder_ready_timeout", "max_pending_pairs"):
+        settings.pop(key, None)
+    settings.pop("downscale_delay", None)
+    assert site.stage.hud is not None
+    settings["hud"] = {"enabled": True, "url": site.stage.hud.endpoint}
+    return settings
+
+
+def _create_pause_pods(site: Site, count: int) -> None:
+    """The common overprovisioning recipe: a Deployment of pause pods at priority -1, one
+    runner-sized and one workflow-sized, each in its pool."""
+    for pool, requests in (("runner", RUNNER_REQUESTS), ("workflow", WORKFLOW_REQUESTS)):
+        labels = {OVERPROV_LABEL: pool}
+        body = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": f"overprovisioning-{pool}", "namespace": site.namespace},
+            "spec": {
+                "replicas": count,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "priorityClassName": OVERPROV_CLASS,
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [
+                            {
+                                "name": "pause",
+                                "image": PAUSE_IMAGE,
+                                "resources": {"requests": dict(requests)},
+                            }
+                        ],
+                        **site.placement(pool),
+                    },
+                },
+            },
+        }
+        site.stage.cluster.rest.request(
+            "POST", f"/apis/apps/v1/namespaces/{site.namespace}/deployments", body
+        )
+
+
+def _running_pause_pods(site: Site) -> int:
+    found = site.stage.cluster.rest.request(
+        "GET", f"/api/v1/namespaces/{site.namespace}/pods", params={"labelSelector": OVERPROV_LABEL}
+    )
+    return sum(
+        1
+        for p in found.get("items", [])
+        if (p.get("status") or {}).get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")
     )
 
 
-async def _play(run: VariantRun, stage: Stage, karpenter: Karpenter, trace: Trace) -> None:
-    """Queue the waves and turn the shortage on and off on time; sample every second; end
-    after the quiet period (or at the cap)."""
-    fake = stage.fake
-    run.start_wall, run.start_mono = time.time(), time.monotonic()
-    events: list[tuple[float, str, Wave | None]] = [(w.at, "wave", w) for w in trace.waves]
-    events += [(trace.shortage[0], "short", None), (trace.shortage[1], "restore", None)]
+async def _play(
+    runs: Mapping[str, VariantRun],
+    order: Sequence[str],
+    karpenter: Karpenter,
+    config: Config,
+    seed_plan: SeedPlan,
+) -> None:
+    """Start every variant at t=0 (cluster start), queue the arrivals after the warm-up,
+    switch the shortage on and off, sample every second; end at the window's end once every
+    job has finished (or after the overtime)."""
+    origin = time.monotonic()
+    wall_origin = time.time()
+    window = config.warmup + seed_plan.last_arrival + config.tail
+    for name in order:
+        runs[name].window = (wall_origin, wall_origin + window)
+        await _start_variant(runs[name], config)
+    arrivals = sorted(seed_plan.arrivals, key=lambda a: a.at)
+    events: list[tuple[float, str, Arrival | None]] = [
+        (config.warmup + a.at, "job", a) for a in arrivals
+    ]
+    events += [
+        (config.warmup + seed_plan.shortage[0], "short", None),
+        (config.warmup + seed_plan.shortage[1], "restore", None),
+    ]
     events.sort(key=lambda e: e[0])
-    last_done: float | None = None
+    last_pause_sample = -10.0
     while True:
-        now = time.monotonic() - run.start_mono
+        now = time.monotonic() - origin
         while events and events[0][0] <= now:
-            _, kind, wave = events.pop(0)
-            if wave is not None:
-                for seconds in wave.durations:
-                    run.jobs += fake.add_jobs(1, labels=["linux"], duration=seconds)
-                _say(f"{run.name} t={now:5.1f}s: {len(wave.durations)} jobs queued")
+            _, kind, arrival = events.pop(0)
+            if arrival is not None:
+                for run in runs.values():
+                    run.jobs += run.stage.fake.add_jobs(
+                        1, labels=["linux"], duration=arrival.duration
+                    )
             elif kind == "short":
                 await asyncio.to_thread(karpenter.set_capacity, insufficient=[WORKFLOW_TYPE])
-                _say(f"{run.name} t={now:5.1f}s: {WORKFLOW_TYPE} out of capacity")
+                _say(f"t={now:5.0f}s: {WORKFLOW_TYPE} out of capacity")
             else:
                 await asyncio.to_thread(karpenter.set_capacity)
-                _say(f"{run.name} t={now:5.1f}s: {WORKFLOW_TYPE} capacity back")
-        run.points.append(_sample(run, fake, now))
-        done = not events and all(j.state is JobState.COMPLETED for j in run.jobs)
-        if done and last_done is None:
-            last_done = now
-        if (last_done is not None and now - last_done >= trace.quiet) or now >= trace.cap:
+                _say(f"t={now:5.0f}s: {WORKFLOW_TYPE} capacity back")
+        for run in runs.values():
+            run.points.append(_sample(run, now))
+        if now - last_pause_sample >= 2.0 and "stock_overprov" in runs:
+            last_pause_sample = now
+            overprov = runs["stock_overprov"]
+            count = 0
+            for site in overprov.sites:
+                # A missed sample (a slow or reset connection) only widens the step.
+                with contextlib.suppress(Exception):
+                    count += await asyncio.to_thread(_running_pause_pods, site)
+            overprov.pause_samples.append((now, count))
+        for run in runs.values():
+            for site in run.sites:
+                if site.listener is not None and site.listener.returncode is not None:
+                    raise RuntimeError(
+                        f"{run.name}: {site.listener.name} exited:\n{site.listener.log_tail(20)}"
+                    )
+        finished = not events and all(
+            j.state is JobState.COMPLETED for run in runs.values() for j in run.jobs
+        )
+        if now >= window and (finished or now >= window + config.overtime):
             break
-        for site in run.sites:
-            if site.listener is not None and site.listener.returncode is not None:
-                raise RuntimeError(f"{site.listener.name} exited:\n{site.listener.log_tail(20)}")
+        if int(now) % 60 == 0:
+            done = sum(j.state is JobState.COMPLETED for r in runs.values() for j in r.jobs)
+            _say(f"t={now:5.0f}s of {window:.0f}s: {done} jobs done over all variants")
         await asyncio.sleep(1.0)
-    run.end_wall = time.time()
 
 
-def _sample(run: VariantRun, fake: FakeActions, t: float) -> Point:
+def _sample(run: VariantRun, t: float) -> Point:
     views = [s.view() for s in run.sites]
     return Point(
         t=t,
-        queued=len(fake.queued()),
+        queued=len(run.stage.fake.queued()),
         header=[v.advertised for v in views],
-        pairs_running=[v.pairs_running for v in views],
-        assigned=[v.assigned for v in views],
+        confirmed=[v.pairs_running for v in views],
         running=[v.running for v in views],
     )
 
@@ -352,99 +602,81 @@ def _placeholder_seconds(site: Site, start: float, end: float) -> float:
     return total
 
 
-def _figures(run: VariantRun, trace: Trace) -> dict[str, Any]:
-    start, end = run.start_wall, run.end_wall
+def _pause_seconds(samples: Sequence[tuple[float, int]], window: float) -> float:
+    """Running pause pods integrated over the window (sampled every 2 s; none: 0)."""
+    if not samples:
+        return 0.0
+    total = 0.0
+    for (t, count), (t_next, _) in zip(samples, [*samples[1:], (window, 0)], strict=True):
+        total += count * max(0.0, min(t_next, window) - min(t, window))
+    return total
+
+
+def _figures(run: VariantRun, config: Config, window: float) -> dict[str, Any]:
+    log = run.log
+    assert log is not None
+    start, end = run.window
     jobs = run.jobs
     waits = [
         j.workflow_started_at - j.history[0][0] for j in jobs if j.workflow_started_at is not None
     ]
-    claim_waits = [
-        (j.workflow_started_at or j.finished_at or time.monotonic()) - j.claimed_at
-        for j in jobs
-        if j.claimed_at is not None
-    ]
-    seconds = run.log.node_seconds(start, end)
-    launches = run.log.launches(start, end)
+    timed_out = sum(j.failure == "prepare_timeout" for j in jobs)
+    other_failed = sum(j.result == "failed" and j.failure != "prepare_timeout" for j in jobs)
+    seconds = log.node_seconds(start, end)
+    launches = log.launches(start, end)
     per_pool: dict[str, Any] = {}
     for site in run.sites:
         for pool in ("runner", "workflow"):
-            key = f"{site.spec.name}/{pool}"
             name = nodepool_name(site, pool)
-            per_pool[key] = {
+            per_pool[f"{site.spec.name}/{pool}"] = {
                 "node_seconds": _r(seconds.get(name, 0.0)),
                 "launches": launches.get(name, {}).get("launched", 0),
                 "launch_attempts": launches.get(name, {}).get("attempted", 0),
             }
-    created = sum(
-        1
-        for site in run.sites
-        for e in site.placeholder_events
-        if e.kind == "ADDED" and e.role == "placeholder-runner" and start <= e.wall <= end
-    )
-    deletes: dict[str, int] = {}
-    for text in run.metrics:
-        for reason in DELETE_REASONS:
-            value = metric_value(text, "gha_capacity_pair_deletes_total", {"reason": reason})
-            if value:
-                deletes[reason] = deletes.get(reason, 0) + int(value)
-    recreated = sum(deletes.get(r, 0) for r in RECREATE_REASONS)
-    attempts = sum(v["launch_attempts"] for v in per_pool.values())
-    launched = sum(v["launches"] for v in per_pool.values())
+    placeholder = sum(_placeholder_seconds(site, start, end) for site in run.sites)
     return {
         "jobs": len(jobs),
-        "jobs_completed": sum(j.state is JobState.COMPLETED for j in jobs),
-        # Claimed by a runner, then its workflow pod waited longer than the grace for a node
-        # (FakeActions.stranded() forgets a job once its workflow starts; here every one does
-        # start in the end, because the shortage ends).
-        "jobs_stranded": sum(
-            j.stranded_reported or w > trace.strand_grace
-            for j, w in zip([j for j in jobs if j.claimed_at is not None], claim_waits, strict=True)
-        ),
+        "succeeded": sum(j.result == "succeeded" for j in jobs),
+        "failed_by_timeout": timed_out,
+        "failed_other": other_failed,
+        "unfinished": sum(j.state is not JobState.COMPLETED for j in jobs),
+        "waited_over_60s": sum(w > config.waited_long for w in waits) + timed_out,
         "queue_to_workflow_running_s": {
             "n": len(waits),
             "p50": _r(percentile(waits, 50)),
             "p90": _r(percentile(waits, 90)),
+            "p99": _r(percentile(waits, 99)),
             "max": _r(max(waits) if waits else None),
-        },
-        "claim_to_workflow_running_s": {
-            "p50": _r(percentile(claim_waits, 50)),
-            "max": _r(max(claim_waits) if claim_waits else None),
         },
         "node_seconds": {
             "total": _r(sum(seconds.values())),
             "runner": _r(sum(v for k, v in seconds.items() if k.endswith("-runner"))),
             "workflow": _r(sum(v for k, v in seconds.items() if k.endswith("-workflow"))),
         },
-        "placeholder_pod_seconds": _r(
-            sum(_placeholder_seconds(site, start, end) for site in run.sites)
-        ),
-        "pairs_created": created,
-        "pairs_recreated": recreated,
-        "pair_deletes_by_reason": deletes,
-        "karpenter_launches": launched,
-        "karpenter_launch_attempts": attempts,
+        "placeholder_pod_seconds": _r(placeholder + _pause_seconds(run.pause_samples, window)),
+        "karpenter_launches": sum(v["launches"] for v in per_pool.values()),
+        "karpenter_launch_attempts": sum(v["launch_attempts"] for v in per_pool.values()),
         "jobs_per_site": {
             site.spec.name: sum(j.scale_set_id == site.scale_set_id for j in jobs)
             for site in run.sites
         },
         "per_pool": per_pool,
-        "trace_seconds": _r(end - start),
+        "window_s": _r(end - start),
     }
 
 
-_RATIO_KEYS = (
-    ("jobs_stranded",),
-    ("claim_to_workflow_running_s", "max"),
-    ("queue_to_workflow_running_s", "p50"),
-    ("queue_to_workflow_running_s", "p90"),
-    ("queue_to_workflow_running_s", "max"),
-    ("node_seconds", "total"),
-    ("node_seconds", "runner"),
-    ("node_seconds", "workflow"),
-    ("placeholder_pod_seconds",),
-    ("pairs_created",),
-    ("pairs_recreated",),
-    ("karpenter_launches",),
+METRICS = (
+    ("failed by prepare timeout", ("failed_by_timeout",)),
+    ("waited > 60 s (incl. failed)", ("waited_over_60s",)),
+    ("queue → workflow Running p50 (s)", ("queue_to_workflow_running_s", "p50")),
+    ("queue → workflow Running p90 (s)", ("queue_to_workflow_running_s", "p90")),
+    ("queue → workflow Running p99 (s)", ("queue_to_workflow_running_s", "p99")),
+    ("queue → workflow Running max (s)", ("queue_to_workflow_running_s", "max")),
+    ("node-seconds, total", ("node_seconds", "total")),
+    ("node-seconds, runner pools", ("node_seconds", "runner")),
+    ("node-seconds, workflow pools", ("node_seconds", "workflow")),
+    ("placeholder / pause pod-seconds", ("placeholder_pod_seconds",)),
+    ("Karpenter launches", ("karpenter_launches",)),
 )
 
 
@@ -455,158 +687,220 @@ def _get(figures: Mapping[str, Any], path: tuple[str, ...]) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _ratios(base: Mapping[str, Any], figures: Mapping[str, Any]) -> dict[str, float | None]:
-    """Each of ``figures`` divided by ``base``'s (None where the base is 0 or missing)."""
-    ratios: dict[str, float | None] = {}
-    for path in _RATIO_KEYS:
-        under, value = _get(base, path), _get(figures, path)
-        ratios[".".join(path)] = (
-            None if under in (None, 0.0) or value is None else round(value / under, 3)
-        )
-    return ratios
+def _spread(values: Sequence[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+    }
 
 
-def _add_ratios(variants: dict[str, dict[str, Any]]) -> None:
-    """Every figure divided by stock's."""
-    stock = variants.get("stock")
-    if stock is None:
-        return
-    for figures in variants.values():
-        figures["ratio_to_stock"] = _ratios(stock, figures)
+def summarize(seeds: Mapping[str, Any], config: Config) -> dict[str, Any]:
+    """Per variant and metric: median, min and max over seeds, of the value and of its ratio
+    to ``stock_min0`` of the same seed."""
+    summary: dict[str, Any] = {}
+    for variant in config.variants:
+        if variant in SKIPPED:
+            continue
+        entry: dict[str, Any] = {}
+        for _, path in METRICS:
+            values, ratios = [], []
+            for figures in seeds.values():
+                own = figures["variants"].get(variant)
+                base = figures["variants"].get(BASE)
+                value = None if own is None else _get(own, path)
+                if value is None:
+                    continue
+                values.append(value)
+                under = None if base is None else _get(base, path)
+                if under:
+                    ratios.append(value / under)
+            entry[".".join(path)] = {"value": _spread(values), "ratio_to_stock": _spread(ratios)}
+        summary[variant] = entry
+    return summary
 
 
-def _sharding_ratios(variants: Mapping[str, Mapping[str, Any]]) -> dict[str, float | None]:
-    """The sharded demand variant's figures divided by the unsharded one's: below 1 is what
-    sharding saves."""
-    sharded, unsharded = variants.get("demand"), variants.get("demand_unsharded")
-    if sharded is None or unsharded is None:
-        return {}
-    return _ratios(unsharded, sharded)
+def table(document: Mapping[str, Any]) -> str:
+    """The README table: median (min–max) over seeds, and the median ratio to stock."""
+    summary = document["summary"]
+    names = [v for v in VARIANTS if v in summary]
+    lines = [
+        "| | " + " | ".join(HEADERS[n] for n in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for label, path in METRICS:
+        cells = []
+        for name in names:
+            cell = summary[name][".".join(path)]
+            value, ratio = cell["value"], cell["ratio_to_stock"]
+            if value is None:
+                cells.append("–")
+                continue
+            text = f"{value['median']:g} ({value['min']:g}–{value['max']:g})"
+            if name != BASE and ratio is not None:
+                text += f" ×{ratio['median']:.2g}"
+            cells.append(text)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------- the picture
+# ---------------------------------------------------------------------- pictures
 
 
-def _draw(run: VariantRun, trace: Trace, path: Path) -> None:
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
+    plt.rcParams.update({"font.size": 11})
+    return plt
+
+
+def _draw(
+    run: VariantRun,
+    config: Config,
+    seed_plan: SeedPlan,
+    figures: Mapping[str, Any],
+    path: Path,
+) -> None:
+    plt = _pyplot()
     colors = ("tab:blue", "tab:orange")
+    window = config.warmup + seed_plan.last_arrival + config.tail
     t = [p.t for p in run.points]
-    fig, axes = plt.subplots(3, 1, figsize=(9, 7.5), sharex=True)
+    fig, axes = plt.subplots(3, 1, figsize=(13, 9), sharex=True)
     top, middle, bottom = axes
     for i, name in enumerate(SITE_NAMES):
-        header = [p.header[i] if p.header[i] is not None else 0 for p in run.points]
-        top.step(t, header, where="post", color=colors[i], label=f"{name} header sent")
         top.step(
             t,
-            [p.pairs_running[i] for p in run.points],
+            [p.header[i] if p.header[i] is not None else 0 for p in run.points],
             where="post",
             color=colors[i],
-            linestyle="--",
-            label=f"{name} confirmed (Running pairs)",
+            alpha=0.6,
+            label=f"{name}: header sent",
         )
+        if run.name.startswith("ours"):
+            top.step(
+                t,
+                [p.confirmed[i] for p in run.points],
+                where="post",
+                color=colors[i],
+                linewidth=2.2,
+                label=f"{name}: confirmed capacity (Running pairs)",
+            )
     top.set_ylabel("runners")
-    top.legend(fontsize=7, loc="upper right", ncol=2)
     middle.step(t, [p.queued for p in run.points], where="post", color="black", label="queued")
     for i, name in enumerate(SITE_NAMES):
-        middle.step(
-            t,
-            [p.assigned[i] for p in run.points],
-            where="post",
-            color=colors[i],
-            linestyle=":",
-            label=f"{name} assigned",
-        )
         middle.step(
             t,
             [p.running[i] for p in run.points],
             where="post",
             color=colors[i],
-            label=f"{name} claimed/running",
+            label=f"{name}: claimed by a runner",
         )
     middle.set_ylabel("jobs")
-    middle.legend(fontsize=7, loc="upper right", ncol=2)
-    start = run.start_wall
+    log = run.log
+    assert log is not None
+    origin = run.window[0]
     for i, site in enumerate(run.sites):
-        for pool, style, width in (("runner", "--", 2.0), ("workflow", "-", 1.2)):
+        for pool, style in (("runner", "--"), ("workflow", "-")):
             name = nodepool_name(site, pool)
             bottom.step(
-                [w - start for w, _ in run.log.counts],
-                [c.get(name, 0) for _, c in run.log.counts],
+                [w - origin for w, _ in log.counts],
+                [c.get(name, 0) for _, c in log.counts],
                 where="post",
                 color=colors[i],
                 linestyle=style,
-                linewidth=width,
-                label=f"{SITE_NAMES[i]} {pool} nodes",
+                label=f"{SITE_NAMES[i]}: {pool} NodeClaims",
             )
     bottom.set_ylabel("NodeClaims")
-    bottom.set_xlabel("seconds since the trace started")
-    bottom.legend(fontsize=7, loc="upper right", ncol=2)
+    bottom.set_xlabel("seconds since cluster start")
     for ax in axes:
-        ax.axvspan(*trace.shortage, color="red", alpha=0.08)
-        for wave in trace.waves:
-            ax.axvline(wave.at, color="grey", linewidth=0.6)
-        ax.set_xlim(left=0)
+        ax.axvspan(
+            config.warmup + seed_plan.shortage[0],
+            config.warmup + seed_plan.shortage[1],
+            color="red",
+            alpha=0.08,
+            label=f"{SITE_NAMES[0]} workflow type out of capacity",
+        )
+        ax.axvline(config.warmup, color="grey", linewidth=0.8, linestyle=":")
+        ax.set_xlim(0, window)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=10, frameon=False)
+    waits = figures["variants"][run.name]["queue_to_workflow_running_s"]
     top.set_title(
-        f"{run.name}: shaded = {SITE_NAMES[0]}'s workflow type out of capacity; "
-        "grey lines = job waves",
-        fontsize=9,
+        f"{HEADERS[run.name]} (seed {seed_plan.seed}): p90 wait {waits['p90']} s, "
+        f"{figures['variants'][run.name]['failed_by_timeout']} failed by timeout; "
+        "dotted: first arrival slot",
+        fontsize=12,
     )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
-def ratios_table(
-    variants: Mapping[str, Mapping[str, Any]],
-    sharding: Mapping[str, float | None] | None = None,
-) -> str:
-    """A Markdown table of the figures (for the README), from the benchmark's JSON: each
-    variant's figures with its ratio to stock, and, given ``sharding``, a last column with the
-    sharded demand variant's ratio to the unsharded one."""
-    rows = [
-        ("jobs stranded (claimed, workflow pod waited > grace)", ("jobs_stranded",)),
-        ("claim → workflow pod Running max (s)", ("claim_to_workflow_running_s", "max")),
-        ("queue → workflow pod Running p50 (s)", ("queue_to_workflow_running_s", "p50")),
-        ("queue → workflow pod Running p90 (s)", ("queue_to_workflow_running_s", "p90")),
-        ("queue → workflow pod Running max (s)", ("queue_to_workflow_running_s", "max")),
-        ("node-seconds, total", ("node_seconds", "total")),
-        ("node-seconds, runner pools", ("node_seconds", "runner")),
-        ("node-seconds, workflow pools", ("node_seconds", "workflow")),
-        ("placeholder pod-seconds", ("placeholder_pod_seconds",)),
-        ("pairs created", ("pairs_created",)),
-        ("pairs re-created", ("pairs_recreated",)),
-        ("Karpenter launches", ("karpenter_launches",)),
-    ]
-    names = [v for v in VARIANTS if v in variants]
-    headers = [HEADERS[n] for n in names] + (["sharded / unsharded"] if sharding else [])
-    lines = [
-        "| | " + " | ".join(headers) + " |",
-        "|---|" + "---|" * len(headers),
-    ]
-    for label, key in rows:
-        cells = []
-        for name in names:
-            value = _get(variants[name], key)
-            ratio = (variants[name].get("ratio_to_stock") or {}).get(".".join(key))
-            text = "–" if value is None else f"{value:g}"
-            if name != "stock" and ratio is not None:
-                text += f" ({ratio:g}×)"
-            cells.append(text)
-        if sharding:
-            ratio = sharding.get(".".join(key))
-            cells.append("–" if ratio is None else f"{ratio:g}×")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def _draw_summary(seeds: Mapping[str, Any], config: Config, path: Path) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 6))
+    markers = "osD^vP"
+    for index, variant in enumerate(v for v in config.variants if v not in SKIPPED):
+        xs, ys = [], []
+        for figures in seeds.values():
+            own = figures["variants"].get(variant)
+            if own is None:
+                continue
+            x = _get(own, ("node_seconds", "total"))
+            y = _get(own, ("queue_to_workflow_running_s", "p90"))
+            if x is not None and y is not None:
+                xs.append(x)
+                ys.append(y)
+        ax.scatter(xs, ys, marker=markers[index % len(markers)], s=60, label=HEADERS[variant])
+    ax.set_xlabel("node-seconds in the window (all pools)")
+    ax.set_ylabel("p90 queue → workflow Running (s)")
+    ax.set_title("The trade-off: one point per variant and seed", fontsize=12)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=10, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
-if __name__ == "__main__":  # print the README table from a saved JSON document
-    import json
+# ---------------------------------------------------------------------- command line
 
-    with contextlib.suppress(BrokenPipeError):
-        doc = json.loads(Path(sys.argv[1]).read_text())
-        section = doc.get("outcomes", doc)
-        print(ratios_table(section["variants"], section.get("sharding")))
+
+def main(argv: list[str] | None = None) -> int:
+    from tests.support.control_plane import local_control_plane, new_workdir
+
+    parser = argparse.ArgumentParser(prog="python -m tests.support.bench_outcomes")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_cmd = sub.add_parser("run", help="run the benchmark; JSON + figures into --out")
+    run_cmd.add_argument("--out", type=Path, default=Path("docs/img"))
+    run_cmd.add_argument("--seeds", type=int, nargs="*", default=None, help="default: FULL's")
+    run_cmd.add_argument("--smoke", action="store_true", help="the 3-minute smoke run")
+    run_cmd.add_argument("--variants", nargs="*", default=None, help="default: the config's")
+    run_cmd.add_argument("--workdir", type=Path, default=None)
+    table_cmd = sub.add_parser("table", help="print the README table from a saved JSON")
+    table_cmd.add_argument("json", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "table":
+        with contextlib.suppress(BrokenPipeError):
+            print(table(json.loads(args.json.read_text())))
+        return 0
+    config = SMOKE if args.smoke else FULL
+    if args.seeds:
+        config = replace(config, seeds=tuple(args.seeds))
+    if args.variants:
+        config = replace(config, variants=tuple(args.variants))
+    workdir = args.workdir or new_workdir("capacity-listener-outcomes")
+
+    async def go() -> dict[str, Any]:
+        with local_control_plane(workdir / "cluster", progress=_say) as cluster:
+            return await benchmark(cluster, workdir, args.out, config)
+
+    document = asyncio.run(go())
+    print(table(document))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

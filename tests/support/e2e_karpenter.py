@@ -145,7 +145,9 @@ def delete_nodepools(karpenter: Karpenter, names: Iterable[str], timeout: float 
 
 
 def reset_cloud(karpenter: Karpenter) -> None:
-    """Give the fake cloud its capacity back and make registration instant again."""
+    """Give the fake cloud its capacity back and make launches and registration instant
+    again."""
+    karpenter.launch_delay = None
     karpenter.set_capacity()
     with contextlib.suppress(KubeError):
         karpenter.set_registration_delay("0s")

@@ -45,6 +45,7 @@ from tests.support.runner_standin import (
     ARC_GROUP,
     ARC_VERSION,
     ERS_PLURAL,
+    PREPARE_JOB_TIMEOUT,
     RunnerStandIn,
     StandInSpec,
     ephemeral_runner_set_manifest,
@@ -87,6 +88,8 @@ class SiteSpec:
     )
     job_seconds: float = 3.0
     strand_after: float = 10.0
+    # The runner-container hooks' prepare-job timeout (ACTIONS_RUNNER_PREPARE_JOB_TIMEOUT_SECONDS).
+    prepare_timeout: float = PREPARE_JOB_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -311,6 +314,7 @@ class Site:
                 workflow_placement=self.placement("workflow"),
                 default_job_seconds=spec.job_seconds,
                 strand_after=spec.strand_after,
+                prepare_timeout=spec.prepare_timeout,
             ),
         )
         await self.standin.start()

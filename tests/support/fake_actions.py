@@ -24,6 +24,10 @@ message envelope). Where the real service is undocumented the fake makes a choic
 * Any new poll on a session ends the session's older held polls with 202 (their client gave
   them up); the brief's case is the one where the capacity header changed.
 * A missing `X-ScaleSetMaxCapacity` header means "no limit".
+* Which scale set gets a job several could take: by default the first to poll with room
+  (woken in the order the scale sets were added). With ``assign_seed``, each job gets a seeded
+  random order of the scale sets when queued and goes to the first one in it that matches and
+  had room at its last poll — GitHub picks whichever eligible listener, never always the same.
 
 The Python API below (add_jobs, claim_job, complete_job, ...) must be called from the event
 loop that runs the fake. For another process there is a small JSON control API under `/_fake/`.
@@ -41,6 +45,7 @@ import contextlib
 import enum
 import itertools
 import json
+import random
 import secrets
 import time
 import uuid
@@ -124,6 +129,9 @@ class FakeJob:
     workflow_started_at: float | None = None
     finished_at: float | None = None
     stranded_reported: bool = False
+    # Why a failed job failed, when the fake knows: "prepare_timeout" (its workflow pod was
+    # not Running within the hooks' prepare-job timeout).
+    failure: str | None = None
     # (monotonic time, state) transitions, so a lagging observer (the fake HUD) can ask
     # "what was this job's state L seconds ago".
     history: list[tuple[float, JobState]] = field(default_factory=list)
@@ -154,6 +162,7 @@ class FakeJob:
             "runnerName": self.runner_name,
             "runnerId": self.runner_id,
             "result": self.result,
+            "failure": self.failure,
             "requeues": self.requeues,
         }
 
@@ -307,6 +316,7 @@ class FakeActions:
         requeue_after: float | None = None,
         max_requeues: int = 3,
         strand_grace: float = 30.0,
+        assign_seed: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -322,6 +332,9 @@ class FakeActions:
         self.requeue_after = requeue_after
         self.max_requeues = max_requeues
         self.strand_grace = strand_grace
+        self._assign_rng = None if assign_seed is None else random.Random(assign_seed)
+        self._preference: dict[int, list[int]] = {}  # job -> scale set ids, in seeded order
+        self._last_capacity: dict[int, int | None] = {}  # scale set -> header of its last poll
 
         self.scale_sets: dict[int, FakeScaleSet] = {}
         self.jobs: dict[int, FakeJob] = {}  # by runner_request_id, in queue order
@@ -437,6 +450,10 @@ class FakeActions:
             )
             job.history.append((now - queued_ago, JobState.QUEUED))
             self.jobs[request_id] = job
+            if self._assign_rng is not None:
+                order = sorted(self.scale_sets)
+                self._assign_rng.shuffle(order)
+                self._preference[request_id] = order
             created.append(job)
         self._wake_all()
         return created
@@ -541,13 +558,17 @@ class FakeActions:
         """The stand-in knows this claimed job's workflow will never start."""
         self.job(job_id).stranded_reported = True
 
-    def complete_job(self, job_id: str | int, result: str = "succeeded") -> FakeJob:
+    def complete_job(
+        self, job_id: str | int, result: str = "succeeded", *, failure: str | None = None
+    ) -> FakeJob:
         """Finish a job (emits JobCompleted to its scale set). A job no runner claimed yet
-        completes with a zero runnerAssignTime, like a cancellation on GitHub."""
+        completes with a zero runnerAssignTime, like a cancellation on GitHub. ``failure``
+        records why a failed job failed (e.g. "prepare_timeout")."""
         job = self.job(job_id)
         if job.state is JobState.COMPLETED:
             raise ValueError(f"job {job.job_id} already completed")
         job.result = result
+        job.failure = failure
         job.finish_time = datetime.now(UTC)
         job.finished_at = time.monotonic()
         self._set_state(job, JobState.COMPLETED)
@@ -694,12 +715,15 @@ class FakeActions:
 
     def _assign(self, scale_set: FakeScaleSet, capacity: int | None) -> None:
         """Hand queued jobs to the polling scale set, never beyond its advertised capacity."""
+        self._last_capacity[scale_set.id] = capacity
         in_flight = len(self.jobs_of(scale_set.id, *_IN_FLIGHT))
         room = None if capacity is None else max(0, capacity - in_flight)
         for job in self.jobs.values():
             if room is not None and room <= 0:
                 break
             if job.state is not JobState.QUEUED or not scale_set.matches(job):
+                continue
+            if not self._first_choice(scale_set.id, job):
                 continue
             job.scale_set_id = scale_set.id
             job.scale_set_assign_time = datetime.now(UTC)
@@ -714,6 +738,24 @@ class FakeActions:
                 self._emit(scale_set, job, "JobAssigned")
             if room is not None:
                 room -= 1
+
+    def _first_choice(self, scale_set_id: int, job: FakeJob) -> bool:
+        """With ``assign_seed``: whether ``scale_set_id`` comes first in the job's order among
+        the scale sets that match it and had room at their last poll (always True without)."""
+        order = self._preference.get(job.runner_request_id)
+        if order is None:
+            return True
+        for candidate in order:
+            if candidate == scale_set_id:
+                return True
+            other = self.scale_sets.get(candidate)
+            if other is None or not other.matches(job) or self._live_session(candidate) is None:
+                continue
+            capacity = self._last_capacity.get(candidate, 0)
+            in_flight = len(self.jobs_of(candidate, *_IN_FLIGHT))
+            if capacity is None or capacity > in_flight:
+                return False  # the earlier choice can take it on its next poll
+        return True
 
     def _requeue_stale(self) -> None:
         """GitHub's re-assignment: an unclaimed job goes back to the queue, announced to the

@@ -16,7 +16,11 @@ binary, so this module plays both, just enough for end-to-end tests and the demo
 
 A runner whose workflow pod stays Pending keeps its job: that job is *stranded*, which is the
 failure the listener exists to prevent. FakeActions counts it (``stranded()``); after
-``strand_after`` seconds the stand-in also reports it explicitly.
+``strand_after`` seconds the stand-in also reports it explicitly. As the runner-container
+hooks do in ``kubernetes`` container mode, the runner waits for its workflow pod at most
+``prepare_timeout`` seconds (the hooks' ``ACTIONS_RUNNER_PREPARE_JOB_TIMEOUT_SECONDS``, 600 by
+default) and then fails the job (``complete_job(..., "failed", failure="prepare_timeout")``):
+the red job a user re-runs by hand.
 
 Everything runs on the caller's event loop, which must be the loop that serves the
 ``FakeActions`` instance (its Python API is not thread-safe).
@@ -75,6 +79,10 @@ PRIORITY_WORKFLOW = "arc-workflow"
 # kwok fakes the container runtime; the API server only wants an image name.
 IMAGE = "registry.k8s.io/pause:3.10"
 
+# The runner-container hooks' default for ACTIONS_RUNNER_PREPARE_JOB_TIMEOUT_SECONDS (large
+# fleets raise it, e.g. to 1,500 s, to ride out demand surges).
+PREPARE_JOB_TIMEOUT = 600.0
+
 _POLL = 0.1  # fallback re-check interval; FakeActions state changes are not pushed to us
 _LOST = frozenset({"Gone", "Terminating", "Failed", "Succeeded"})
 
@@ -103,6 +111,9 @@ class StandInSpec:
     workflow_placement: Mapping[str, Any] | None = None  # None: same as the runner's
     default_job_seconds: float = 5.0
     strand_after: float = 15.0
+    # The hooks' ACTIONS_RUNNER_PREPARE_JOB_TIMEOUT_SECONDS: how long the runner waits for its
+    # workflow pod to be Running before it fails the job.
+    prepare_timeout: float = PREPARE_JOB_TIMEOUT
 
 
 @dataclass
@@ -141,6 +152,7 @@ class StandInStats:
     jobs_completed: int
     jobs_lost: int  # runner or workflow pod vanished while the job was running
     stranded_reported: int
+    jobs_timed_out: int  # workflow pod not Running within the prepare-job timeout: failed
     replicas: int
     patch_id: int
 
@@ -210,6 +222,7 @@ class RunnerStandIn:
         self.jobs_completed = 0
         self.jobs_lost = 0
         self.stranded_reported = 0
+        self.jobs_timed_out = 0
         self.errors: list[str] = []
         self._synced = asyncio.Event()
         self._changed = asyncio.Event()
@@ -288,6 +301,7 @@ class RunnerStandIn:
             jobs_completed=self.jobs_completed,
             jobs_lost=self.jobs_lost,
             stranded_reported=self.stranded_reported,
+            jobs_timed_out=self.jobs_timed_out,
             replicas=int(spec.get("replicas") or 0),
             patch_id=int(spec.get("patchID") or 0),
         )
@@ -525,11 +539,19 @@ class RunnerStandIn:
             return self.pod_phase(wf, wf_uid) == "Running" or lost()
 
         while not await self._until(settled, within=1.0):
-            if not reported and time.monotonic() - claimed >= self.spec.strand_after:
-                # No capacity for the workflow pod: the job is dead until GitHub's timeout.
+            waited = time.monotonic() - claimed
+            if not reported and waited >= self.spec.strand_after:
+                # No capacity for the workflow pod yet: the job is stuck on this cluster.
                 self.fake.report_stranded(job.job_id)
                 self.stranded_reported += 1
                 reported = True
+            if waited >= self.spec.prepare_timeout:
+                # The hooks give up on the workflow pod and fail the job (the clean-up deletes
+                # the pod); GitHub shows it red, and only a re-run brings it back.
+                log.info("job %s: workflow pod not Running after %.0fs", job.job_id, waited)
+                self.fake.complete_job(job.job_id, "failed", failure="prepare_timeout")
+                self.jobs_timed_out += 1
+                return
         if not lost():
             self.fake.mark_workflow_started(job.job_id)
             duration = job.duration if job.duration is not None else self.spec.default_job_seconds

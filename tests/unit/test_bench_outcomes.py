@@ -1,17 +1,22 @@
 """The outcome benchmark's arithmetic: NodeClaim lifetimes clipped to the trace window,
-placeholder pod-seconds from watch events, ratios to stock."""
+placeholder and pause pod-seconds, the seeded plan, the summary over seeds and its ratios to
+stock."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from tests.support.bench_outcomes import (
-    _add_ratios,
+    FULL,
+    SMOKE,
+    _pause_seconds,
     _placeholder_seconds,
-    _sharding_ratios,
-    ratios_table,
+    plan,
+    summarize,
+    table,
 )
 from tests.support.e2e_karpenter import Claim, NodeClaimLog
 from tests.support.e2e_site import PodEvent
@@ -61,41 +66,62 @@ def test_placeholder_seconds_end_at_termination_and_at_the_window() -> None:
     assert _placeholder_seconds(site, 30.0, 70.0) == pytest.approx(10.0 + 20.0)
 
 
-def test_ratios_to_stock_skip_a_zero_base() -> None:
-    variants: dict[str, dict[str, Any]] = {
-        "stock": {
-            "jobs_stranded": 4,
-            "queue_to_workflow_running_s": {"p90": 80.0},
-            "pairs_created": 0,
-        },
-        "warm_pool": {
-            "jobs_stranded": 0,
-            "queue_to_workflow_running_s": {"p90": 20.0},
-            "pairs_created": 12,
-        },
+def _variant(failed: int, p90: float, total: float) -> dict[str, Any]:
+    return {
+        "failed_by_timeout": failed,
+        "queue_to_workflow_running_s": {"p90": p90},
+        "node_seconds": {"total": total},
     }
-    _add_ratios(variants)
-    ratios = variants["warm_pool"]["ratio_to_stock"]
-    assert ratios["jobs_stranded"] == 0.0
-    assert ratios["queue_to_workflow_running_s.p90"] == 0.25
-    assert ratios["pairs_created"] is None  # stock creates none: no ratio
-    assert variants["stock"]["ratio_to_stock"]["jobs_stranded"] == 1.0
-    table = ratios_table(variants)
-    assert "| queue → workflow pod Running p90 (s) | 80 | 20 (0.25×) |" in table
 
 
-def test_sharding_is_the_sharded_demand_variant_over_the_unsharded_one() -> None:
-    variants: dict[str, dict[str, Any]] = {
-        "stock": {"node_seconds": {"total": 2000.0}, "pairs_created": 0},
-        "demand": {"node_seconds": {"total": 1800.0}, "pairs_created": 18},
-        "demand_unsharded": {"node_seconds": {"total": 2400.0}, "pairs_created": 36},
+def test_summary_is_median_and_range_over_seeds_and_ratios_per_seed() -> None:
+    config = replace(SMOKE, variants=("stock_min0", "ours_warm", "ours_adaptive"))
+    seeds = {
+        "1": {
+            "variants": {
+                "stock_min0": _variant(4, 80.0, 2000.0),
+                "ours_warm": _variant(0, 20.0, 3000.0),
+            }
+        },
+        "2": {
+            "variants": {
+                "stock_min0": _variant(2, 40.0, 1000.0),
+                "ours_warm": _variant(0, 20.0, 1000.0),
+            }
+        },
+        "3": {
+            "variants": {
+                "stock_min0": _variant(0, 50.0, 1000.0),
+                "ours_warm": _variant(1, 25.0, 2000.0),
+            }
+        },
     }
-    _add_ratios(variants)
-    sharding = _sharding_ratios(variants)
-    assert sharding["node_seconds.total"] == 0.75
-    assert sharding["pairs_created"] == 0.5
-    assert _sharding_ratios({"stock": variants["stock"]}) == {}
-    table = ratios_table(variants, sharding).splitlines()
-    assert table[0] == ("| | stock | demand, sharded | demand, unsharded | sharded / unsharded |")
-    assert "| pairs created | 0 | 18 | 36 | 0.5× |" in table
-    assert "| node-seconds, total | 2000 | 1800 (0.9×) | 2400 (1.2×) | 0.75× |" in table
+    summary = summarize(seeds, config)
+    assert set(summary) == {"stock_min0", "ours_warm"}  # the adaptive slot is skipped
+    p90 = summary["ours_warm"]["queue_to_workflow_running_s.p90"]
+    assert p90["value"] == {"median": 20.0, "min": 20.0, "max": 25.0}
+    assert p90["ratio_to_stock"] == {"median": 0.5, "min": 0.25, "max": 0.5}
+    total = summary["ours_warm"]["node_seconds.total"]["ratio_to_stock"]
+    assert total == {"median": 1.5, "min": 1.0, "max": 2.0}
+    # A seed where stock had none is left out of the ratio, not divided by zero.
+    failed = summary["ours_warm"]["failed_by_timeout"]
+    assert failed["ratio_to_stock"] == {"median": 0.0, "min": 0.0, "max": 0.0}
+    lines = table({"summary": summary}).splitlines()
+    assert lines[0] == "| | stock, minRunners 0 | ours, warm pool N |"
+    assert "| queue → workflow Running p90 (s) | 50 (40–80) | 20 (20–25) ×0.5 |" in lines
+
+
+def test_pause_pod_seconds_integrate_samples_up_to_the_window() -> None:
+    assert _pause_seconds([], 100.0) == 0.0
+    assert _pause_seconds([(0.0, 2), (10.0, 4), (120.0, 4)], 100.0) == 2 * 10 + 4 * 90
+
+
+def test_a_seed_plan_is_repeatable_and_its_shortage_falls_in_the_arrivals() -> None:
+    first, again = plan(FULL, 1), plan(FULL, 1)
+    assert first == again
+    assert len(first.arrivals) >= 100
+    assert first.last_arrival >= 15 * 60 * 0.9
+    start, end = first.shortage
+    assert 0.1 * first.last_arrival <= start <= 0.6 * first.last_arrival
+    assert 240 <= end - start <= 480
+    assert plan(FULL, 4).shortage != first.shortage

@@ -764,3 +764,22 @@ async def test_a_mutate_fault_rewrites_the_handlers_json(fake: FakeActions, clie
     assert r.json()["statistics"] is None
     assert r.json()["sessionId"]  # the rest is the handler's real answer
     assert fake.faults_pending("session_create") == 0
+
+
+async def test_a_seeded_fake_spreads_jobs_over_scale_sets_with_room() -> None:
+    # Without a seed the first scale set to assign takes every job; with one, each job goes to
+    # the first scale set of its own seeded order that had room at its last poll.
+    fake = FakeActions(assign_seed=3)
+    fake.add_scale_set(1, "a", ["linux"])
+    fake.add_scale_set(2, "b", ["linux"])
+    # Both listeners hold a session (what _first_choice asks before counting a scale set in).
+    fake._live_session = lambda scale_set_id: object()  # type: ignore[method-assign,assignment,return-value]
+    jobs = fake.add_jobs(40, labels=["linux"])
+    fake.assign(2, 100)  # b polls: it learns nothing of a yet, a never polled (no room known)
+    first = {j.scale_set_id for j in jobs}
+    assert first == {2}
+    again = fake.add_jobs(40, labels=["linux"])
+    fake.assign(1, 100)
+    fake.assign(2, 100)
+    assert 5 < sum(j.scale_set_id == 1 for j in again) < 35
+    assert all(j.scale_set_id in (1, 2) for j in again)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -140,17 +140,36 @@ class Karpenter:
     cluster: LocalCluster
     capacity_file: Path
     pid: int
+    # {"low", "high", "seed"}: each launch waits a delay drawn from [low, high] s (our main).
+    launch_delay: dict[str, float] | None = field(default=None)
+    # The last capacity written, kept when only the launch delay changes.
+    _unavailable: list[str] = field(default_factory=list, init=False, repr=False)
+    _insufficient: list[str] = field(default_factory=list, init=False, repr=False)
 
     def set_capacity(
         self, *, unavailable: Iterable[str] = (), insufficient: Iterable[str] = ()
     ) -> None:
         """Tell the fake cloud which types it cannot supply. ``unavailable``: offerings
         reported unavailable (Karpenter does not try them); ``insufficient``: launches fail
-        with Karpenter's insufficient-capacity error. Applies from Karpenter's next call."""
-        body = {"unavailable": sorted(unavailable), "insufficientCapacity": sorted(insufficient)}
+        with Karpenter's insufficient-capacity error. Applies from Karpenter's next call.
+        The launch delay set with ``set_launch_delay`` is kept."""
+        body: dict[str, Any] = {
+            "unavailable": sorted(unavailable),
+            "insufficientCapacity": sorted(insufficient),
+        }
+        if self.launch_delay is not None:
+            body["launchDelay"] = self.launch_delay
+        self._unavailable, self._insufficient = body["unavailable"], body["insufficientCapacity"]
         tmp = self.capacity_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(body))
         tmp.replace(self.capacity_file)  # never a half-written file
+
+    def set_launch_delay(self, low: float, high: float, seed: int) -> None:
+        """Every launch that gets capacity waits a delay drawn uniformly from [low, high]
+        seconds (seeded) before its instance exists: a per-node provisioning delay, which the
+        KWOKNodeClass's single ``nodeRegistrationDelay`` cannot give. ``high`` 0: none."""
+        self.launch_delay = None if high <= 0 else {"low": low, "high": high, "seed": seed}
+        self.set_capacity(unavailable=self._unavailable, insufficient=self._insufficient)
 
     def set_registration_delay(self, delay: str) -> None:
         """How long the fake cloud takes from launch to a Node object (e.g. "0s", "20s")."""

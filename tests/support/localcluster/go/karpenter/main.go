@@ -6,7 +6,8 @@
 // a small JSON file (KARPENTER_CAPACITY_FILE) on every call, so a test changes the cloud's
 // answer by rewriting the file, without restarting Karpenter:
 //
-//	{"unavailable": ["type-a"], "insufficientCapacity": ["type-b"]}
+//	{"unavailable": ["type-a"], "insufficientCapacity": ["type-b"],
+//	 "launchDelay": {"low": 30, "high": 90, "seed": 7}}
 //
 // "unavailable": every offering of the type is reported unavailable, so Karpenter's
 // scheduler does not consider the type at all (what a provider's offering cache does after
@@ -14,6 +15,13 @@
 // a launch that can only use it fails with Karpenter's insufficient-capacity error (what a
 // cloud answers at launch time); a launch that may also use other types uses those. A missing
 // or empty file means full capacity; an unreadable one is logged and treated as empty.
+//
+// "launchDelay": every launch that gets capacity takes a delay drawn uniformly from
+// [low, high] seconds before the instance exists (a real cloud's launch and boot time is not
+// a constant). The kwok NodeClass has one registration delay for every node; this gives each
+// node its own. The draws come from a generator seeded with "seed" (re-seeded when the seed
+// changes), so a run's sequence of delays is repeatable; which node gets which draw depends
+// on the order of launches. Insufficient-capacity errors return at once, as a cloud's do.
 package main
 
 import (
@@ -21,9 +29,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand"
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -38,9 +48,16 @@ import (
 
 const capacityFileEnv = "KARPENTER_CAPACITY_FILE"
 
+type launchDelay struct {
+	Low  float64 `json:"low"`
+	High float64 `json:"high"`
+	Seed int64   `json:"seed"`
+}
+
 type capacityFile struct {
-	Unavailable          []string `json:"unavailable"`
-	InsufficientCapacity []string `json:"insufficientCapacity"`
+	Unavailable          []string     `json:"unavailable"`
+	InsufficientCapacity []string     `json:"insufficientCapacity"`
+	LaunchDelay          *launchDelay `json:"launchDelay"`
 }
 
 // constrained wraps a cloud provider and applies the capacity file to it.
@@ -50,6 +67,36 @@ type constrained struct {
 
 	mu      sync.Mutex
 	lastErr string
+	rng     *rand.Rand
+	seed    int64
+}
+
+// delay draws the next launch delay (zero without a "launchDelay").
+func (c *constrained) delay(spec *launchDelay) time.Duration {
+	if spec == nil || spec.High <= 0 {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rng == nil || c.seed != spec.Seed {
+		c.rng = rand.New(rand.NewSource(spec.Seed))
+		c.seed = spec.Seed
+	}
+	low := max(spec.Low, 0)
+	seconds := low + c.rng.Float64()*max(spec.High-low, 0)
+	return time.Duration(seconds * float64(time.Second))
+}
+
+// launch waits the launch delay (or until the reconcile is cancelled), then creates.
+func (c *constrained) launch(ctx context.Context, nc *v1.NodeClaim, spec *launchDelay) (*v1.NodeClaim, error) {
+	if wait := c.delay(spec); wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return c.CloudProvider.Create(ctx, nc)
 }
 
 func (c *constrained) read(ctx context.Context) capacityFile {
@@ -106,9 +153,10 @@ func (c *constrained) GetInstanceTypes(ctx context.Context, np *v1.NodePool) ([]
 }
 
 func (c *constrained) Create(ctx context.Context, nc *v1.NodeClaim) (*v1.NodeClaim, error) {
-	ice := c.read(ctx).InsufficientCapacity
+	file := c.read(ctx)
+	ice := file.InsufficientCapacity
 	if len(ice) == 0 {
-		return c.CloudProvider.Create(ctx, nc)
+		return c.launch(ctx, nc, file.LaunchDelay)
 	}
 	nc = nc.DeepCopy()
 	for i, req := range nc.Spec.Requirements {
@@ -124,7 +172,7 @@ func (c *constrained) Create(ctx context.Context, nc *v1.NodeClaim) (*v1.NodeCla
 		}
 		nc.Spec.Requirements[i].Values = left
 	}
-	return c.CloudProvider.Create(ctx, nc)
+	return c.launch(ctx, nc, file.LaunchDelay)
 }
 
 func main() {

@@ -1,0 +1,43 @@
+"""The outcome benchmark's harness, smoke-run (one seed, two variants, a 3-minute trace) so it
+cannot rot. It asserts the harness's structure, never the outcome numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.bench_outcomes import SMOKE, benchmark
+from tests.support.localcluster import LocalCluster
+from tests.support.localcluster.karpenter import Karpenter
+
+
+@pytest.mark.timeout(1800)  # about 8 minutes of trace and window, slower under load
+async def test_the_outcome_benchmark_runs_and_accounts_every_job(
+    local_cluster: LocalCluster, karpenter: Karpenter, tmp_path: Path
+) -> None:
+    assert karpenter.pid  # started for this session; the benchmark finds it
+    out = tmp_path / "out"
+    document = await benchmark(local_cluster, tmp_path, out, SMOKE)
+
+    (seed,) = document["seeds"].values()
+    assert set(seed["variants"]) == set(SMOKE.variants)
+    assert seed["jobs"] > 0
+    windows = {v["window_s"] for v in seed["variants"].values()}
+    assert len(windows) == 1  # one window for every variant
+    assert windows.pop() == pytest.approx(seed["window_s"], abs=0.02)
+    for name, figures in seed["variants"].items():
+        assert figures["jobs"] == seed["jobs"], name
+        # Every job either succeeded or failed by the prepare-job timeout; none is left.
+        assert figures["succeeded"] + figures["failed_by_timeout"] == figures["jobs"], name
+        assert (figures["unfinished"], figures["failed_other"]) == (0, 0), name
+        assert figures["node_seconds"]["total"] > 0, name
+        assert figures["node_seconds"]["runner"] > 0, name
+        assert figures["node_seconds"]["workflow"] > 0, name
+        assert figures["karpenter_launches"] > 0, name
+    assert set(document["summary"]) == set(SMOKE.variants)
+    assert len(document["load_average"]["start"]) == 3
+    assert document["config"]["changed_settings"]
+    for image in document["images"]:
+        assert (out / image).stat().st_size > 0
+    assert (out / "outcomes.json").is_file()
