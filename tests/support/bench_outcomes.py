@@ -71,7 +71,7 @@ from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.karpenter import WORKFLOW_TYPE, Karpenter
-from tests.support.localcluster.rest import KubeError
+from tests.support.localcluster.rest import TRANSIENT, KubeError
 from tests.support.stats import percentile
 
 PAT = "ghp_e2e_fake_token"
@@ -554,7 +554,7 @@ async def _play(
             count = 0
             for site in overprov.sites:
                 # A missed sample (a slow or reset connection) only widens the step.
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(*TRANSIENT):
                     count += await asyncio.to_thread(_running_pause_pods, site)
             overprov.pause_samples.append((now, count))
         for run in runs.values():

@@ -30,7 +30,7 @@ from tests.support.localcluster.karpenter import (
     attach_karpenter,
     start_karpenter,
 )
-from tests.support.localcluster.rest import KubeError
+from tests.support.localcluster.rest import TRANSIENT, KubeError
 from tests.support.sampling import Sampler
 
 POOLS = ("runner", "workflow")
@@ -193,7 +193,7 @@ class NodeClaimLog(Sampler):
         await self.sample()  # the final state, for lifetimes that end now
 
     async def _sample_once(self) -> None:
-        with contextlib.suppress(KubeError, OSError):  # a missed sample; the next one counts
+        with contextlib.suppress(*TRANSIENT):  # a missed sample; the next one counts
             await self.sample()
 
     async def sample(self) -> None:

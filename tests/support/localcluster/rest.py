@@ -29,6 +29,11 @@ class KubeconfigError(ValueError):
     pass
 
 
+# What a periodic sampler may treat as one missed sample: an error answer, or a connection the
+# API server dropped or refused (it does under load; httpx's errors are not OSErrors).
+TRANSIENT: tuple[type[Exception], ...] = (KubeError, OSError, httpx.TransportError)
+
+
 def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1) -> T:
     """Poll ``check`` until it returns something other than None/False, or fail naming ``what``."""
     deadline = time.monotonic() + timeout
