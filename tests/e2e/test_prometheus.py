@@ -70,6 +70,16 @@ NO_DATA_EXPECTED = {
     "Pairs held back by NodePool limits": "NodePool limits are off in this scenario",
     "NodePool headroom by resource": "NodePool limits are off in this scenario",
     "NodePool reader state": "NodePool limits are off in this scenario",
+    # The adaptive warm pool is off here (a fixed pool); tests/e2e/test_karpenter_warm_pool.py
+    # runs it and tests/unit/capacity/test_monitor_logic.py reads these series.
+    "Adaptive: job batches per minute": "the adaptive warm pool is off in this scenario",
+    "Adaptive: jobs per batch": "the adaptive warm pool is off in this scenario",
+    # cluster-autoscaler is not running here (node checks and node groups off);
+    # tests/integration/test_node_groups.py checks these series against CA's status.
+    "Placeholders on CA deletion candidates": "node checks are off in this scenario",
+    "Node group sizes": "cluster_autoscaler.enabled is off in this scenario",
+    "Node group headroom and pairs admitted": "cluster_autoscaler.enabled is off here",
+    "Node group reader state": "cluster_autoscaler.enabled is off in this scenario",
 }
 
 
