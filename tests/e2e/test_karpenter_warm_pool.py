@@ -92,8 +92,9 @@ async def test_adaptive_pool_holds_pairs_after_a_burst(
     # hand-off some pairs are broken (a runner half given up for the runners, its workflow
     # half kept), and a broken pair's surviving half still counts on its side until the
     # downscale delay, so the monitor does not make a new pair beside it.
+    wanted = int(target)
     await site.wait_for(
-        lambda: site.advertised() >= int(target), f"{target} pairs' capacity advertised", 90
+        lambda: (site.advertised() or 0) >= wanted, f"{wanted} pairs' capacity advertised", 90
     )
     assert stage.fake.stranded() == []
     print(json.dumps({"adaptive_target_after_burst": target}))
