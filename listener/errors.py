@@ -87,15 +87,12 @@ class UnauthorizedError(ActionsHTTPError):
     """401: the token was refused (for message-queue calls: the queue token expired)."""
 
 
-class SessionConflictError(ActionsHTTPError):
-    """409 on session create: another listener holds the scale set's session.
-
-    ``waited`` is how long we kept retrying before giving up (seconds).
-    """
+class _GaveUpError(ActionsHTTPError):
+    """An answer we kept retrying before giving up; ``waited`` is for how long (seconds)."""
 
     def __init__(
         self,
-        status: int = 409,
+        status: int,
         type_name: str = "",
         message: str = "",
         activity_id: str = "",
@@ -109,6 +106,13 @@ class SessionConflictError(ActionsHTTPError):
         super().__init__(
             status, type_name, message, activity_id, github_request_id, method=method, url=url
         )
+
+
+class SessionConflictError(_GaveUpError):
+    """409 on session create: another listener holds the scale set's session.
+
+    ``waited`` is how long we kept retrying before giving up (seconds).
+    """
 
     def _render(self) -> str:
         base = super()._render()
@@ -120,26 +124,9 @@ class SessionConflictError(ActionsHTTPError):
         return base
 
 
-class ScaleSetGoneError(ActionsHTTPError):
+class ScaleSetGoneError(_GaveUpError):
     """404 on session create: the service no longer knows the scale set (deleted on GitHub's
     side, or registered again under a new id), still so after ``waited`` seconds."""
-
-    def __init__(
-        self,
-        status: int = 404,
-        type_name: str = "",
-        message: str = "",
-        activity_id: str = "",
-        github_request_id: str = "",
-        *,
-        method: str = "",
-        url: str = "",
-        waited: float = 0.0,
-    ) -> None:
-        self.waited = waited
-        super().__init__(
-            status, type_name, message, activity_id, github_request_id, method=method, url=url
-        )
 
     def _render(self) -> str:
         return (
