@@ -11,10 +11,15 @@ import pytest
 
 from tests.support.bench_outcomes import (
     FULL,
+    REFERENCE,
     SMOKE,
+    Arrival,
+    SeedPlan,
     _pause_seconds,
     _placeholder_seconds,
+    config_of,
     plan,
+    reference,
     summarize,
     table,
 )
@@ -125,3 +130,35 @@ def test_a_seed_plan_is_repeatable_and_its_shortage_falls_in_the_arrivals() -> N
     assert 0.1 * first.last_arrival <= start <= 0.6 * first.last_arrival
     assert 240 <= end - start <= 480
     assert plan(FULL, 4).shortage != first.shortage
+
+
+def test_reference_is_the_optimum_in_slot_seconds_halved_per_pool() -> None:
+    config = replace(SMOKE, launch_delay=(30.0, 90.0))
+    seed_plan = SeedPlan(1, (Arrival(0.0, 100.0), Arrival(10.0, 100.0)), (0.0, 0.0))
+    bound = reference(config, seed_plan)
+    # Two slots, each launched once (30 s lead) and busy 100 s: 260 slot-seconds.
+    assert bound["busy_slot_seconds"] == 200.0
+    assert bound["spare_slot_seconds"] == 60.0
+    assert bound["node_seconds"] == {"runner": 130.0, "workflow": 130.0, "total": 260.0}
+
+
+def test_saved_runs_are_re_planned_with_their_configuration() -> None:
+    document = {"config": replace(SMOKE, seeds=(2, 3)).describe(), "seeds": {}}
+    assert config_of(document).seeds == (2, 3)
+    document["config"]["node_provisioning_delay_s"] = [1.0, 2.0]
+    with pytest.raises(ValueError, match="matches neither"):
+        config_of(document)
+
+
+def test_summary_and_table_carry_the_reference_column() -> None:
+    config = replace(SMOKE, variants=("stock_min0",))
+    bound = reference(config, plan(config, 2))
+    seeds = {"2": {"variants": {"stock_min0": _variant(1, 50.0, 9000.0)}, "reference": bound}}
+    summary = summarize(seeds, config)
+    assert (
+        summary[REFERENCE]["node_seconds.total"]["value"]["median"]
+        == bound["node_seconds"]["total"]
+    )
+    text = table({"summary": summary})
+    assert text.splitlines()[0].endswith(f"| {REFERENCE} |")
+    assert "| – |" in text  # no launches for the bound
