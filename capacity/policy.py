@@ -332,6 +332,38 @@ def _next_slot(observed: Observed, memory: Memory) -> int:
     return max([memory.next_slot, *(n + 1 for n in numeric)])
 
 
+class _Deletes:
+    """The pods a pass deletes, each with the first reason it was given."""
+
+    def __init__(self) -> None:
+        self.reasons: dict[str, DeleteReason] = {}
+
+    def __call__(self, pods: Iterable[Placeholder], reason: DeleteReason) -> None:
+        for p in pods:
+            self.reasons.setdefault(p.name, reason)
+
+    def pair(self, pair: _Pair, reason: DeleteReason) -> None:
+        self((pair.runner, pair.workflow), reason)
+
+
+@dataclass
+class _Slots:
+    """Live placeholders grouped by slot: whole pairs and the halves left alone."""
+
+    complete: list[_Pair]
+    lone_runners: list[Placeholder]
+    lone_workflows: list[Placeholder]
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """What steps 4–7 keep: pairs in all, fresh ones among them, and those still Pending."""
+
+    total: int
+    fresh: int
+    pending: int
+
+
 def plan(
     observed: Observed,
     demand: Demand,
@@ -341,9 +373,10 @@ def plan(
     *,
     pool_room: int | None = None,
 ) -> tuple[Plan, Memory]:
-    """One reconcile pass (see the module docstring). Before the view has synced, only the
-    counts are computed: no creates, no deletes, memory unchanged. ``pool_room`` caps the
-    new pairs by what the NodePools' limits still admit (``nodepool_room``; None: no cap)."""
+    """One reconcile pass (see the module docstring; each step below is one function). Before
+    the view has synced, only the counts are computed: no creates, no deletes, memory
+    unchanged. ``pool_room`` caps the new pairs by what the NodePools' limits still admit
+    (``nodepool_room``; None: no cap)."""
     sides = count_sides(observed, params)
     real = real_runners(observed)
     desired = desired_pairs(params, demand, real)
@@ -357,16 +390,50 @@ def plan(
             ),
             memory,
         )
+    delete = _Deletes()
+    live = _sweep(observed.placeholders, now, delete)  # 1
+    slots = _group_slots(live, params, now, delete)  # 2
+    _cap_runner_halves(  # 3
+        slots.complete, slots.lone_runners, slots.lone_workflows, observed, params, delete
+    )
+    broken = len(slots.lone_runners) + len(slots.lone_workflows)
+    pairs, leftovers = _pair_lone_halves(slots, observed, params)  # 3b
+    running_pairs = sum(1 for pair in pairs if pair.ready(params))
+    fresh, renewing = _split_renewing(pairs, params, now)  # 4
+    window = _slide(memory.desired_window, now, desired, params.downscale_delay)
+    target = min(max(v for _, v in window), params.max_runners)
+    fresh = _trim_fresh(fresh, target, params, delete)  # 5
+    kept = _keep_renewing(fresh, renewing, target, params, delete)  # 6
+    counts = _cap_pending(kept, fresh, params, delete)  # 7
+    lone_runners_kept, lone_since = _age_lone_halves(  # 8
+        leftovers, memory, counts.total, params, now, delete
+    )
+    count, held = _new_pairs(  # 9
+        desired, counts, headroom(params, real) - lone_runners_kept, params, pool_room
+    )
+    first = _next_slot(observed, memory)
+    after = count_sides(observed, params, excluding=delete.reasons)
+    result = Plan(
+        creates=tuple(str(first + i) for i in range(count)),
+        deletes=tuple(Deletion(name, reason) for name, reason in delete.reasons.items()),
+        advertised=after.advertised,
+        runner_side=after.runner_side,
+        workflow_side=after.workflow_side,
+        desired_pairs=desired,
+        target_pairs=target,
+        running_pairs=running_pairs,
+        pending_pairs=len(pairs) - running_pairs,
+        broken=broken,
+        held_by_nodepools=held,
+    )
+    return result, Memory(desired_window=window, next_slot=first + count, lone_since=lone_since)
 
-    deletes: dict[str, DeleteReason] = {}
 
-    def delete(pods: Iterable[Placeholder], reason: DeleteReason) -> None:
-        for p in pods:
-            deletes.setdefault(p.name, reason)
-
-    # 1. Per-pod cleanup. Terminating pods are already going: leave them alone.
+def _sweep(placeholders: Iterable[Placeholder], now: float, delete: _Deletes) -> list[Placeholder]:
+    """Step 1, per pod: not owned → ORPHAN, finished → FINISHED, past expiry → EXPIRED.
+    Terminating pods are already going: left alone, and not live."""
     live: list[Placeholder] = []
-    for p in observed.placeholders:
+    for p in placeholders:
         if p.terminating:
             continue
         if not p.owned:
@@ -377,131 +444,149 @@ def plan(
             delete([p], DeleteReason.EXPIRED)
         else:
             live.append(p)
+    return live
 
-    # 2. Group by slot; whole-slot deletions.
-    slots: dict[str, dict[Role, Placeholder]] = {}
+
+def _group_slots(
+    live: Iterable[Placeholder], params: Params, now: float, delete: _Deletes
+) -> _Slots:
+    """Step 2: group by slot (two pods claiming the same half: the older one stays); a slot
+    with a half unusable (UNUSABLE) or Pending too long (TIMEOUT) goes whole."""
+    by_slot: dict[str, dict[Role, Placeholder]] = {}
     for p in sorted(live, key=lambda p: (p.created_at, p.name)):
-        halves = slots.setdefault(p.slot, {})
-        if p.role in halves:  # two pods claim the same half: keep the older one
+        halves = by_slot.setdefault(p.slot, {})
+        if p.role in halves:
             delete([p], DeleteReason.EXCESS)
         else:
             halves[p.role] = p
-    complete: list[_Pair] = []
-    lone_runners: list[Placeholder] = []
-    lone_workflows: list[Placeholder] = []
-    for halves in slots.values():
+    slots = _Slots([], [], [])
+    for halves in by_slot.values():
         members = list(halves.values())
         if any(_unusable(p, params) for p in members):
             delete(members, DeleteReason.UNUSABLE)
         elif any(_timed_out(p, params, now) for p in members):
             delete(members, DeleteReason.TIMEOUT)
         elif Role.RUNNER in halves and Role.WORKFLOW in halves:
-            complete.append(_Pair(halves[Role.RUNNER], halves[Role.WORKFLOW]))
+            slots.complete.append(_Pair(halves[Role.RUNNER], halves[Role.WORKFLOW]))
         elif Role.RUNNER in halves:
-            lone_runners.append(halves[Role.RUNNER])
+            slots.lone_runners.append(halves[Role.RUNNER])
         else:
-            lone_workflows.append(halves[Role.WORKFLOW])
+            slots.lone_workflows.append(halves[Role.WORKFLOW])
+    return slots
 
-    # 3. Runner room: placeholder-runners plus real runners never above max_runners. When
-    # ARC creates runners for assigned jobs, their pods are about to take runner halves'
-    # room; runner halves beyond what is left go now (not after the downscale delay), so
-    # the two are never both held. A ready pair keeps its workflow half, as a lone half
-    # reserved for those runners' workflow pods, while they need one; else it goes whole.
-    _cap_runner_halves(complete, lone_runners, lone_workflows, observed, params, delete)
 
-    # 3b. Lone halves: reserve, pair up; the rest are left over (step 8).
-    lone_runners.sort(key=lambda p: _lone_keep_order(p, params))
-    lone_workflows.sort(key=lambda p: _lone_keep_order(p, params))
-    reserved = min(len(lone_workflows), _runners_needing_workflow_room(observed))
-    spare_workflows = lone_workflows[reserved:]
-    virtual = [_Pair(r, w) for r, w in zip(lone_runners, spare_workflows, strict=False)]
-    leftovers = lone_runners[len(virtual) :] + spare_workflows[len(virtual) :]
-    pairs = complete + virtual
-    running_pairs = sum(1 for pair in pairs if pair.ready(params))
+def _pair_lone_halves(
+    slots: _Slots, observed: Observed, params: Params
+) -> tuple[list[_Pair], list[Placeholder]]:
+    """Step 3b: lone workflow halves real runners still need are reserved; the other lone
+    halves pair up runner-with-workflow across slots (virtual pairs, Running and oldest
+    first). Returns every pair (complete, then virtual) and the halves left over."""
+    runners = sorted(slots.lone_runners, key=lambda p: _lone_keep_order(p, params))
+    workflows = sorted(slots.lone_workflows, key=lambda p: _lone_keep_order(p, params))
+    reserved = min(len(workflows), _runners_needing_workflow_room(observed))
+    spare_workflows = workflows[reserved:]
+    virtual = [_Pair(r, w) for r, w in zip(runners, spare_workflows, strict=False)]
+    leftovers = runners[len(virtual) :] + spare_workflows[len(virtual) :]
+    return slots.complete + virtual, leftovers
 
-    # 4. Fresh versus renewing.
-    fresh = [pair for pair in pairs if pair.expires_at - now > params.renew_before]
-    renewing = [pair for pair in pairs if pair.expires_at - now <= params.renew_before]
 
-    # 5. Damped scale-down of fresh pairs; the operator's cap applies at once.
-    window = _slide(memory.desired_window, now, desired, params.downscale_delay)
-    target = min(max(v for _, v in window), params.max_runners)
-    fresh.sort(key=lambda pair: _delete_order(pair, params))
+def _split_renewing(
+    pairs: Iterable[_Pair], params: Params, now: float
+) -> tuple[list[_Pair], list[_Pair]]:
+    """Step 4: (fresh, renewing): renewing pairs expire within ``renew_before``."""
+    fresh: list[_Pair] = []
+    renewing: list[_Pair] = []
+    for pair in pairs:
+        (fresh if pair.expires_at - now > params.renew_before else renewing).append(pair)
+    return fresh, renewing
+
+
+def _trim_fresh(fresh: list[_Pair], target: int, params: Params, delete: _Deletes) -> list[_Pair]:
+    """Step 5: fresh pairs above the damped target go (EXCESS), Pending then newest first;
+    returns the fresh pairs kept."""
+    fresh = sorted(fresh, key=lambda pair: _delete_order(pair, params))
     surplus = max(0, len(fresh) - target)
     for pair in fresh[:surplus]:
-        delete([pair.runner, pair.workflow], DeleteReason.EXCESS)
-    fresh = fresh[surplus:]
+        delete.pair(pair, DeleteReason.EXCESS)
+    return fresh[surplus:]
 
-    # 6. Make-before-break: keep renewing pairs until Running fresh pairs cover the target.
+
+def _keep_renewing(
+    fresh: list[_Pair], renewing: list[_Pair], target: int, params: Params, delete: _Deletes
+) -> list[_Pair]:
+    """Step 6, make-before-break: renewing pairs stay while Running fresh pairs do not yet
+    cover the target, never above max_runners pairs even mid-renewal. Those that go are
+    EXPIRED, or EXCESS when the target itself no longer needs them. Returns every pair kept."""
     ready_fresh = sum(1 for pair in fresh if pair.ready(params))
-    renewing.sort(key=lambda pair: _renew_keep_order(pair, params))
-    # Never more placeholder pairs than max_runners, even mid-renewal.
+    renewing = sorted(renewing, key=lambda pair: _renew_keep_order(pair, params))
     limit = params.max_runners - len(fresh)
     keep = max(0, min(len(renewing), target - ready_fresh, limit))
     keep_without_replacements = max(0, min(len(renewing), target, limit))
     for i, pair in enumerate(renewing[keep:], start=keep):
         reason = DeleteReason.EXPIRED if i < keep_without_replacements else DeleteReason.EXCESS
-        delete([pair.runner, pair.workflow], reason)
-    kept = fresh + renewing[:keep]
+        delete.pair(pair, reason)
+    return fresh + renewing[:keep]
 
-    # 7. The in-flight cap also bounds pairs already Pending (e.g. after a config change).
+
+def _cap_pending(kept: list[_Pair], fresh: list[_Pair], params: Params, delete: _Deletes) -> _Kept:
+    """Step 7: the in-flight cap also bounds pairs already Pending (e.g. after a config
+    change): the newest Pending pairs beyond ``max_pending_pairs`` go (EXCESS)."""
     pending = sorted(
         (pair for pair in kept if not pair.ready(params)), key=lambda pair: -pair.created_at
     )
     over = max(0, len(pending) - params.max_pending_pairs)
     for pair in pending[:over]:
-        delete([pair.runner, pair.workflow], DeleteReason.EXCESS)
+        delete.pair(pair, DeleteReason.EXCESS)
     trimmed = {pair.runner.name for pair in pending[:over]}
-    kept_fresh = sum(1 for pair in fresh if pair.runner.name not in trimmed)
-    kept_total = len(kept) - over
-    kept_pending = len(pending) - over
+    return _Kept(
+        total=len(kept) - over,
+        fresh=sum(1 for pair in fresh if pair.runner.name not in trimmed),
+        pending=len(pending) - over,
+    )
 
-    # 8. Lone halves nothing can use go after the downscale delay (they still protect room
-    # a real pod may take meanwhile), at once if they would exceed max_runners.
+
+def _age_lone_halves(
+    leftovers: Iterable[Placeholder],
+    memory: Memory,
+    kept_pairs: int,
+    params: Params,
+    now: float,
+    delete: _Deletes,
+) -> tuple[int, tuple[tuple[str, float], ...]]:
+    """Step 8: halves nothing can use go after the downscale delay (BROKEN; they still
+    protect room a real pod may take meanwhile), lone runner halves at once (EXCESS) if they
+    would exceed max_runners. Returns the lone runner halves kept and when each kept half
+    was first left over."""
     seen_since = dict(memory.lone_since)
     lone_since: list[tuple[str, float]] = []
-    runner_room = max(0, params.max_runners - kept_total)
-    kept_lone_runners = 0
+    runner_room = max(0, params.max_runners - kept_pairs)
+    kept_runners = 0
     for p in leftovers:
         since = min(seen_since.get(p.name, now), now)
         if now - since >= params.downscale_delay:
             delete([p], DeleteReason.BROKEN)
-        elif p.role == Role.RUNNER and kept_lone_runners >= runner_room:
+        elif p.role == Role.RUNNER and kept_runners >= runner_room:
             delete([p], DeleteReason.EXCESS)
         else:
-            kept_lone_runners += p.role == Role.RUNNER
+            kept_runners += p.role == Role.RUNNER
             lone_since.append((p.name, since))
+    return kept_runners, tuple(lone_since)
 
-    # 9. Scale up at once, within the in-flight cap and the max_runners headroom.
-    room = headroom(params, real) - kept_lone_runners
+
+def _new_pairs(
+    desired: int, kept: _Kept, room: int, params: Params, pool_room: int | None
+) -> tuple[int, int]:
+    """Step 9: new pairs up to ``desired``, at once, within the in-flight cap and the
+    max_runners headroom ``room``, then within ``pool_room``. Returns (to create, held back by
+    the pools' room)."""
     count = max(
         0,
-        min(desired - kept_fresh, room - kept_total, params.max_pending_pairs - kept_pending),
+        min(desired - kept.fresh, room - kept.total, params.max_pending_pairs - kept.pending),
     )
-    held = 0
-    if pool_room is not None:
-        held = max(0, count - max(0, pool_room))
-        count -= held
-    first = _next_slot(observed, memory)
-    creates = tuple(str(first + i) for i in range(count))
-
-    deletions = tuple(Deletion(name, reason) for name, reason in deletes.items())
-    after = count_sides(observed, params, excluding=deletes)
-    result = Plan(
-        creates=creates,
-        deletes=deletions,
-        advertised=after.advertised,
-        runner_side=after.runner_side,
-        workflow_side=after.workflow_side,
-        desired_pairs=desired,
-        target_pairs=target,
-        running_pairs=running_pairs,
-        pending_pairs=len(pairs) - running_pairs,
-        broken=len(lone_runners) + len(lone_workflows),
-        held_by_nodepools=held,
-    )
-    memory = Memory(desired_window=window, next_slot=first + count, lone_since=tuple(lone_since))
-    return result, memory
+    if pool_room is None:
+        return count, 0
+    held = max(0, count - max(0, pool_room))
+    return count - held, held
 
 
 # --- NodePool limits ----------------------------------------------------------------------
