@@ -99,7 +99,13 @@ class CapacityMonitor:
         on_reconcile: Callable[[], None],
         github_demand: GitHubReaderFactory | None = None,
         hud_client: HttpClient | None = None,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
     ) -> None:
+        # One clock (epoch seconds) and one random source for every decision of this monitor,
+        # so a test or a replay can drive it without patching modules.
+        self.clock = clock
+        self._rng = rng if rng is not None else random.Random()
         self.settings = settings
         self.kube = kube
         self.runner_namespace = runner_namespace
@@ -165,6 +171,7 @@ class CapacityMonitor:
                 else None
             ),
             warm_pool=self._warm_target,
+            clock=clock,
         )
         self.metrics.record_warm_pool_mode(settings.warm_pool.mode)
         # Nothing is confirmed yet: advertise 0 until the view has synced and a pass has
@@ -268,12 +275,13 @@ class CapacityMonitor:
         if self._demand is None:
             return
         interval = self.settings.recalculate_interval
-        await asyncio.sleep(random.uniform(0, 0.2 * interval))
+        await asyncio.sleep(self._rng.uniform(0, 0.2 * interval))
         while True:
             reading = await self._demand.read()
             outcome = reading.outcome
-            before = policy.resolve_demand(self.hud_state, time.time(), self.params())
-            self.hud_state = policy.record_hud(self.hud_state, outcome, time.time())
+            now = self.clock()
+            before = policy.resolve_demand(self.hud_state, now, self.params())
+            self.hud_state = policy.record_hud(self.hud_state, outcome, now)
             self.metrics.record_reading(reading)
             if outcome.queued is None:
                 log.warning(
@@ -284,10 +292,10 @@ class CapacityMonitor:
                         "detail": outcome.detail,
                     },
                 )
-            after = policy.resolve_demand(self.hud_state, time.time(), self.params())
+            after = policy.resolve_demand(self.hud_state, self.clock(), self.params())
             if (after.queued, after.source) != (before.queued, before.source):
                 self.view.poke()
-            await asyncio.sleep(interval * random.uniform(0.9, 1.1))
+            await asyncio.sleep(interval * self._rng.uniform(0.9, 1.1))
 
     async def _profile_loop(self) -> None:
         """Adaptive pool only: load the hour-of-week profile kept by the previous process,

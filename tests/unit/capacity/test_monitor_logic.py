@@ -136,8 +136,8 @@ def start(cluster: MemoryCluster | None = None, *, proactive: int = 1, **overrid
         set_max_capacity=scene_values.append,
         registry=registry,
         on_reconcile=lambda: None,
+        clock=clock,
     )
-    monitor.reconciler.clock = clock
     return Scene(cluster, monitor, clock, registry, scene_values)
 
 
