@@ -228,16 +228,6 @@ class _Gone(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class RunnerSet:
-    """What the monitor needs from an EphemeralRunnerSet: its uid (the placeholders' owner)
-    and the runner pod template's spec (``spec.ephemeralRunnerSpec.spec``)."""
-
-    name: str
-    uid: str
-    pod_spec: Json
-
-
-@dataclass(frozen=True, slots=True)
 class NodeTaint:
     """One of a node's taints (``spec.taints[]``)."""
 
@@ -652,17 +642,6 @@ def _selectors(label_selector: str, field_selector: str) -> dict[str, str]:
     if field_selector:
         query["fieldSelector"] = field_selector
     return query
-
-
-def runner_set_from(obj: Json) -> RunnerSet:
-    """The parts of an EphemeralRunnerSet object the monitor uses."""
-    meta = obj.get("metadata") or {}
-    template = ((obj.get("spec") or {}).get("ephemeralRunnerSpec") or {}).get("spec") or {}
-    return RunnerSet(
-        name=str(meta.get("name") or ""),
-        uid=str(meta.get("uid") or ""),
-        pod_spec=template,
-    )
 
 
 @asynccontextmanager

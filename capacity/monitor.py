@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from base.arc import ARC_GROUP, ARC_VERSION
-from base.kube import KubeError, RunnerSet
+from base.kube import KubeError
 from capacity import contract, policy, specs, warm_pool
 from capacity.cluster import Cluster
 from capacity.demand import DemandReader, GitHubReaderFactory, HttpClient, build_reader
@@ -60,6 +60,7 @@ from capacity.metrics import CapacityMetrics, Registry
 from capacity.model import Demand, HudState, Observed, Params, Role
 from capacity.node_group_watch import NodeGroupRoom
 from capacity.nodepool_watch import NodePoolLimits
+from capacity.pods import RunnerSet
 from capacity.reconciler import Manifest, Reconciler
 from capacity.settings import CapacitySettings, to_params, to_warm_pool
 from capacity.view import View

@@ -243,3 +243,27 @@ def runner_active(obj: Json) -> bool | None:
         return False
     phase = str((obj.get("status") or {}).get("phase") or "")
     return phase in _ACTIVE_RUNNER_PHASES
+
+
+# --- the runner set (ARC's EphemeralRunnerSet) ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerSet:
+    """What the monitor needs from an EphemeralRunnerSet: its uid (the placeholders' owner)
+    and the runner pod template's spec (``spec.ephemeralRunnerSpec.spec``)."""
+
+    name: str
+    uid: str
+    pod_spec: Json
+
+
+def runner_set_from(obj: Json) -> RunnerSet:
+    """The parts of an EphemeralRunnerSet object the monitor uses."""
+    meta = obj.get("metadata") or {}
+    template = ((obj.get("spec") or {}).get("ephemeralRunnerSpec") or {}).get("spec") or {}
+    return RunnerSet(
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        pod_spec=template,
+    )

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from base.backoff import Backoff
-from base.kube import KubeError, RunnerSet
+from base.kube import KubeError
 from capacity import policy
 from capacity.cluster import Cluster
 from capacity.metrics import CREATE_EXISTS, CREATE_OK, CapacityMetrics
@@ -43,6 +43,7 @@ from capacity.model import (
     PodPhase,
     Role,
 )
+from capacity.pods import RunnerSet
 from capacity.view import View
 
 log = logging.getLogger("capacity.reconciler")

@@ -41,10 +41,8 @@ from base.kube import (
     Removed,
     Reset,
     Resource,
-    RunnerSet,
     Upserted,
     WatchEvent,
-    runner_set_from,
 )
 from capacity import contract
 from capacity.cluster import Cluster
@@ -53,6 +51,7 @@ from capacity.pods import (
     RUNNER_POD_LABEL,
     SCALE_SET_LABEL,
     PlaceholderPod,
+    RunnerSet,
     Toleration,
     WorkflowPod,
     deletion_candidate,
@@ -60,6 +59,7 @@ from capacity.pods import (
     placeholder_from,
     real_pod_from,
     runner_active,
+    runner_set_from,
     workflow_pod_from,
 )
 

@@ -40,7 +40,7 @@ from typing import Any, cast
 
 from prometheus_client import CollectorRegistry
 
-from base.kube import Kube, RunnerSet, connect
+from base.kube import Kube, connect
 from capacity.contract import LABEL_ROLE, LABEL_SLOT
 from capacity.metrics import CapacityMetrics
 from capacity.model import (
@@ -51,7 +51,7 @@ from capacity.model import (
     Role,
 )
 from capacity.monitor import CapacityMonitor
-from capacity.pods import WorkflowPod, placeholder_from
+from capacity.pods import RunnerSet, WorkflowPod, placeholder_from
 from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, Resources, to_params
 from capacity.view import View

@@ -8,12 +8,13 @@ from typing import Any, cast
 from hypothesis import given
 from hypothesis import strategies as st
 
-from base.kube import Kube, NodeState, NodeTaint, RunnerSet
+from base.kube import Kube, NodeState, NodeTaint
 from capacity.model import Role
 from capacity.pods import (
     CA_DELETION_CANDIDATE_TAINT,
     CA_TO_BE_DELETED_TAINT,
     UNUSABLE_TAINTS,
+    RunnerSet,
     Toleration,
     node_confirms,
     placeholder_from,

@@ -8,12 +8,13 @@ from typing import Any, cast
 
 import pytest
 
-from base.kube import Kube, NodeState, NodeTaint, RunnerSet
+from base.kube import Kube, NodeState, NodeTaint
 from capacity import contract
 from capacity.contract import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH
 from capacity.model import PodPhase, RealPod, Role
 from capacity.pods import (
     RUNNER_POD_LABEL,
+    RunnerSet,
     WorkflowPod,
     placeholder_from,
     real_pod_from,
