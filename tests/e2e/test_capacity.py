@@ -4,6 +4,12 @@ on the real scheduler, the runner stand-in, the fake Actions service's shared jo
 The outcome that matters is the stranded-job count: a job GitHub assigned whose workflow pod
 never starts. Each site has a runner node pool and a workflow node pool, so losing the
 workflow pool strands jobs while runner pods still start (docs/capacity-model.md §1).
+
+Why these run on static nodes and not on Karpenter: a cluster of fixed node pools (no
+autoscaler, or one that has reached its limits) is a setup we support, and on it a node
+removed or full is the whole loss, at a moment the test chooses, with no provisioner that
+might replace it. The same outcomes under an autoscaler (insufficient capacity, NodePool
+limits, jobs flowing to the other cluster) are in test_karpenter_capacity.py.
 """
 
 from __future__ import annotations
