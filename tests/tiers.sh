@@ -65,7 +65,8 @@ for dir in tests/*/; do
 done
 for name in "${ordered[@]}" "${others[@]}"; do
   [ -d "tests/$name" ] || continue
-  tier "$name" "$VENV/bin/pytest" "tests/$name" -q
+  # --durations: the slowest tests of each tier, where a shorter CI has to start.
+  tier "$name" "$VENV/bin/pytest" "tests/$name" -q --durations=10
 done
 
 summary
