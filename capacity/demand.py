@@ -25,8 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import httpx
-
+from base.http.client import Client, plain_client
 from capacity.hud import HudClient
 from capacity.model import HudOutcome, HudResult
 from capacity.settings import CapacitySettings, DemandSettings, HudSettings
@@ -68,12 +67,10 @@ class HudDemand:
         labels: Sequence[str],
         demand: DemandSettings,
         *,
-        client: httpx.AsyncClient | None = None,
+        client: Client | None = None,
     ) -> None:
         self._own_client = client is None
-        self._client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.timeout), follow_redirects=False
-        )
+        self._client = client or plain_client(settings.timeout)
         self._total = HudClient(settings, labels, client=self._client)
         self._aged: HudClient | None = None
         if demand.cluster_count > 1:
@@ -122,21 +119,21 @@ class HudDemand:
 # bundle) and its credentials. The composition root passes them in as a factory.
 GitHubReaderFactory = Callable[[CapacitySettings, Sequence[str]], DemandReader]
 
-# The HTTP client HUD is read with. The composition root passes one built with the same
-# proxy rules as every GitHub call (Go's NO_PROXY semantics, which httpx's own environment
-# handling does not match), and closes it; without one, HUD gets a plain client of its own.
-HttpClient = httpx.AsyncClient
-
 
 def build_reader(
     settings: CapacitySettings,
     labels: Sequence[str],
     *,
     github: GitHubReaderFactory | None = None,
-    hud_client: HttpClient | None = None,
+    hud_client: Client | None = None,
 ) -> DemandReader | None:
     """The configured source, or None when there is none. ValueError (one line) when the
-    GitHub source is selected but no GitHub access was given."""
+    GitHub source is selected but no GitHub access was given.
+
+    ``hud_client`` is what HUD is read with: the composition root passes one built with the
+    same proxy rules as every GitHub call (Go's NO_PROXY semantics, which httpx's own
+    environment handling does not match), and closes it; without one, HUD gets a plain
+    client of its own."""
     source = settings.demand_source
     if source == "hud":
         # The token is in the settings already (load_capacity_settings, HUD_API_TOKEN).

@@ -43,19 +43,19 @@ must agree on what a read costs; split only if a second REST source appears.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import math
 import re
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-import httpx
-
+from base.http.client import URL, Client, Headers, get_capped
+from base.http.errors import TooLargeError, TransportError
+from base.http.headers import rate_limit, rate_limited, retry_after
 from capacity.demand import DemandReader, GitHubReaderFactory, Reading
 from capacity.model import HudOutcome, HudResult
 from capacity.settings import (
@@ -145,7 +145,7 @@ class GitHubDemand(DemandReader):
         settings: GitHubDemandSettings,
         labels: Sequence[str],
         *,
-        client: httpx.AsyncClient,
+        client: Client,
         token: TokenSource,
         scope: GitHubScope,
         interval: float,
@@ -360,20 +360,28 @@ class GitHubDemand(DemandReader):
             headers["If-None-Match"] = cached[0]
         timeout = self._settings.timeout
         try:
-            async with asyncio.timeout(timeout):
-                status, response_headers, body = await self._exchange(url, headers)
-        except (TimeoutError, httpx.TimeoutException):
+            # The client's own timeouts are the listener's; this source's are per call.
+            answer = await get_capped(
+                self._client,
+                url,
+                max_bytes=MAX_RESPONSE_BYTES,
+                deadline=timeout,
+                headers=headers,
+                limits=timeout,
+            )
+        except TransportError as exc:
             calls["error"] += 1
             budget.spend(charged=True)
-            raise _Stop(HudResult.TIMEOUT, f"{_path(url)}: no answer within {timeout:g}s") from None
-        except _TooLarge:
+            if exc.timed_out:
+                raise _Stop(
+                    HudResult.TIMEOUT, f"{_path(url)}: no answer within {timeout:g}s"
+                ) from None
+            raise _Stop(HudResult.HTTP_ERROR, f"{_path(url)}: {exc.kind}") from None
+        except TooLargeError:
             calls["error"] += 1
             budget.spend(charged=True)
             raise _Stop(HudResult.TOO_LARGE, f"{_path(url)}: response too large") from None
-        except httpx.HTTPError as exc:
-            calls["error"] += 1
-            budget.spend(charged=True)
-            raise _Stop(HudResult.HTTP_ERROR, f"{_path(url)}: {type(exc).__name__}") from None
+        status, response_headers, body = answer.status, answer.headers, answer.body
         self._note_rate_limit(response_headers)
         next_url = _next_link(response_headers.get("link", ""))
         if status == 304 and cached is not None:
@@ -381,7 +389,7 @@ class GitHubDemand(DemandReader):
             budget.spend(charged=False)
             return cached[1], next_url or cached[2]
         budget.spend(charged=True)
-        if status == 429 or (status == 403 and self._rate_limited(response_headers)):
+        if rate_limited(status, response_headers):
             calls["rate_limited"] += 1
             pause = self._pause_from(response_headers)
             self._paused_until = self._clock() + pause
@@ -407,30 +415,14 @@ class GitHubDemand(DemandReader):
             self._cache.setdefault(repo, {})[url] = (etag, taken, next_url)
         return taken, next_url
 
-    async def _exchange(
-        self, url: str, headers: Mapping[str, str]
-    ) -> tuple[int, httpx.Headers, bytes]:
-        # The client's own timeouts are the listener's; this source's are per call.
-        limits = httpx.Timeout(self._settings.timeout)
-        async with self._client.stream("GET", url, headers=headers, timeout=limits) as response:
-            if response.status_code != 200:
-                return response.status_code, response.headers, b""
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > MAX_RESPONSE_BYTES:
-                    raise _TooLarge
-            return 200, response.headers, bytes(body)
-
     # --- rate limit -----------------------------------------------------------------------
 
-    def _note_rate_limit(self, headers: httpx.Headers) -> None:
-        remaining = headers.get("x-ratelimit-remaining", "")
-        reset = headers.get("x-ratelimit-reset", "")
-        if remaining.isdigit():
-            self._remaining = int(remaining)
-        if reset.isdigit():
-            self._reset_at = float(reset)
+    def _note_rate_limit(self, headers: Headers) -> None:
+        limit = rate_limit(headers)
+        if limit.remaining is not None:
+            self._remaining = limit.remaining
+        if limit.reset_at is not None:
+            self._reset_at = limit.reset_at
 
     def _at_reserve(self) -> bool:
         """Whether the last answer left no more than the reserve (until the reset)."""
@@ -439,21 +431,9 @@ class GitHubDemand(DemandReader):
         reserve = self._settings.rate_limit_reserve
         return self._remaining <= reserve and self._clock() < self._reset_at
 
-    @staticmethod
-    def _rate_limited(headers: httpx.Headers) -> bool:
-        return "retry-after" in headers or headers.get("x-ratelimit-remaining") == "0"
-
-    def _pause_from(self, headers: httpx.Headers) -> float:
+    def _pause_from(self, headers: Headers) -> float:
         now = self._clock()
-        value = headers.get("retry-after", "").strip()
-        pause: float | None = None
-        if value.isdigit():
-            pause = float(value)
-        elif value:
-            try:
-                pause = email.utils.parsedate_to_datetime(value).timestamp() - now
-            except (TypeError, ValueError):
-                pause = None
+        pause = retry_after(headers, now)
         if pause is None and headers.get("x-ratelimit-remaining") == "0" and self._reset_at:
             pause = self._reset_at - now
         if pause is None:
@@ -525,10 +505,6 @@ class GitHubDemand(DemandReader):
         )
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class _Budget:
     """Calls left in one read: all calls (`max_calls_per_interval`) and those that count
     against the rate limit (anything but a 304)."""
@@ -569,7 +545,7 @@ def _run_ids(body: Any) -> tuple[int, ...]:
 
 def _path(url: str) -> str:
     """The URL's path for messages (no host, no query)."""
-    return httpx.URL(url).path
+    return URL(url).path
 
 
 def _next_link(link: str) -> str | None:
@@ -578,7 +554,7 @@ def _next_link(link: str) -> str | None:
 
 
 def reader_factory(
-    *, client: httpx.AsyncClient, token: TokenSource, scope: GitHubScope
+    *, client: Client, token: TokenSource, scope: GitHubScope
 ) -> GitHubReaderFactory:
     """What the composition root hands the monitor: builds the GitHub source from the
     capacity settings and the scale set's labels, with the listener's client and token."""

@@ -52,10 +52,11 @@ import time
 from collections.abc import Callable, Mapping
 
 from base.arc import ARC_GROUP, ARC_VERSION
+from base.http.client import Client
 from base.kube import KubeError, RunnerSet
 from capacity import contract, policy, specs, warm_pool
 from capacity.cluster import Cluster
-from capacity.demand import DemandReader, GitHubReaderFactory, HttpClient, build_reader
+from capacity.demand import DemandReader, GitHubReaderFactory, build_reader
 from capacity.metrics import CapacityMetrics, Registry
 from capacity.model import Demand, HudState, Observed, Params, Role
 from capacity.node_group_watch import NodeGroupRoom
@@ -98,7 +99,7 @@ class CapacityMonitor:
         registry: Registry,
         on_reconcile: Callable[[], None],
         github_demand: GitHubReaderFactory | None = None,
-        hud_client: HttpClient | None = None,
+        hud_client: Client | None = None,
     ) -> None:
         self.settings = settings
         self.kube = kube
