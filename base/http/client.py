@@ -180,6 +180,18 @@ def _cert_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:
     return None
 
 
+def _out_of_time(request: Request, reason: str) -> TransportError:
+    """The whole exchange's deadline ran out (``kind`` ``deadline``)."""
+    return TransportError(
+        request.method,
+        redact_url(request.url),
+        reason,
+        transient=True,
+        timed_out=True,
+        kind="deadline",
+    )
+
+
 async def send_once(client: Client, request: Request, *, deadline: float) -> Response:
     """One attempt at ``request``, the whole of it (connect, send, wait, read the body)
     within ``deadline`` seconds. Raises :class:`TransportError` when no response came."""
@@ -187,14 +199,7 @@ async def send_once(client: Client, request: Request, *, deadline: float) -> Res
         async with asyncio.timeout(deadline):
             return await client.send(request)
     except TimeoutError:
-        raise TransportError(
-            request.method,
-            redact_url(request.url),
-            f"no complete response within {deadline:g} s",
-            transient=True,
-            timed_out=True,
-            kind="deadline",
-        ) from None
+        raise _out_of_time(request, f"no complete response within {deadline:g} s") from None
     except httpx.HTTPError as exc:
         raise transport_error(request, exc) from exc
 
@@ -259,14 +264,7 @@ async def get_capped(
             finally:
                 await response.aclose()
     except TimeoutError:
-        raise TransportError(
-            "GET",
-            redact_url(request.url),
-            f"no answer within {deadline:g}s",
-            transient=True,
-            timed_out=True,
-            kind="deadline",
-        ) from None
+        raise _out_of_time(request, f"no answer within {deadline:g}s") from None
     except httpx.HTTPError as exc:
         raise transport_error(request, exc) from exc
     return Answer(response.status_code, response.headers, body)
