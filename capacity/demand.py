@@ -6,7 +6,7 @@ Two sources sit behind one interface (`DemandReader.read`), chosen by `demand.so
 - ``github``: GitHub's REST API, with the listener's own credentials (`capacity.github_demand`).
 
 A read never raises: it returns a `Reading` whose `outcome` the pure policy folds into the
-fallback state (`capacity.policy.record_hud`: hold the last good value, then the floor), and
+fallback state (`capacity.policy.record_demand`: hold the last good value, then the floor), and
 whose other fields feed the metrics. A source never retries: the next read, one
 `recalculate_interval` later, is the retry.
 
@@ -27,7 +27,7 @@ from typing import Protocol
 
 from base.http.client import Client, plain_client
 from capacity.hud import HudClient
-from capacity.model import HudOutcome, HudResult
+from capacity.model import DemandOutcome, DemandResult
 from capacity.settings import CapacitySettings, DemandSettings, HudSettings
 
 
@@ -36,9 +36,9 @@ class Reading:
     """One read of a demand source."""
 
     source: str  # "hud" or "github"
-    outcome: HudOutcome  # what the policy uses: result, queued, aged
+    outcome: DemandOutcome  # what the policy uses: result, queued, aged
     # HUD: one outcome per HTTP request (one, or two with sharding), for the request metrics.
-    requests: tuple[HudOutcome, ...] = ()
+    requests: tuple[DemandOutcome, ...] = ()
     # GitHub: REST calls made during the read by result (ok, not_modified, rate_limited, error).
     calls: Mapping[str, int] = field(default_factory=dict)
     rate_limit_remaining: int | None = None  # GitHub: the last X-RateLimit-Remaining seen
@@ -96,12 +96,12 @@ class HudDemand:
         duration = max(total.duration, aged.duration)
         # Both figures or neither: a total without its aged part would drop the failover, an
         # aged part without its total would drop the fresh share.
-        failed = next((o for o in requests if o.result != HudResult.OK), None)
+        failed = next((o for o in requests if o.result != DemandResult.OK), None)
         if failed is not None:
-            outcome = HudOutcome(result=failed.result, duration=duration, detail=failed.detail)
+            outcome = DemandOutcome(result=failed.result, duration=duration, detail=failed.detail)
         else:
-            outcome = HudOutcome(
-                result=HudResult.OK,
+            outcome = DemandOutcome(
+                result=DemandResult.OK,
                 duration=duration,
                 queued=total.queued,
                 aged=aged.queued,

@@ -7,8 +7,8 @@ set's labels.
 
 Every request has a deadline (the whole exchange, body included), a body-size cap (the body is
 streamed and abandoned at the cap) and a schema check. A request never raises: it returns a
-`HudOutcome` with the result and duration, for metrics. What to do when HUD fails (hold the
-last good value, then fall back to a floor) is pure policy: `capacity.policy.record_hud` and
+`DemandOutcome` with the result and duration, for metrics. What to do when HUD fails (hold the
+last good value, then fall back to a floor) is pure policy: `capacity.policy.record_demand` and
 `capacity.policy.resolve_demand`. There are no retries here; the next periodic pass is the
 retry.
 """
@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from base.http.client import Client, get_capped, plain_client
 from base.http.errors import TooLargeError, TransportError
-from capacity.model import HudOutcome, HudResult
+from capacity.model import DemandOutcome, DemandResult
 from capacity.settings import HudParameters, HudSettings
 
 TOKEN_HEADER = "x-hud-internal-bot"
@@ -146,12 +146,12 @@ class HudClient:
         )
         return answer.status, answer.body
 
-    async def fetch(self) -> HudOutcome:
+    async def fetch(self) -> DemandOutcome:
         """One request. Never raises (cancellation excepted)."""
         started = self._clock()
 
-        def outcome(result: HudResult, detail: str, **extra: Any) -> HudOutcome:
-            return HudOutcome(
+        def outcome(result: DemandResult, detail: str, **extra: Any) -> DemandOutcome:
+            return DemandOutcome(
                 result=result,
                 duration=max(0.0, self._clock() - started),
                 detail=self._clean(detail),
@@ -162,21 +162,21 @@ class HudClient:
             status, body = await self._exchange()
         except TransportError as exc:
             if exc.kind == "deadline":
-                return outcome(HudResult.TIMEOUT, exc.reason)
+                return outcome(DemandResult.TIMEOUT, exc.reason)
             if exc.timed_out:
-                return outcome(HudResult.TIMEOUT, exc.kind)
-            return outcome(HudResult.HTTP_ERROR, exc.reason)
+                return outcome(DemandResult.TIMEOUT, exc.kind)
+            return outcome(DemandResult.HTTP_ERROR, exc.reason)
         except TooLargeError as exc:
-            return outcome(HudResult.TOO_LARGE, f"response too large ({exc.reason})")
+            return outcome(DemandResult.TOO_LARGE, f"response too large ({exc.reason})")
         if status != 200:
-            return outcome(HudResult.HTTP_ERROR, f"HTTP {status}")
+            return outcome(DemandResult.HTTP_ERROR, f"HTTP {status}")
         try:
             rows = parse_rows(body)
         except ValueError as exc:
-            return outcome(HudResult.BAD_RESPONSE, str(exc))
+            return outcome(DemandResult.BAD_RESPONSE, str(exc))
         queued, matched = sum_queued(rows, self._labels)
         return outcome(
-            HudResult.OK,
+            DemandResult.OK,
             f"{queued} queued in {matched} of {len(rows)} rows",
             queued=queued,
             rows=matched,

@@ -52,13 +52,14 @@ import time
 from collections.abc import Callable, Mapping
 
 from base.arc import ARC_GROUP, ARC_VERSION
+from base.exposition import Registry
 from base.http.client import Client
 from base.kube import KubeError, RunnerSet
 from capacity import contract, policy, specs, warm_pool
 from capacity.cluster import Cluster
 from capacity.demand import DemandReader, GitHubReaderFactory, build_reader
-from capacity.metrics import CapacityMetrics, Registry
-from capacity.model import Demand, HudState, Observed, Params, Role
+from capacity.metrics import CapacityMetrics
+from capacity.model import Demand, DemandState, Observed, Params, Role
 from capacity.node_group_watch import NodeGroupRoom
 from capacity.nodepool_watch import NodePoolLimits
 from capacity.reconciler import Manifest, Reconciler
@@ -111,7 +112,7 @@ class CapacityMonitor:
         self._max_runners = max_runners
         self._base_params = to_params(settings, 0)
         self._registry = registry
-        self.hud_state = HudState()
+        self.demand_state = DemandState()
         # Pairs held beyond demand (settings warm_pool), fed by what each pass sees.
         self.warm_pool = to_warm_pool(settings)
         self._arrivals = warm_pool.ArrivalCounter()
@@ -179,7 +180,7 @@ class CapacityMonitor:
         return dataclasses.replace(self._base_params, max_runners=max(0, self._max_runners()))
 
     def demand(self, now: float) -> Demand:
-        return policy.resolve_demand(self.hud_state, now, self.params())
+        return policy.resolve_demand(self.demand_state, now, self.params())
 
     def _warm_target(self, now: float, demand: Demand, observed: Observed, commit: bool) -> int:
         """Pairs to hold beyond demand. A committed pass (the reconcile loop) feeds the pool
@@ -273,8 +274,8 @@ class CapacityMonitor:
         while True:
             reading = await self._demand.read()
             outcome = reading.outcome
-            before = policy.resolve_demand(self.hud_state, time.time(), self.params())
-            self.hud_state = policy.record_hud(self.hud_state, outcome, time.time())
+            before = policy.resolve_demand(self.demand_state, time.time(), self.params())
+            self.demand_state = policy.record_demand(self.demand_state, outcome, time.time())
             self.metrics.record_reading(reading)
             if outcome.queued is None:
                 log.warning(
@@ -285,7 +286,7 @@ class CapacityMonitor:
                         "detail": outcome.detail,
                     },
                 )
-            after = policy.resolve_demand(self.hud_state, time.time(), self.params())
+            after = policy.resolve_demand(self.demand_state, time.time(), self.params())
             if (after.queued, after.source) != (before.queued, before.source):
                 self.view.poke()
             await asyncio.sleep(interval * random.uniform(0.9, 1.1))

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from base import kube as kube_mod
+from base.exposition import Registry, new_registry
 from base.http.client import Client, make_client, product_user_agent
 from base.kube import KubeError
 from base.tasks import unless_stopped
@@ -46,7 +47,7 @@ from listener.config import (
 )
 from listener.logs import configure_logging, register_secret
 from listener.loop import Listener
-from listener.metrics import ListenerMetrics, PatchMetrics, Registry, new_registry
+from listener.metrics import ListenerMetrics, PatchMetrics
 from listener.scaler import KubePatcher, PatchRetry, Scaler
 from listener.server import Health, build_app, parse_addr, serve
 from listener.shutdown import DEFAULT_GRACE, ShutdownBudget
