@@ -16,10 +16,21 @@ from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import Final
 
+from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 
 _SUFFIX_RANK: Final = {"_bucket": 0, "_sum": 1, "_count": 2}
+
+Registry = CollectorRegistry
+"""The registry type the listener and the monitor pass around (the one name for it; they do
+not import prometheus_client outside their metrics modules)."""
+
+
+def new_registry() -> Registry:
+    """The process's private registry: only what the listener and the monitor register, no
+    process or platform collectors (ARC's page has none either)."""
+    return CollectorRegistry(auto_describe=True)
 
 
 def go_float(value: float) -> str:

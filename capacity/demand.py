@@ -6,7 +6,7 @@ Two sources sit behind one interface (`DemandReader.read`), chosen by `demand.so
 - ``github``: GitHub's REST API, with the listener's own credentials (`capacity.github_demand`).
 
 A read never raises: it returns a `Reading` whose `outcome` the pure policy folds into the
-fallback state (`capacity.policy.record_hud`: hold the last good value, then the floor), and
+fallback state (`capacity.policy.record_demand`: hold the last good value, then the floor), and
 whose other fields feed the metrics. A source never retries: the next read, one
 `recalculate_interval` later, is the retry.
 
@@ -25,10 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import httpx
-
+from base.http.client import Client, plain_client
 from capacity.hud import HudClient
-from capacity.model import HudOutcome, HudResult
+from capacity.model import DemandOutcome, DemandResult
 from capacity.settings import CapacitySettings, DemandSettings, HudSettings
 
 
@@ -37,9 +36,9 @@ class Reading:
     """One read of a demand source."""
 
     source: str  # "hud" or "github"
-    outcome: HudOutcome  # what the policy uses: result, queued, aged
+    outcome: DemandOutcome  # what the policy uses: result, queued, aged
     # HUD: one outcome per HTTP request (one, or two with sharding), for the request metrics.
-    requests: tuple[HudOutcome, ...] = ()
+    requests: tuple[DemandOutcome, ...] = ()
     # GitHub: REST calls made during the read by result (ok, not_modified, rate_limited, error).
     calls: Mapping[str, int] = field(default_factory=dict)
     rate_limit_remaining: int | None = None  # GitHub: the last X-RateLimit-Remaining seen
@@ -68,12 +67,10 @@ class HudDemand:
         labels: Sequence[str],
         demand: DemandSettings,
         *,
-        client: httpx.AsyncClient | None = None,
+        client: Client | None = None,
     ) -> None:
         self._own_client = client is None
-        self._client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.timeout), follow_redirects=False
-        )
+        self._client = client or plain_client(settings.timeout)
         self._total = HudClient(settings, labels, client=self._client)
         self._aged: HudClient | None = None
         if demand.cluster_count > 1:
@@ -99,12 +96,12 @@ class HudDemand:
         duration = max(total.duration, aged.duration)
         # Both figures or neither: a total without its aged part would drop the failover, an
         # aged part without its total would drop the fresh share.
-        failed = next((o for o in requests if o.result != HudResult.OK), None)
+        failed = next((o for o in requests if o.result != DemandResult.OK), None)
         if failed is not None:
-            outcome = HudOutcome(result=failed.result, duration=duration, detail=failed.detail)
+            outcome = DemandOutcome(result=failed.result, duration=duration, detail=failed.detail)
         else:
-            outcome = HudOutcome(
-                result=HudResult.OK,
+            outcome = DemandOutcome(
+                result=DemandResult.OK,
                 duration=duration,
                 queued=total.queued,
                 aged=aged.queued,
@@ -122,21 +119,21 @@ class HudDemand:
 # bundle) and its credentials. The composition root passes them in as a factory.
 GitHubReaderFactory = Callable[[CapacitySettings, Sequence[str]], DemandReader]
 
-# The HTTP client HUD is read with. The composition root passes one built with the same
-# proxy rules as every GitHub call (Go's NO_PROXY semantics, which httpx's own environment
-# handling does not match), and closes it; without one, HUD gets a plain client of its own.
-HttpClient = httpx.AsyncClient
-
 
 def build_reader(
     settings: CapacitySettings,
     labels: Sequence[str],
     *,
     github: GitHubReaderFactory | None = None,
-    hud_client: HttpClient | None = None,
+    hud_client: Client | None = None,
 ) -> DemandReader | None:
     """The configured source, or None when there is none. ValueError (one line) when the
-    GitHub source is selected but no GitHub access was given."""
+    GitHub source is selected but no GitHub access was given.
+
+    ``hud_client`` is what HUD is read with: the composition root passes one built with the
+    same proxy rules as every GitHub call (Go's NO_PROXY semantics, which httpx's own
+    environment handling does not match), and closes it; without one, HUD gets a plain
+    client of its own."""
     source = settings.demand_source
     if source == "hud":
         # The token is in the settings already (load_capacity_settings, HUD_API_TOKEN).

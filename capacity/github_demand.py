@@ -43,21 +43,21 @@ must agree on what a read costs; split only if a second REST source appears.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import math
 import re
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-import httpx
-
+from base.http.client import URL, Client, Headers, get_capped
+from base.http.errors import TooLargeError, TransportError
+from base.http.headers import rate_limit, rate_limited, retry_after
 from capacity.demand import DemandReader, GitHubReaderFactory, Reading
-from capacity.model import HudOutcome, HudResult
+from capacity.model import DemandOutcome, DemandResult
 from capacity.settings import (
     CapacitySettings,
     CapacitySettingsError,
@@ -131,7 +131,7 @@ def _epoch(text: object) -> float | None:
 class _Stop(Exception):
     """Ends a read early: budget spent (`result` None), rate-limited or failed."""
 
-    def __init__(self, result: HudResult | None, detail: str = "") -> None:
+    def __init__(self, result: DemandResult | None, detail: str = "") -> None:
         super().__init__(detail)
         self.result = result
         self.detail = detail
@@ -145,7 +145,7 @@ class GitHubDemand(DemandReader):
         settings: GitHubDemandSettings,
         labels: Sequence[str],
         *,
-        client: httpx.AsyncClient,
+        client: Client,
         token: TokenSource,
         scope: GitHubScope,
         interval: float,
@@ -190,7 +190,7 @@ class GitHubDemand(DemandReader):
         now = started
         if now < self._paused_until:
             return self._reading(
-                HudResult.RATE_LIMITED,
+                DemandResult.RATE_LIMITED,
                 started,
                 calls,
                 f"rate-limited: paused for {self._paused_until - now:.0f}s more",
@@ -199,7 +199,7 @@ class GitHubDemand(DemandReader):
         if budget.charged <= 0:
             self._paused_until = self._reset_at or now + _DEFAULT_PAUSE
             return self._reading(
-                HudResult.RATE_LIMITED,
+                DemandResult.RATE_LIMITED,
                 started,
                 calls,
                 f"rate limit: {self._remaining} left, reserve "
@@ -216,7 +216,7 @@ class GitHubDemand(DemandReader):
                 raise AssertionError("budget stop escaped") from None
             return self._reading(stop.result, started, calls, stop.detail)
         except TimeoutError:
-            return self._reading(HudResult.TIMEOUT, started, calls, "read took too long")
+            return self._reading(DemandResult.TIMEOUT, started, calls, "read took too long")
         return self._done(started, calls, visited)
 
     # --- one read -------------------------------------------------------------------------
@@ -226,7 +226,9 @@ class GitHubDemand(DemandReader):
             return await self._token()
         except Exception as exc:
             # The class name only: messages of credential errors may quote what was sent.
-            raise _Stop(HudResult.HTTP_ERROR, f"no GitHub token ({type(exc).__name__})") from None
+            raise _Stop(
+                DemandResult.HTTP_ERROR, f"no GitHub token ({type(exc).__name__})"
+            ) from None
 
     async def _walk(self, token: str, budget: _Budget, calls: Counter[str]) -> int:
         """List repositories when due, then visit them round-robin within the budget.
@@ -322,7 +324,7 @@ class GitHubDemand(DemandReader):
     def _queued_times(self, body: Any) -> tuple[float, ...]:
         jobs = body.get("jobs") if isinstance(body, dict) else None
         if not isinstance(jobs, list):
-            raise _Stop(HudResult.BAD_RESPONSE, "job list: no jobs array")
+            raise _Stop(DemandResult.BAD_RESPONSE, "job list: no jobs array")
         times = []
         for job in jobs:
             if not isinstance(job, dict) or job.get("status") != "queued":
@@ -360,20 +362,28 @@ class GitHubDemand(DemandReader):
             headers["If-None-Match"] = cached[0]
         timeout = self._settings.timeout
         try:
-            async with asyncio.timeout(timeout):
-                status, response_headers, body = await self._exchange(url, headers)
-        except (TimeoutError, httpx.TimeoutException):
+            # The client's own timeouts are the listener's; this source's are per call.
+            answer = await get_capped(
+                self._client,
+                url,
+                max_bytes=MAX_RESPONSE_BYTES,
+                deadline=timeout,
+                headers=headers,
+                limits=timeout,
+            )
+        except TransportError as exc:
             calls["error"] += 1
             budget.spend(charged=True)
-            raise _Stop(HudResult.TIMEOUT, f"{_path(url)}: no answer within {timeout:g}s") from None
-        except _TooLarge:
+            if exc.timed_out:
+                raise _Stop(
+                    DemandResult.TIMEOUT, f"{_path(url)}: no answer within {timeout:g}s"
+                ) from None
+            raise _Stop(DemandResult.HTTP_ERROR, f"{_path(url)}: {exc.kind}") from None
+        except TooLargeError:
             calls["error"] += 1
             budget.spend(charged=True)
-            raise _Stop(HudResult.TOO_LARGE, f"{_path(url)}: response too large") from None
-        except httpx.HTTPError as exc:
-            calls["error"] += 1
-            budget.spend(charged=True)
-            raise _Stop(HudResult.HTTP_ERROR, f"{_path(url)}: {type(exc).__name__}") from None
+            raise _Stop(DemandResult.TOO_LARGE, f"{_path(url)}: response too large") from None
+        status, response_headers, body = answer.status, answer.headers, answer.body
         self._note_rate_limit(response_headers)
         next_url = _next_link(response_headers.get("link", ""))
         if status == 304 and cached is not None:
@@ -381,56 +391,40 @@ class GitHubDemand(DemandReader):
             budget.spend(charged=False)
             return cached[1], next_url or cached[2]
         budget.spend(charged=True)
-        if status == 429 or (status == 403 and self._rate_limited(response_headers)):
+        if rate_limited(status, response_headers):
             calls["rate_limited"] += 1
             pause = self._pause_from(response_headers)
             self._paused_until = self._clock() + pause
             raise _Stop(
-                HudResult.RATE_LIMITED, f"{_path(url)}: HTTP {status}, pausing {pause:.0f}s"
+                DemandResult.RATE_LIMITED, f"{_path(url)}: HTTP {status}, pausing {pause:.0f}s"
             )
         if status != 200:
             calls["error"] += 1
-            raise _Stop(HudResult.HTTP_ERROR, f"{_path(url)}: HTTP {status}")
+            raise _Stop(DemandResult.HTTP_ERROR, f"{_path(url)}: HTTP {status}")
         try:
             parsed = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError):
             calls["error"] += 1
-            raise _Stop(HudResult.BAD_RESPONSE, f"{_path(url)}: not JSON") from None
+            raise _Stop(DemandResult.BAD_RESPONSE, f"{_path(url)}: not JSON") from None
         try:
             taken = extract(parsed)
         except _Stop as stop:
             calls["error"] += 1
-            raise _Stop(HudResult.BAD_RESPONSE, f"{_path(url)}: {stop.detail}") from None
+            raise _Stop(DemandResult.BAD_RESPONSE, f"{_path(url)}: {stop.detail}") from None
         calls["ok"] += 1
         etag = response_headers.get("etag", "")
         if etag:
             self._cache.setdefault(repo, {})[url] = (etag, taken, next_url)
         return taken, next_url
 
-    async def _exchange(
-        self, url: str, headers: Mapping[str, str]
-    ) -> tuple[int, httpx.Headers, bytes]:
-        # The client's own timeouts are the listener's; this source's are per call.
-        limits = httpx.Timeout(self._settings.timeout)
-        async with self._client.stream("GET", url, headers=headers, timeout=limits) as response:
-            if response.status_code != 200:
-                return response.status_code, response.headers, b""
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > MAX_RESPONSE_BYTES:
-                    raise _TooLarge
-            return 200, response.headers, bytes(body)
-
     # --- rate limit -----------------------------------------------------------------------
 
-    def _note_rate_limit(self, headers: httpx.Headers) -> None:
-        remaining = headers.get("x-ratelimit-remaining", "")
-        reset = headers.get("x-ratelimit-reset", "")
-        if remaining.isdigit():
-            self._remaining = int(remaining)
-        if reset.isdigit():
-            self._reset_at = float(reset)
+    def _note_rate_limit(self, headers: Headers) -> None:
+        limit = rate_limit(headers)
+        if limit.remaining is not None:
+            self._remaining = limit.remaining
+        if limit.reset_at is not None:
+            self._reset_at = limit.reset_at
 
     def _at_reserve(self) -> bool:
         """Whether the last answer left no more than the reserve (until the reset)."""
@@ -439,21 +433,9 @@ class GitHubDemand(DemandReader):
         reserve = self._settings.rate_limit_reserve
         return self._remaining <= reserve and self._clock() < self._reset_at
 
-    @staticmethod
-    def _rate_limited(headers: httpx.Headers) -> bool:
-        return "retry-after" in headers or headers.get("x-ratelimit-remaining") == "0"
-
-    def _pause_from(self, headers: httpx.Headers) -> float:
+    def _pause_from(self, headers: Headers) -> float:
         now = self._clock()
-        value = headers.get("retry-after", "").strip()
-        pause: float | None = None
-        if value.isdigit():
-            pause = float(value)
-        elif value:
-            try:
-                pause = email.utils.parsedate_to_datetime(value).timestamp() - now
-            except (TypeError, ValueError):
-                pause = None
+        pause = retry_after(headers, now)
         if pause is None and headers.get("x-ratelimit-remaining") == "0" and self._reset_at:
             pause = self._reset_at - now
         if pause is None:
@@ -481,7 +463,7 @@ class GitHubDemand(DemandReader):
             # The first listing of a large organization may take several reads' budgets; an
             # unknown list is not "nothing queued".
             return self._reading(
-                HudResult.RATE_LIMITED,
+                DemandResult.RATE_LIMITED,
                 started,
                 calls,
                 f"repository list not complete yet ({len(self._listing or ())} so far, "
@@ -490,8 +472,8 @@ class GitHubDemand(DemandReader):
         now = self._clock()
         created = [t for jobs in self._jobs.values() for t in jobs]
         aged = sum(1 for t in created if now - t >= self._aged_after)
-        outcome = HudOutcome(
-            result=HudResult.OK,
+        outcome = DemandOutcome(
+            result=DemandResult.OK,
             duration=max(0.0, now - started),
             queued=len(created),
             aged=aged,
@@ -510,9 +492,9 @@ class GitHubDemand(DemandReader):
         )
 
     def _reading(
-        self, result: HudResult, started: float, calls: Counter[str], detail: str
+        self, result: DemandResult, started: float, calls: Counter[str], detail: str
     ) -> Reading:
-        outcome = HudOutcome(
+        outcome = DemandOutcome(
             result=result,
             duration=max(0.0, self._clock() - started),
             detail=" ".join(detail.split())[:_DETAIL_MAX],
@@ -523,10 +505,6 @@ class GitHubDemand(DemandReader):
             calls=dict(calls),
             rate_limit_remaining=self._remaining,
         )
-
-
-class _TooLarge(Exception):
-    pass
 
 
 class _Budget:
@@ -550,11 +528,11 @@ def _repository_names(body: Any) -> tuple[str, ...]:
     """Full names of the repositories on one page of the organization's list, archived ones
     left out (no workflow runs there)."""
     if not isinstance(body, list):
-        raise _Stop(HudResult.BAD_RESPONSE, "not a JSON array of repositories")
+        raise _Stop(DemandResult.BAD_RESPONSE, "not a JSON array of repositories")
     names = []
     for repo in body:
         if not isinstance(repo, dict) or not isinstance(repo.get("full_name"), str):
-            raise _Stop(HudResult.BAD_RESPONSE, "a repository without full_name")
+            raise _Stop(DemandResult.BAD_RESPONSE, "a repository without full_name")
         if not repo.get("archived"):
             names.append(repo["full_name"])
     return tuple(names)
@@ -563,13 +541,13 @@ def _repository_names(body: Any) -> tuple[str, ...]:
 def _run_ids(body: Any) -> tuple[int, ...]:
     runs = body.get("workflow_runs") if isinstance(body, dict) else None
     if not isinstance(runs, list):
-        raise _Stop(HudResult.BAD_RESPONSE, "no workflow_runs array")
+        raise _Stop(DemandResult.BAD_RESPONSE, "no workflow_runs array")
     return tuple(r["id"] for r in runs if isinstance(r, dict) and isinstance(r.get("id"), int))
 
 
 def _path(url: str) -> str:
     """The URL's path for messages (no host, no query)."""
-    return httpx.URL(url).path
+    return URL(url).path
 
 
 def _next_link(link: str) -> str | None:
@@ -578,7 +556,7 @@ def _next_link(link: str) -> str | None:
 
 
 def reader_factory(
-    *, client: httpx.AsyncClient, token: TokenSource, scope: GitHubScope
+    *, client: Client, token: TokenSource, scope: GitHubScope
 ) -> GitHubReaderFactory:
     """What the composition root hands the monitor: builds the GitHub source from the
     capacity settings and the scale set's labels, with the listener's client and token."""

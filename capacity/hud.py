@@ -7,24 +7,24 @@ set's labels.
 
 Every request has a deadline (the whole exchange, body included), a body-size cap (the body is
 streamed and abandoned at the cap) and a schema check. A request never raises: it returns a
-`HudOutcome` with the result and duration, for metrics. What to do when HUD fails (hold the
-last good value, then fall back to a floor) is pure policy: `capacity.policy.record_hud` and
+`DemandOutcome` with the result and duration, for metrics. What to do when HUD fails (hold the
+last good value, then fall back to a floor) is pure policy: `capacity.policy.record_demand` and
 `capacity.policy.resolve_demand`. There are no retries here; the next periodic pass is the
 retry.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Self
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from capacity.model import HudOutcome, HudResult
+from base.http.client import Client, get_capped, plain_client
+from base.http.errors import TooLargeError, TransportError
+from capacity.model import DemandOutcome, DemandResult
 from capacity.settings import HudParameters, HudSettings
 
 TOKEN_HEADER = "x-hud-internal-bot"
@@ -84,10 +84,6 @@ def sum_queued(rows: Iterable[HudRow], labels: Iterable[str]) -> tuple[int, int]
     return sum(row.num_queued_jobs for row in matched), len(matched)
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class HudClient:
     """Queued jobs for one scale set's labels. Owns its httpx client unless one is given
     (the composition root may pass one configured with a proxy or a CA bundle)."""
@@ -97,15 +93,13 @@ class HudClient:
         settings: HudSettings,
         labels: Sequence[str],
         *,
-        client: httpx.AsyncClient | None = None,
+        client: Client | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings
         self._labels = tuple(labels)
         self._own_client = client is None
-        self._client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.timeout), follow_redirects=False
-        )
+        self._client = client or plain_client(settings.timeout)
         self._clock = clock
 
     @property
@@ -136,40 +130,28 @@ class HudClient:
             text = text.replace(token, "***")
         return " ".join(text.split())[:_DETAIL_MAX]
 
-    async def _read_capped(self, response: httpx.Response) -> bytes:
-        cap = self._settings.max_response_bytes
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > cap:
-            raise _TooLarge(f"declared {declared} bytes")
-        body = bytearray()
-        async for chunk in response.aiter_bytes():
-            body += chunk
-            if len(body) > cap:
-                raise _TooLarge(f"over {cap} bytes")
-        return bytes(body)
-
     async def _exchange(self) -> tuple[int, bytes]:
         parameters = build_parameters(self._settings.parameters, self._labels)
         query = {"parameters": json.dumps(parameters, separators=(",", ":"))}
         # A redirect is not followed: the token must not travel to another host, and HUD
         # never redirects this endpoint. Per request, because the client may be shared.
-        async with self._client.stream(
-            "GET",
+        answer = await get_capped(
+            self._client,
             self._settings.url,
+            max_bytes=self._settings.max_response_bytes,
+            deadline=self._settings.timeout,
             params=query,
             headers=self._headers(),
             follow_redirects=False,
-        ) as response:
-            if response.status_code != 200:
-                return response.status_code, b""
-            return 200, await self._read_capped(response)
+        )
+        return answer.status, answer.body
 
-    async def fetch(self) -> HudOutcome:
+    async def fetch(self) -> DemandOutcome:
         """One request. Never raises (cancellation excepted)."""
         started = self._clock()
 
-        def outcome(result: HudResult, detail: str, **extra: Any) -> HudOutcome:
-            return HudOutcome(
+        def outcome(result: DemandResult, detail: str, **extra: Any) -> DemandOutcome:
+            return DemandOutcome(
                 result=result,
                 duration=max(0.0, self._clock() - started),
                 detail=self._clean(detail),
@@ -177,25 +159,24 @@ class HudClient:
             )
 
         try:
-            async with asyncio.timeout(self._settings.timeout):
-                status, body = await self._exchange()
-        except TimeoutError:
-            return outcome(HudResult.TIMEOUT, f"no answer within {self._settings.timeout:g}s")
-        except httpx.TimeoutException as exc:
-            return outcome(HudResult.TIMEOUT, f"{exc.__class__.__name__}")
-        except _TooLarge as exc:
-            return outcome(HudResult.TOO_LARGE, f"response too large ({exc})")
-        except httpx.HTTPError as exc:
-            return outcome(HudResult.HTTP_ERROR, f"{exc.__class__.__name__}: {exc}")
+            status, body = await self._exchange()
+        except TransportError as exc:
+            if exc.kind == "deadline":
+                return outcome(DemandResult.TIMEOUT, exc.reason)
+            if exc.timed_out:
+                return outcome(DemandResult.TIMEOUT, exc.kind)
+            return outcome(DemandResult.HTTP_ERROR, exc.reason)
+        except TooLargeError as exc:
+            return outcome(DemandResult.TOO_LARGE, f"response too large ({exc.reason})")
         if status != 200:
-            return outcome(HudResult.HTTP_ERROR, f"HTTP {status}")
+            return outcome(DemandResult.HTTP_ERROR, f"HTTP {status}")
         try:
             rows = parse_rows(body)
         except ValueError as exc:
-            return outcome(HudResult.BAD_RESPONSE, str(exc))
+            return outcome(DemandResult.BAD_RESPONSE, str(exc))
         queued, matched = sum_queued(rows, self._labels)
         return outcome(
-            HudResult.OK,
+            DemandResult.OK,
             f"{queued} queued in {matched} of {len(rows)} rows",
             queued=queued,
             rows=matched,

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
 from base.exposition import GoStyleCollector
-from capacity.model import Demand, DemandSource, HudResult, Observed, Plan, PodPhase, Role
+from capacity.model import Demand, DemandResult, DemandSource, Observed, Plan, PodPhase, Role
 from capacity.node_groups import NodeGroup
 from capacity.nodepools import NodePool
 from capacity.warm_pool import Estimate
@@ -49,11 +49,6 @@ NODE_GROUP_STATES: Final = ("off", "starting", "watching", "forbidden", "absent"
 
 _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _HUD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-
-
-Registry = CollectorRegistry
-"""The registry type the other capacity modules pass around (they do not import
-prometheus_client)."""
 
 
 class CapacityMetrics:
@@ -335,7 +330,7 @@ class CapacityMetrics:
             self.demand_source.labels(**b, source=source.value)
         for part in DEMAND_PARTS:
             self.demand_jobs.labels(**b, part=part)
-        for result in HudResult:
+        for result in DemandResult:
             self.hud_requests.labels(**b, result=result.value)
         for outcome in (CREATE_OK, CREATE_EXISTS):
             self.pair_creates.labels(**b, result=outcome)
@@ -472,7 +467,7 @@ class CapacityMetrics:
         if changed:
             self.signal_changes.labels(**self._base).inc()
 
-    def record_hud(self, result: HudResult, duration: float) -> None:
+    def record_demand(self, result: DemandResult, duration: float) -> None:
         self.hud_requests.labels(**self._base, result=result.value).inc()
         self.hud_duration.labels(**self._base).observe(duration)
 
@@ -480,7 +475,7 @@ class CapacityMetrics:
         """One read of the demand source: HUD requests, or GitHub calls. The GitHub series
         are created on the first GitHub read, so a HUD user's page does not carry them."""
         for request in reading.requests:
-            self.record_hud(request.result, request.duration)
+            self.record_demand(request.result, request.duration)
         for result, count in reading.calls.items():
             self.github_calls.labels(**self._base, result=result).inc(count)
         if reading.source == "github":

@@ -79,7 +79,7 @@ class Observed:
 # --- demand (HUD or GitHub's REST API) ----------------------------------------------------
 
 
-class HudResult(StrEnum):
+class DemandResult(StrEnum):
     """Outcome of one demand read: one HUD request, or one pass over GitHub's REST API
     (a metrics label)."""
 
@@ -92,13 +92,13 @@ class HudResult(StrEnum):
 
 
 @dataclass(frozen=True, kw_only=True)
-class HudOutcome:
+class DemandOutcome:
     """What one demand read produced. `queued` (every queued job of the scale set's labels)
     is set only when `result` is OK; `aged` (those queued longer than the sharding age
     threshold) only when the read asked for it. `detail` is a one-line, secret-free
     description for logs."""
 
-    result: HudResult
+    result: DemandResult
     duration: float
     queued: int | None = None
     aged: int | None = None
@@ -107,13 +107,13 @@ class HudOutcome:
 
 
 @dataclass(frozen=True, kw_only=True)
-class HudState:
-    """What the demand fallback remembers between HUD requests."""
+class DemandState:
+    """What the demand fallback remembers between reads of the demand source (HUD or GitHub)."""
 
     last_good: int | None = None
     last_good_aged: int | None = None  # the aged part of `last_good`, when it was read
     last_good_at: float | None = None
-    last_result: HudResult | None = None  # None: no request has finished yet
+    last_result: DemandResult | None = None  # None: no request has finished yet
 
 
 class DemandSource(StrEnum):
@@ -176,9 +176,9 @@ class Params:
     renew_before: float = 300.0
     node_checks: bool = False
     # The demand source (HUD or GitHub's REST API; the hud_ names predate the second one).
-    hud_enabled: bool = False
-    hud_stale_after: float = 300.0
-    hud_failure_base_capacity: int = 1
+    demand_enabled: bool = False
+    demand_stale_after: float = 300.0
+    demand_failure_base_capacity: int = 1
     demand_live: DemandSource = DemandSource.HUD  # the label of a fresh value
     # Demand sharding between peer clusters serving the same labels.
     cluster_index: int = 0
@@ -193,9 +193,9 @@ class Params:
                 f"cluster_index ({self.cluster_index}) must be less than cluster_count "
                 f"({self.cluster_count})"
             )
-        if self.hud_failure_base_capacity < 0:
-            raise ValueError("hud_failure_base_capacity must be >= 0")
-        for name in ("ready_timeout", "downscale_delay", "hud_stale_after", "renew_before"):
+        if self.demand_failure_base_capacity < 0:
+            raise ValueError("demand_failure_base_capacity must be >= 0")
+        for name in ("ready_timeout", "downscale_delay", "demand_stale_after", "renew_before"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
         if self.ttl <= 0:

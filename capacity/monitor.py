@@ -52,12 +52,14 @@ import time
 from collections.abc import Callable, Mapping
 
 from base.arc import ARC_GROUP, ARC_VERSION
+from base.exposition import Registry
+from base.http.client import Client
 from base.kube import KubeError
 from capacity import contract, policy, specs, warm_pool
 from capacity.cluster import Cluster
-from capacity.demand import DemandReader, GitHubReaderFactory, HttpClient, build_reader
-from capacity.metrics import CapacityMetrics, Registry
-from capacity.model import Demand, HudState, Observed, Params, Role
+from capacity.demand import DemandReader, GitHubReaderFactory, build_reader
+from capacity.metrics import CapacityMetrics
+from capacity.model import Demand, DemandState, Observed, Params, Role
 from capacity.node_group_watch import NodeGroupRoom
 from capacity.nodepool_watch import NodePoolLimits
 from capacity.pods import RunnerSet
@@ -99,7 +101,7 @@ class CapacityMonitor:
         registry: Registry,
         on_reconcile: Callable[[], None],
         github_demand: GitHubReaderFactory | None = None,
-        hud_client: HttpClient | None = None,
+        hud_client: Client | None = None,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
     ) -> None:
@@ -117,7 +119,7 @@ class CapacityMonitor:
         self._max_runners = max_runners
         self._base_params = to_params(settings, 0)
         self._registry = registry
-        self.hud_state = HudState()
+        self.demand_state = DemandState()
         # Pairs held beyond demand (settings warm_pool), fed by what each pass sees.
         self.warm_pool = to_warm_pool(settings)
         self._arrivals = warm_pool.ArrivalCounter()
@@ -186,7 +188,7 @@ class CapacityMonitor:
         return dataclasses.replace(self._base_params, max_runners=max(0, self._max_runners()))
 
     def demand(self, now: float) -> Demand:
-        return policy.resolve_demand(self.hud_state, now, self.params())
+        return policy.resolve_demand(self.demand_state, now, self.params())
 
     def _warm_target(self, now: float, demand: Demand, observed: Observed, commit: bool) -> int:
         """Pairs to hold beyond demand. A committed pass (the reconcile loop) feeds the pool
@@ -281,8 +283,8 @@ class CapacityMonitor:
             reading = await self._demand.read()
             outcome = reading.outcome
             now = self.clock()
-            before = policy.resolve_demand(self.hud_state, now, self.params())
-            self.hud_state = policy.record_hud(self.hud_state, outcome, now)
+            before = policy.resolve_demand(self.demand_state, now, self.params())
+            self.demand_state = policy.record_demand(self.demand_state, outcome, now)
             self.metrics.record_reading(reading)
             if outcome.queued is None:
                 log.warning(
@@ -293,7 +295,7 @@ class CapacityMonitor:
                         "detail": outcome.detail,
                     },
                 )
-            after = policy.resolve_demand(self.hud_state, self.clock(), self.params())
+            after = policy.resolve_demand(self.demand_state, self.clock(), self.params())
             if (after.queued, after.source) != (before.queued, before.source):
                 self.view.poke()
             await asyncio.sleep(interval * self._rng.uniform(0.9, 1.1))

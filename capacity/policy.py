@@ -80,10 +80,10 @@ from capacity.model import (
     DeleteReason,
     Deletion,
     Demand,
+    DemandOutcome,
+    DemandResult,
     DemandSource,
-    HudOutcome,
-    HudResult,
-    HudState,
+    DemandState,
     Memory,
     Observed,
     Params,
@@ -173,21 +173,21 @@ def claim(total: int, aged: int | None, *, index: int = 0, count: int = 1) -> Cl
 # --- demand fallback (HUD or GitHub) --------------------------------------------------------
 
 
-def record_hud(state: HudState, outcome: HudOutcome, now: float) -> HudState:
+def record_demand(state: DemandState, outcome: DemandOutcome, now: float) -> DemandState:
     """Fold one demand read's outcome into the fallback state."""
-    if outcome.result == HudResult.OK and outcome.queued is not None:
-        return HudState(
+    if outcome.result == DemandResult.OK and outcome.queued is not None:
+        return DemandState(
             last_good=outcome.queued,
             last_good_aged=outcome.aged,
             last_good_at=now,
-            last_result=HudResult.OK,
+            last_result=DemandResult.OK,
         )
     return replace(state, last_result=outcome.result)
 
 
-def resolve_demand(state: HudState, now: float, params: Params) -> Demand:
+def resolve_demand(state: DemandState, now: float, params: Params) -> Demand:
     """Queued jobs to plan for. While the source fails, hold the last good value for
-    `hud_stale_after` seconds, then use the failure floor (`hud_failure_base_capacity`, on
+    `demand_stale_after` seconds, then use the failure floor (`demand_failure_base_capacity`, on
     top of proactive capacity). An outage never reads as "zero queued" (ci-infra #577). A
     "good" value that has not been refreshed within the window (the loop is stuck) is
     treated like a failure.
@@ -195,12 +195,12 @@ def resolve_demand(state: HudState, now: float, params: Params) -> Demand:
     With peers (`cluster_count` > 1) a held value is this peer's claim on it, recomputed from
     the held figures; the floor is not split: during an outage no peer can know whether the
     others are up, so each keeps its own floor."""
-    if not params.hud_enabled:
+    if not params.demand_enabled:
         return Demand(queued=0, source=DemandSource.DISABLED)
     if state.last_good is not None and state.last_good_at is not None:
         age = max(0.0, now - state.last_good_at)
-        if age <= params.hud_stale_after:
-            live = state.last_result == HudResult.OK
+        if age <= params.demand_stale_after:
+            live = state.last_result == DemandResult.OK
             part = claim(
                 state.last_good,
                 state.last_good_aged,
@@ -213,8 +213,10 @@ def resolve_demand(state: HudState, now: float, params: Params) -> Demand:
                 age=age,
                 claim=part,
             )
-        return Demand(queued=params.hud_failure_base_capacity, source=DemandSource.FLOOR, age=age)
-    return Demand(queued=params.hud_failure_base_capacity, source=DemandSource.FLOOR)
+        return Demand(
+            queued=params.demand_failure_base_capacity, source=DemandSource.FLOOR, age=age
+        )
+    return Demand(queued=params.demand_failure_base_capacity, source=DemandSource.FLOOR)
 
 
 # --- planning -----------------------------------------------------------------------------

@@ -693,16 +693,16 @@ def _demand_params(settings: CapacitySettings) -> dict[str, Any]:
     }
     if source == "github":
         return {
-            "hud_enabled": True,
-            "hud_stale_after": settings.github.stale_after,
-            "hud_failure_base_capacity": settings.github.failure_base_capacity,
+            "demand_enabled": True,
+            "demand_stale_after": settings.github.stale_after,
+            "demand_failure_base_capacity": settings.github.failure_base_capacity,
             "demand_live": DemandSource.GITHUB,
             **shard,
         }
     return {
-        "hud_enabled": source == "hud",
-        "hud_stale_after": settings.hud.stale_after,
-        "hud_failure_base_capacity": settings.hud.failure_base_capacity,
+        "demand_enabled": source == "hud",
+        "demand_stale_after": settings.hud.stale_after,
+        "demand_failure_base_capacity": settings.hud.failure_base_capacity,
         "demand_live": DemandSource.HUD,
         **shard,
     }

@@ -37,10 +37,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
-import httpx
-
+from base.http.client import URL, Client, Request, Response, redact_url
+from base.http.errors import HTTPError
 from listener.errors import (
-    ActionsError,
     ProtocolError,
     ScaleSetGoneError,
     SessionConflictError,
@@ -55,7 +54,6 @@ from listener.http import (
     Clock,
     Sleep,
     error_from_response,
-    redact_url,
     retry_on_conflict,
     retry_while_gone,
     send,
@@ -92,9 +90,9 @@ class AdminConnectionSource(Protocol):
         ...
 
 
-def admin_url(base: str, path: str) -> httpx.URL:
+def admin_url(base: str, path: str) -> URL:
     """``url.JoinPath(base, path)`` plus ``api-version`` when absent; keys sorted like Go's."""
-    url = httpx.URL(base)
+    url = URL(base)
     params = list(url.params.multi_items())
     if not any(key == "api-version" for key, _ in params):
         params.append(("api-version", API_VERSION))
@@ -110,7 +108,7 @@ def _json_body(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-def _parsed(parse: Callable[[bytes], T], response: httpx.Response) -> T:
+def _parsed(parse: Callable[[bytes], T], response: Response) -> T:
     try:
         return parse(response.content)
     except WireError as exc:
@@ -123,7 +121,7 @@ class ActionsClient:
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        client: Client,
         auth: AdminConnectionSource,
         scale_set_id: int,
         *,
@@ -164,7 +162,7 @@ class ActionsClient:
         *,
         body: bytes | None = None,
         queue_token: str | None = None,
-    ) -> httpx.Response:
+    ) -> Response:
         connection = await self._auth.admin_connection()
         response = await self._send_admin(connection, method, path, body, queue_token)
         if response.status_code == 401 and queue_token is None:
@@ -183,7 +181,7 @@ class ActionsClient:
         path: str,
         body: bytes | None,
         queue_token: str | None,
-    ) -> httpx.Response:
+    ) -> Response:
         url = admin_url(connection.actions_url, path)
         headers = {
             # ARC sends the content type even on requests without a body.
@@ -218,7 +216,7 @@ class ActionsClient:
         body = _json_body({"sessionId": NIL_SESSION_ID, "ownerName": owner})
         waited = 0.0
 
-        async def post() -> httpx.Response:
+        async def post() -> Response:
             nonlocal waited
             response, waited = await retry_on_conflict(
                 lambda: self._admin("POST", path, body=body),
@@ -259,7 +257,7 @@ class ActionsClient:
             raise ProtocolError(f"{where}: {exc}") from None
         return self._store(session)
 
-    def _report_gone(self, response: httpx.Response) -> None:
+    def _report_gone(self, response: Response) -> None:
         log.error(
             "the runner scale set no longer exists on the Actions service (404 on session "
             "create); ARC's controller must register it again. Checking again until "
@@ -323,7 +321,7 @@ class ActionsClient:
         path = f"{_SCALE_SETS}/{self._scale_set_id}/sessions/{session_id}"
         try:
             response = await self._admin("DELETE", path)
-        except ActionsError as exc:
+        except HTTPError as exc:
             log.warning("could not delete the unusable session", extra={"error": str(exc)})
             return
         if response.status_code != 204:
@@ -395,10 +393,10 @@ class ActionsClient:
 
     async def _with_queue_token(
         self,
-        call: Callable[[Session], Awaitable[httpx.Response]],
+        call: Callable[[Session], Awaitable[Response]],
         *,
         recreate_on_404: bool = False,
-    ) -> httpx.Response:
+    ) -> Response:
         """Make a call authorised by the queue token; on 401 refresh the session and retry.
 
         ARC refreshes once and gives up when the new token is refused too. Here a second 401
@@ -438,8 +436,8 @@ class ActionsClient:
 
     async def _poll(
         self, session: Session, last_message_id: int, max_capacity: Callable[[], int]
-    ) -> httpx.Response:
-        url = httpx.URL(session.message_queue_url)
+    ) -> Response:
+        url = URL(session.message_queue_url)
         if last_message_id > 0:
             url = url.copy_set_param("lastMessageId", str(last_message_id))
         headers = {
@@ -447,7 +445,7 @@ class ActionsClient:
             "Authorization": f"Bearer {session.message_queue_access_token}",
         }
 
-        def build() -> httpx.Request:
+        def build() -> Request:
             # The capacity is read as each attempt is built, so a retry (or the poll after a
             # token refresh) carries the value of that moment.
             return self._client.build_request(
@@ -486,8 +484,8 @@ class ActionsClient:
             raise error_from_response(response)
         return _parsed(parse_message, response)
 
-    async def _ack(self, session: Session, message_id: int) -> httpx.Response:
-        url = httpx.URL(session.message_queue_url)
+    async def _ack(self, session: Session, message_id: int) -> Response:
+        url = URL(session.message_queue_url)
         url = url.copy_with(path=f"{url.path}/{message_id}")  # the queue URL's query is kept
         headers = {
             "Content-Type": "application/json",

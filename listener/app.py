@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from base import kube as kube_mod
+from base.exposition import Registry, new_registry
+from base.http.client import Client, make_client, product_user_agent
 from base.kube import KubeError
 from base.tasks import unless_stopped
 from listener import github_auth, http, signals, vault
@@ -45,13 +47,13 @@ from listener.config import (
 )
 from listener.logs import configure_logging, register_secret
 from listener.loop import Listener
-from listener.metrics import ListenerMetrics, PatchMetrics, Registry, new_registry
+from listener.metrics import ListenerMetrics, PatchMetrics
 from listener.scaler import KubePatcher, PatchRetry, Scaler
 from listener.server import Health, build_app, parse_addr, serve
 from listener.shutdown import DEFAULT_GRACE, ShutdownBudget
 
 if TYPE_CHECKING:
-    from capacity.demand import GitHubReaderFactory, HttpClient
+    from capacity.demand import GitHubReaderFactory
     from capacity.settings import CapacitySettings
 
 # The capacity package is imported only when capacity-awareness is configured: its settings
@@ -189,7 +191,7 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
     async with contextlib.AsyncExitStack() as stack:
         kube = await stack.enter_async_context(kube_mod.connect(env))
         client = await stack.enter_async_context(
-            http.make_client(
+            make_client(
                 root_ca_pem=cfg.server_root_ca,
                 user_agent=http.user_agent(
                     cfg.runner_scale_set_id, arc_version=env.get("LISTENER_ARC_VERSION", "")
@@ -217,7 +219,7 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
             # with the system trust store: the GHES root CA is not HUD's.
             if capacity_settings.demand_source == "hud":
                 hud_client = await stack.enter_async_context(
-                    http.make_client(user_agent=http.product_user_agent())
+                    make_client(user_agent=product_user_agent())
                 )
         budget = ShutdownBudget(grace=options.shutdown_grace)
         parts = _Parts(
@@ -293,7 +295,7 @@ class _Parts:
     health: Health
     budget: ShutdownBudget
     github_demand: GitHubReaderFactory | None = None
-    hud_client: HttpClient | None = None
+    hud_client: Client | None = None
 
 
 async def _listen(

@@ -25,13 +25,13 @@ from listener import signals
 
 def _expected() -> tuple[type[BaseException], ...]:
     """Errors whose message says it all; anything else is a bug, reported with its type."""
+    from base.http.errors import HTTPError
     from base.kube import KubeError
     from capacity.settings import CapacitySettingsError
     from listener import app
     from listener.config import ConfigError
-    from listener.errors import ActionsError
 
-    return (ConfigError, CapacitySettingsError, app.StartupError, ActionsError, KubeError)
+    return (ConfigError, CapacitySettingsError, app.StartupError, HTTPError, KubeError)
 
 
 def _leaf_errors(exc: BaseException) -> list[BaseException]:

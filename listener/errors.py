@@ -1,37 +1,32 @@
-"""Errors raised by the GitHub and Actions-service clients.
+"""Errors raised by the GitHub and Actions-service clients, within the project's one HTTP
+error tree (``base.http.errors``; the base's classes are marked ◇)::
 
-::
+    HTTPError ◇                       root; str() is always one line and never holds a token
+    ├── TransportError ◇              no response at all: connect/TLS/timeout/protocol failure
+    ├── StatusError ◇                 a response with a status the call does not accept
+    │   └── ActionsHTTPError          … with the service's error body and request ids
+    │       ├── UnauthorizedError     401
+    │       ├── SessionConflictError  409 on session create, still there when we gave up
+    │       └── ScaleSetGoneError     404 on session create: the scale set no longer exists
+    └── ActionsError                  what only these clients raise (ActionsHTTPError too)
+        ├── RetriesExhaustedError     the retry policy gave up; ``last_error`` says on what
+        ├── ProtocolError             a success status whose body does not have the wire shape
+        └── CredentialsError          local credentials unusable (e.g. a bad App private key)
 
-    ActionsError                      base; str() is always one line and never holds a token
-    ├── ActionsHTTPError              a response with a status the call does not accept
-    │   ├── UnauthorizedError         401
-    │   ├── SessionConflictError      409 on session create, still there when we gave up
-    │   └── ScaleSetGoneError         404 on session create: the scale set no longer exists
-    ├── RequestFailedError            no response at all: connect/TLS/timeout/protocol failure
-    ├── RetriesExhaustedError         the retry policy gave up; ``last_error`` says on what
-    ├── ProtocolError                 a success status whose body does not have the wire shape
-    └── CredentialsError              local credentials unusable (e.g. a bad App private key)
-
-Retrying is the job of ``listener.http``, which reads ``RequestFailedError.transient`` and
+Retrying is the job of ``listener.http``, which reads ``TransportError.transient`` and
 the status of ``ActionsHTTPError`` (:func:`is_retryable_status`).
 """
 
 from __future__ import annotations
 
-# Longest server-provided text kept in an error; bodies can be large HTML pages.
-_MAX_TEXT = 300
+from base.http.errors import HTTPError, StatusError, one_line
 
 
-def _one_line(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= _MAX_TEXT else flat[: _MAX_TEXT - 1] + "…"
+class ActionsError(HTTPError):
+    """Base of the errors only the GitHub/Actions clients raise."""
 
 
-class ActionsError(Exception):
-    """Base of every error the GitHub/Actions clients raise."""
-
-
-class ActionsHTTPError(ActionsError):
+class ActionsHTTPError(ActionsError, StatusError):
     """The server answered with a status the call does not accept.
 
     ``type_name`` and ``message`` come from the error body (docs/wire-protocol.md §2):
@@ -51,24 +46,20 @@ class ActionsHTTPError(ActionsError):
         method: str = "",
         url: str = "",
     ) -> None:
-        self.status = status
         self.type_name = type_name
         self.message = message
         self.activity_id = activity_id
         self.github_request_id = github_request_id
-        self.method = method
-        self.url = url  # callers pass it without the query string
-        super().__init__(self._render())
+        StatusError.__init__(self, status, method=method, url=url)
 
     def _render(self) -> str:
         # Only server-provided text is shortened; our own context always survives.
-        head = f"{self.method} {self.url}".strip()
-        text = f"{head}: status {self.status}" if head else f"status {self.status}"
-        detail = ": ".join(_one_line(p) for p in (self.type_name, self.message) if p.strip())
+        text = super()._render()
+        detail = ": ".join(one_line(p) for p in (self.type_name, self.message) if p.strip())
         if detail:
             text += f": {detail}"
         ids = [
-            f"{key}={_one_line(value)}"
+            f"{key}={one_line(value)}"
             for key, value in (
                 ("activity_id", self.activity_id),
                 ("github_request_id", self.github_request_id),
@@ -78,9 +69,6 @@ class ActionsHTTPError(ActionsError):
         if ids:
             text += f" ({', '.join(ids)})"
         return text
-
-    def __str__(self) -> str:
-        return self._render()
 
 
 class UnauthorizedError(ActionsHTTPError):
@@ -136,25 +124,10 @@ class ScaleSetGoneError(_GaveUpError):
         )
 
 
-class RequestFailedError(ActionsError):
-    """No usable response: connection, TLS, timeout or HTTP protocol failure.
-
-    ``transient`` is False for failures retrying cannot fix: an untrusted or invalid server
-    certificate, an unsupported URL scheme, an invalid request, too many redirects.
-    """
-
-    def __init__(self, method: str, url: str, reason: str, *, transient: bool) -> None:
-        self.method = method
-        self.url = url
-        self.reason = reason
-        self.transient = transient
-        super().__init__(f"{method} {url}: {_one_line(reason)}")
-
-
 class RetriesExhaustedError(ActionsError):
     """Every attempt the retry policy allows failed; ``last_error`` is the final failure."""
 
-    def __init__(self, method: str, url: str, attempts: int, last_error: ActionsError) -> None:
+    def __init__(self, method: str, url: str, attempts: int, last_error: HTTPError) -> None:
         self.method = method
         self.url = url
         self.attempts = attempts
@@ -164,7 +137,7 @@ class RetriesExhaustedError(ActionsError):
     @property
     def status(self) -> int | None:
         """Status of the last response, or None when the last attempt got no response."""
-        return self.last_error.status if isinstance(self.last_error, ActionsHTTPError) else None
+        return self.last_error.status if isinstance(self.last_error, StatusError) else None
 
 
 class ProtocolError(ActionsError):

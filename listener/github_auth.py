@@ -27,11 +27,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import httpx
-
+from base.http.client import URL, Client, Response, redact_url
 from listener.config import AppCredentials, Credentials, GitHubTarget
 from listener.errors import CredentialsError, ProtocolError
-from listener.http import Clock, Sleep, error_from_response, redact_url, send
+from listener.http import Clock, Sleep, error_from_response, send
 from listener.wire import WireError, decode_json
 
 log = logging.getLogger(__name__)
@@ -104,7 +103,7 @@ def _b64url(segment: str) -> bytes:
     return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
 
 
-def _string_field(response: httpx.Response, key: str) -> str:
+def _string_field(response: Response, key: str) -> str:
     where = f"{response.request.method} {redact_url(response.request.url)}"
     try:
         body = decode_json(response.content)
@@ -124,7 +123,7 @@ class GitHubAuth:
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        client: Client,
         target: GitHubTarget,
         credentials: Credentials,
         *,
@@ -218,7 +217,7 @@ class GitHubAuth:
         log.info(
             "obtained an Actions service admin token",
             extra={
-                "actions_url": redact_url(httpx.URL(connection.actions_url)),
+                "actions_url": redact_url(URL(connection.actions_url)),
                 "expires_in_s": round(connection.expires_at - self._clock()),
             },
         )

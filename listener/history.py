@@ -27,7 +27,6 @@ saying why a job is not one, is ``capacity.whatif.trace.from_github``.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -36,8 +35,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
+from base.http.client import URL, Client, Headers
+from base.http.errors import HTTPError
+from base.http.headers import rate_limit, rate_limited, retry_after
 from listener.http import Clock, Sleep, error_from_response, send
 from listener.wire import WireError, decode_json
 
@@ -51,7 +51,7 @@ _MAX_WAIT = 3600.0
 _DEFAULT_WAIT = 60.0
 
 
-class HistoryError(Exception):
+class HistoryError(HTTPError):
     """The import cannot go on; the message is one line, without secrets."""
 
 
@@ -78,7 +78,7 @@ class GitHubHistory:
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        client: Client,
         token: TokenSource,
         api_url: str,
         *,
@@ -165,7 +165,7 @@ class GitHubHistory:
 
     async def _get(self, url: str) -> tuple[Any, str | None]:
         """GET one page: (its JSON, the next page's URL)."""
-        path = httpx.URL(url).path
+        path = URL(url).path
         for _ in range(_LIMIT_WAITS + 1):
             await self._pace()
             token = await self._token()
@@ -182,14 +182,7 @@ class GitHubHistory:
             )
             self.pacing.calls += 1
             self._note(response.headers)
-            limited = response.status_code == 429 or (
-                response.status_code == 403
-                and (
-                    "retry-after" in response.headers
-                    or response.headers.get("x-ratelimit-remaining") == "0"
-                )
-            )
-            if limited:
+            if rate_limited(response.status_code, response.headers):
                 await self._wait(self._limit_wait(response.headers), f"{path}: rate-limited")
                 continue
             if response.status_code != 200:
@@ -201,13 +194,12 @@ class GitHubHistory:
             return body, response.links.get("next", {}).get("url")
         raise HistoryError(f"{path}: still rate-limited after {_LIMIT_WAITS} waits")
 
-    def _note(self, headers: httpx.Headers) -> None:
-        remaining = headers.get("x-ratelimit-remaining", "")
-        reset = headers.get("x-ratelimit-reset", "")
-        if remaining.isdigit():
-            self.pacing.remaining = int(remaining)
-        if reset.isdigit():
-            self.pacing.reset_at = float(reset)
+    def _note(self, headers: Headers) -> None:
+        limit = rate_limit(headers)
+        if limit.remaining is not None:
+            self.pacing.remaining = limit.remaining
+        if limit.reset_at is not None:
+            self.pacing.reset_at = limit.reset_at
 
     async def _pace(self) -> None:
         p = self.pacing
@@ -218,15 +210,10 @@ class GitHubHistory:
             await self._wait(wait, f"{p.remaining} calls left (reserve {p.reserve})")
         p.remaining = None
 
-    def _limit_wait(self, headers: httpx.Headers) -> float:
-        value = headers.get("retry-after", "").strip()
-        if value.isdigit():
-            return float(value)
-        if value:
-            try:
-                return email.utils.parsedate_to_datetime(value).timestamp() - self._clock()
-            except (TypeError, ValueError):
-                pass
+    def _limit_wait(self, headers: Headers) -> float:
+        asked = retry_after(headers, self._clock())
+        if asked is not None:
+            return asked
         if self.pacing.reset_at is not None:
             return self.pacing.reset_at - self._clock()
         return _DEFAULT_WAIT

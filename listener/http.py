@@ -1,22 +1,10 @@
-"""The one HTTP layer: client factory and the single retry policy (ARC's, see
-docs/wire-protocol.md §2).
+"""ARC's HTTP policy for GitHub and the Actions service: its User-Agent, its error bodies, the
+single retry policy (ARC's, see docs/wire-protocol.md §2) and the session-create waits.
 
-Everything that talks to GitHub or the Actions service goes through :func:`make_client` and
-:func:`send`; no other module retries.
-
-Client (:func:`make_client`):
-
-- TLS: the system trust store, with ``server_root_ca`` *appended* (ARC adds it to the system
-  pool rather than replacing it).
-- Proxies: ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` with Go's rules
-  (:mod:`listener.proxy`); the client is built with ``trust_env=False`` and a small router
-  picks the direct or the proxied transport per request.
-- Deadlines: a per-operation :class:`httpx.Timeout` on the client (``LONG_POLL_TIMEOUT`` is
-  passed for the long poll), and :func:`send` bounds each whole attempt as well, so a server
-  that trickles bytes cannot hold a call forever.
-- User-Agent: ARC's JSON document, naming this listener (:func:`user_agent`, and
-  docs/wire-protocol.md §2). httpx's default ``Accept: */*`` is removed because GitHub API
-  calls carry no Accept header.
+The mechanism (client construction with TLS, Go's proxy rules and deadlines; one attempt
+under a deadline; the error tree) is :mod:`base.http`; this module decides what to do with
+what comes back. Everything that talks to GitHub or the Actions service goes through
+:func:`send`; no other module retries an HTTP call.
 
 Retry policy (:func:`send`): 5 attempts; waits 1, 2, 4, 8 s (capped at 30 s) or the server's
 ``Retry-After`` on 429/503; retries transport failures except certificate and request errors,
@@ -24,24 +12,20 @@ Retry policy (:func:`send`): 5 attempts; waits 1, 2, 4, 8 s (capped at 30 s) or 
 exhaustion raises :class:`RetriesExhaustedError` instead of returning the last response.
 Deliberate difference: ``Retry-After`` is capped at ``RETRY_AFTER_MAX`` (Go does not cap it).
 
-Size: the client factory and the retry policy are the two halves of one contract (every
-call goes through both); Go's proxy rules, which were the rest, live in listener/proxy.py.
+Size: the retry policy and the two session-create waits (409 conflict, 404 gone) are the
+tenacity layer for HTTP calls, kept in one module so there is one; the client factory and
+Go's proxy rules, which were the rest, live in base/http.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import functools
-import importlib.metadata
 import json
 import logging
 import random
-import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 
-import httpx
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -52,15 +36,23 @@ from tenacity import (
 )
 
 from base.backoff import exponential
+from base.http.client import (
+    Client,
+    Request,
+    Response,
+    Timeout,
+    package_version,
+    redact_url,
+    send_once,
+)
+from base.http.errors import HTTPError, TransportError
+from base.http.headers import retry_after
 from listener.errors import (
-    ActionsError,
     ActionsHTTPError,
-    RequestFailedError,
     RetriesExhaustedError,
     UnauthorizedError,
     is_retryable_status,
 )
-from listener.proxy import ProxySettings
 from listener.wire import WireError, decode_json
 
 log = logging.getLogger(__name__)
@@ -76,12 +68,9 @@ RETRY_WAIT_MIN = 1.0
 RETRY_WAIT_MAX = 30.0
 RETRY_AFTER_MAX = 300.0  # a server asking for longer than Go's per-attempt limit is not obeyed
 
-DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
-"""Per-operation limits for every call except the long poll."""
-
 # The service holds a long poll for about 50 s before answering 202; the read limit leaves
 # ample room for that and for a slow first byte after it.
-LONG_POLL_TIMEOUT = httpx.Timeout(30.0, connect=10.0, read=90.0)
+LONG_POLL_TIMEOUT = Timeout(30.0, connect=10.0, read=90.0)
 
 DEFAULT_DEADLINE = 60.0
 """Upper bound on one whole attempt (connect, send, wait, read the body), in seconds."""
@@ -94,19 +83,6 @@ _MAX_ERROR_BODY = 2000
 
 
 # --- User-Agent --------------------------------------------------------------------------------
-
-
-def _package_version() -> str:
-    try:
-        return importlib.metadata.version(_DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return "0.0.0"
-
-
-def product_user_agent() -> str:
-    """A plain ``capacity-listener/<version>`` User-Agent, for services other than GitHub's
-    (HUD), which have no use for ARC's JSON document."""
-    return f"{_DISTRIBUTION}/{_package_version()}"
 
 
 def user_agent(scale_set_id: int, *, arc_version: str = "") -> str:
@@ -125,7 +101,7 @@ def user_agent(scale_set_id: int, *, arc_version: str = "") -> str:
             "commit_sha": "unknown",
             "scale_set_id": scale_set_id,
             "subsystem": _DISTRIBUTION,
-            "build_version": _package_version(),
+            "build_version": package_version(),
             "build_commit_sha": "unknown",
             "kind": "scaleset",
         },
@@ -133,81 +109,10 @@ def user_agent(scale_set_id: int, *, arc_version: str = "") -> str:
     )
 
 
-class _ProxyRouter(httpx.AsyncBaseTransport):
-    """Sends each request directly or through the proxy :class:`ProxySettings` picks."""
-
-    def __init__(self, settings: ProxySettings, verify: ssl.SSLContext) -> None:
-        self._settings = settings
-        self._direct = httpx.AsyncHTTPTransport(verify=verify)
-        self._proxied = {
-            url: httpx.AsyncHTTPTransport(verify=verify, proxy=httpx.Proxy(url))
-            for url in {settings.http_proxy, settings.https_proxy}
-            if url
-        }
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        proxy = self._settings.proxy_for(str(request.url))
-        transport = self._direct if proxy is None else self._proxied[proxy]
-        return await transport.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        for transport in (self._direct, *self._proxied.values()):
-            await transport.aclose()
-
-
-# --- client ------------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=4)
-def ssl_context(root_ca_pem: str = "") -> ssl.SSLContext:
-    """System trust store plus ``root_ca_pem`` (PEM, may hold several certificates).
-
-    Cached: loading the system store costs tens of milliseconds, and a context is safe to
-    share between clients (nothing here changes it after creation).
-    """
-    context = ssl.create_default_context()
-    if root_ca_pem.strip():
-        try:
-            context.load_verify_locations(cadata=root_ca_pem)
-        except (ssl.SSLError, ValueError):
-            raise ValueError("server_root_ca: not a valid PEM certificate bundle") from None
-    return context
-
-
-def make_client(
-    *,
-    root_ca_pem: str = "",
-    user_agent: str,
-    timeout: httpx.Timeout = DEFAULT_TIMEOUT,
-    env: Mapping[str, str] | None = None,
-) -> httpx.AsyncClient:
-    """The AsyncClient every GitHub/Actions call uses (see the module docstring).
-
-    ``env`` defaults to ``os.environ``; it is read once, here. Raises ValueError with one line
-    naming the setting when ``root_ca_pem`` or a proxy variable is unusable.
-    """
-    transport = _ProxyRouter(ProxySettings.from_env(env), ssl_context(root_ca_pem))
-    client = httpx.AsyncClient(
-        transport=transport,
-        timeout=timeout,
-        trust_env=False,  # proxies are handled by _ProxyRouter; see the module docstring
-        follow_redirects=True,  # like Go's http.Client, up to 10 hops
-        max_redirects=10,
-        headers={"User-Agent": user_agent},
-    )
-    del client.headers["Accept"]
-    return client
-
-
 # --- errors ------------------------------------------------------------------------------------
 
 
-def redact_url(url: httpx.URL) -> str:
-    """``url`` without user info and query, for logs and errors (queries may carry ids)."""
-    return str(url.copy_with(query=None, fragment=None, username=None, password=None))
-
-
-def error_from_response(response: httpx.Response) -> ActionsHTTPError:
+def error_from_response(response: Response) -> ActionsHTTPError:
     """Build the error for an unexpected status (docs/wire-protocol.md §2)."""
     type_name, message = _error_body(response)
     cls = UnauthorizedError if response.status_code == 401 else ActionsHTTPError
@@ -222,7 +127,7 @@ def error_from_response(response: httpx.Response) -> ActionsHTTPError:
     )
 
 
-def _error_body(response: httpx.Response) -> tuple[str, str]:
+def _error_body(response: Response) -> tuple[str, str]:
     # A proxy or load balancer can answer with a whole HTML page; keep a bounded excerpt.
     raw = response.content[:_MAX_ERROR_BODY].removeprefix(b"\xef\xbb\xbf")
     text = raw.decode("utf-8", "replace").strip()
@@ -242,62 +147,18 @@ def _error_body(response: httpx.Response) -> tuple[str, str]:
     )
 
 
-def _request_failed(request: httpx.Request, exc: httpx.HTTPError) -> RequestFailedError:
-    method, url = request.method, redact_url(request.url)
-    detail = str(exc) or type(exc).__name__
-    cert_error = _cert_error(exc)
-    if cert_error is not None:
-        reason = cert_error.verify_message or str(cert_error)
-        return RequestFailedError(
-            method, url, f"TLS certificate verification failed: {reason}", transient=False
-        )
-    if isinstance(exc, httpx.TimeoutException):
-        return RequestFailedError(method, url, f"{type(exc).__name__}: {detail}", transient=True)
-    if isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError):
-        return RequestFailedError(method, url, f"{type(exc).__name__}: {detail}", transient=False)
-    transient = isinstance(exc, httpx.TransportError)  # TooManyRedirects, DecodingError: no
-    return RequestFailedError(method, url, f"{type(exc).__name__}: {detail}", transient=transient)
-
-
-def _cert_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, ssl.SSLCertVerificationError):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
-
-
 # --- retry policy ------------------------------------------------------------------------------
 
 
-def retry_after(response: httpx.Response, now: float) -> float | None:
-    """Seconds the server asked us to wait, from ``Retry-After`` (seconds or HTTP date)."""
-    value = response.headers.get("Retry-After", "").strip()
-    if not value:
-        return None
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:  # "-0000" dates parse naive; HTTP dates are always GMT
-        return None
-    return max(0.0, when.timestamp() - now)
-
-
 async def send(
-    client: httpx.AsyncClient,
-    build_request: Callable[[], httpx.Request],
+    client: Client,
+    build_request: Callable[[], Request],
     *,
     retry_auth_errors: bool = False,
     sleep: Sleep = asyncio.sleep,
     clock: Clock = time.time,
     deadline: float = DEFAULT_DEADLINE,
-) -> httpx.Response:
+) -> Response:
     """Send with ARC's retry policy; returns the first non-retryable response.
 
     ``build_request`` is called once per attempt so bodies and headers are fresh (and the
@@ -305,23 +166,23 @@ async def send(
     registration token may take a moment to become valid). ``clock`` (wall seconds) is only
     used to turn an HTTP-date ``Retry-After`` into a wait.
 
-    Raises RequestFailedError for a non-retryable transport failure and RetriesExhaustedError
+    Raises TransportError for a non-retryable transport failure and RetriesExhaustedError
     when every attempt failed. Cancellation propagates untouched and leaves ``client`` usable.
     """
     first = build_request()
     method, url = first.method, redact_url(first.url)
     pending = [first]
 
-    def retryable_status(response: httpx.Response) -> bool:
+    def retryable_status(response: Response) -> bool:
         status = response.status_code
         return is_retryable_status(status) or (retry_auth_errors and status in _AUTH_STATUSES)
 
     def wait(state: RetryCallState) -> float:
         outcome = state.outcome
         if outcome is not None and not outcome.failed:
-            response: httpx.Response = outcome.result()
+            response: Response = outcome.result()
             if response.status_code in _RETRY_AFTER_STATUSES:
-                asked = retry_after(response, clock())
+                asked = retry_after(response.headers, clock())
                 if asked is not None:
                     return min(asked, RETRY_AFTER_MAX)
         return exponential(state.attempt_number, base=RETRY_WAIT_MIN, cap=RETRY_WAIT_MAX)
@@ -343,38 +204,27 @@ async def send(
             ATTEMPTS,
         )
 
-    async def attempt() -> httpx.Response:
+    async def attempt() -> Response:
         request = pending.pop() if pending else build_request()
-        try:
-            async with asyncio.timeout(deadline):
-                return await client.send(request)
-        except TimeoutError:
-            raise RequestFailedError(
-                request.method,
-                redact_url(request.url),
-                f"no complete response within {deadline:g} s",
-                transient=True,
-            ) from None
-        except httpx.HTTPError as exc:
-            raise _request_failed(request, exc) from exc
+        return await send_once(client, request, deadline=deadline)
 
     retrying = AsyncRetrying(
         stop=stop_after_attempt(ATTEMPTS),
         wait=wait,
         retry=(
-            retry_if_exception(lambda e: isinstance(e, RequestFailedError) and e.transient)
+            retry_if_exception(lambda e: isinstance(e, TransportError) and e.transient)
             | retry_if_result(retryable_status)
         ),
         sleep=sleep,
         before_sleep=before_sleep,
     )
     try:
-        response: httpx.Response = await retrying(attempt)
+        response: Response = await retrying(attempt)
     except RetryError as exc:
         last = exc.last_attempt
         if last.failed:
             error = last.exception()
-            assert isinstance(error, ActionsError)
+            assert isinstance(error, HTTPError)
         else:
             error = error_from_response(last.result())
         raise RetriesExhaustedError(method, url, ATTEMPTS, error) from error
@@ -416,14 +266,14 @@ def conflict_wait(elapsed: float, after_attempts: int, *, lease: float) -> float
 
 
 async def retry_on_conflict(
-    call: Callable[[], Awaitable[httpx.Response]],
+    call: Callable[[], Awaitable[Response]],
     *,
     give_up_after: float,
     lease: float = SESSION_LEASE,
     sleep: Sleep = asyncio.sleep,
     clock: Clock = time.monotonic,
     jitter: Callable[[], float] | None = None,
-) -> tuple[httpx.Response, float]:
+) -> tuple[Response, float]:
     """Repeat ``call`` while it answers 409, for at most ``give_up_after`` seconds.
 
     Used for session create: a dead listener's session blocks a new one until the service
@@ -467,13 +317,13 @@ async def retry_on_conflict(
         before_sleep=before_sleep,
     )
 
-    async def attempt() -> httpx.Response:
+    async def attempt() -> Response:
         # tenacity only awaits what it can tell is a coroutine function; ``call`` may be a
         # plain lambda returning an awaitable.
         return await call()
 
     try:
-        response: httpx.Response = await retrying(attempt)
+        response: Response = await retrying(attempt)
     except RetryError as exc:
         response = exc.last_attempt.result()
     return response, elapsed()
@@ -485,13 +335,13 @@ GONE_TIMEOUT = 600.0
 
 
 async def retry_while_gone(
-    call: Callable[[], Awaitable[httpx.Response]],
+    call: Callable[[], Awaitable[Response]],
     *,
     give_up_after: float,
-    on_first: Callable[[httpx.Response], None],
+    on_first: Callable[[Response], None],
     sleep: Sleep = asyncio.sleep,
     clock: Clock = time.monotonic,
-) -> tuple[httpx.Response, float]:
+) -> tuple[Response, float]:
     """Repeat ``call`` while it answers 404, for at most ``give_up_after`` seconds, waiting
     5 s doubling to 60 s; ``on_first`` sees the first 404 (the one log line).
 
@@ -520,7 +370,7 @@ async def retry_while_gone(
         sleep=sleep,
     )
 
-    async def attempt() -> httpx.Response:
+    async def attempt() -> Response:
         nonlocal told
         response = await call()
         if response.status_code == 404 and not told:
@@ -529,7 +379,7 @@ async def retry_while_gone(
         return response
 
     try:
-        response: httpx.Response = await retrying(attempt)
+        response: Response = await retrying(attempt)
     except RetryError as exc:
         response = exc.last_attempt.result()
     return response, elapsed()

@@ -228,16 +228,6 @@ def _known(
     return known
 
 
-Registry = CollectorRegistry
-"""The registry type the other modules pass around (they do not import prometheus_client)."""
-
-
-def new_registry() -> Registry:
-    """The process's private registry: only what the listener and the monitor register, no
-    process or platform collectors (ARC's page has none either)."""
-    return CollectorRegistry(auto_describe=True)
-
-
 class ListenerMetrics:
     """Records ARC's listener metrics (plus the two additions) into ``registry``.
 

@@ -9,9 +9,10 @@ Errors are ARC's words (its ``vault/azurekeyvault`` package), one line each, nev
 secret: :class:`VaultError` for a config that cannot work or a vault that cannot be read.
 
 The call is blocking (``azure-core``'s requests transport) and happens once, at start-up,
-before anything else runs; the caller runs it in a worker thread. Every request has a
-connect and a read timeout; ``azure-core``'s own retry policy (4 retries, ARC's count) is the
-only retry layer for these calls.
+before anything else runs; the caller runs it in a worker thread. Every request has the
+connect and read timeouts every other client has (``base.http.client``), and messages are
+cut to one line as every HTTP error is (``base.http.errors.one_line``); ``azure-core``'s own
+retry policy (4 retries, ARC's count) is the only retry layer for these calls.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import logging
 import os
 from urllib.parse import urlsplit
 
+from base.http.client import CONNECT_TIMEOUT, READ_TIMEOUT
+from base.http.errors import one_line
 from listener.config import AzureKeyVaultConfig, VaultError
 
 # The vault is read before logging is set up. Without a handler on its logger, the Azure
@@ -27,10 +30,7 @@ from listener.config import AzureKeyVaultConfig, VaultError
 # one error line; once logging is configured they flow to it (and its redaction) as usual.
 logging.getLogger("azure").addHandler(logging.NullHandler())
 
-_CONNECT_TIMEOUT = 10.0
-_READ_TIMEOUT = 30.0
 _RETRIES = 4
-_MAX_DETAIL = 300
 
 
 def check(config: AzureKeyVaultConfig) -> None:
@@ -60,11 +60,6 @@ def check(config: AzureKeyVaultConfig) -> None:
         )
 
 
-def _one_line(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= _MAX_DETAIL else flat[: _MAX_DETAIL - 1] + "…"
-
-
 def read_secret(
     config: AzureKeyVaultConfig,
     name: str,
@@ -88,8 +83,8 @@ def read_secret(
     from azure.keyvault.secrets import SecretClient
 
     transport: dict[str, object] = {
-        "connection_timeout": _CONNECT_TIMEOUT,
-        "read_timeout": _READ_TIMEOUT,
+        "connection_timeout": CONNECT_TIMEOUT,
+        "read_timeout": READ_TIMEOUT,
         "retry_total": _RETRIES,
         "connection_verify": connection_verify,
     }
@@ -110,7 +105,7 @@ def read_secret(
     except (ValueError, OSError) as exc:
         raise VaultError(
             "failed to create azsecrets client from config: failed to parse certificates: "
-            f"{_one_line(str(exc))}"
+            f"{one_line(str(exc))}"
         ) from None
     try:
         with (
@@ -126,9 +121,9 @@ def read_secret(
     except AzureError as exc:
         # azure-core repeats code and message on further lines; the first says it all.
         first = (exc.message or str(exc) or type(exc).__name__).splitlines()[0]
-        raise VaultError(f"failed to get secret: {_one_line(first)}") from None
+        raise VaultError(f"failed to get secret: {one_line(first)}") from None
     except ValueError as exc:  # e.g. a challenge naming another domain
-        raise VaultError(f"failed to get secret: {_one_line(str(exc))}") from None
+        raise VaultError(f"failed to get secret: {one_line(str(exc))}") from None
     if secret.value is None:
         raise VaultError("secret value is nil")
     return secret.value

@@ -32,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
+from base.http.errors import HTTPError
 from capacity.github_demand import label_match
 from capacity.settings import (
     CapacitySettings,
@@ -47,7 +48,6 @@ from capacity.whatif.simulate import SimConfig
 from capacity.whatif.synth import SynthSpec, generate, provisioning_delays
 from capacity.whatif.trace import TraceError, TraceJob, from_github, read_lines, write_lines
 from listener.config import ConfigError
-from listener.errors import ActionsError
 from listener.history import HistoryError
 
 _DELAY_SAMPLES = 10_000
@@ -125,7 +125,8 @@ async def _import_command(args: argparse.Namespace) -> int:
 async def _import_github(
     args: argparse.Namespace, skipped: Counter[str]
 ) -> tuple[list[TraceJob], dict[str, Any]]:
-    from listener import app, github_auth, http
+    from base.http.client import make_client, product_user_agent
+    from listener import app, github_auth
     from listener.history import GitHubHistory
     from listener.logs import register_secret
 
@@ -141,8 +142,8 @@ async def _import_github(
     def progress(line: str) -> None:
         print(line, file=sys.stderr)
 
-    async with http.make_client(
-        root_ca_pem=cfg.server_root_ca, user_agent=http.product_user_agent()
+    async with make_client(
+        root_ca_pem=cfg.server_root_ca, user_agent=product_user_agent()
     ) as client:
         auth = github_auth.GitHubAuth(
             client, target=cfg.target, credentials=cfg.credentials, on_secret=register_secret
@@ -552,7 +553,7 @@ _EXPECTED = (
     HistoryError,
     ConfigError,
     CapacitySettingsError,
-    ActionsError,
+    HTTPError,
     ValueError,
 )
 

@@ -60,9 +60,9 @@ from dataclasses import dataclass, field, replace
 
 from capacity import policy, warm_pool
 from capacity.model import (
-    HudOutcome,
-    HudResult,
-    HudState,
+    DemandOutcome,
+    DemandResult,
+    DemandState,
     Memory,
     Observed,
     Params,
@@ -214,7 +214,7 @@ class _Run:
     waiting_head: int = 0
     running_jobs: int = 0
     memory: Memory = field(default_factory=Memory)
-    hud: HudState = field(default_factory=HudState)
+    hud: DemandState = field(default_factory=DemandState)
     node_seconds: float = 0.0
     pair_seconds: float = 0.0
     launches: int = 0
@@ -349,7 +349,7 @@ class _Run:
     def params(self, size: int) -> Params:
         cached = self.params_cache.get(size)
         if cached is None:
-            cached = replace(self.config.params, proactive_capacity=size, hud_enabled=True)
+            cached = replace(self.config.params, proactive_capacity=size, demand_enabled=True)
             self.params_cache[size] = cached
         return cached
 
@@ -438,8 +438,8 @@ def simulate(jobs: Sequence[TraceJob], config: SimConfig, pool: WarmPool) -> Out
             elif kind == _DEMAND_SEEN:
                 queued = seen.pop(arg)
                 before = policy.resolve_demand(run.hud, now, run.params(0)).queued
-                outcome = HudOutcome(result=HudResult.OK, duration=0.0, queued=queued)
-                run.hud = policy.record_hud(run.hud, outcome, now)
+                outcome = DemandOutcome(result=DemandResult.OK, duration=0.0, queued=queued)
+                run.hud = policy.record_demand(run.hud, outcome, now)
                 changed = changed or queued != before
             elif arg == _POKED:  # _PASS for a change
                 poked = False

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from listener.http import make_client
+from base.http.client import make_client
 from tests.unit.listener_fixtures import UA, FakeTime
 
 

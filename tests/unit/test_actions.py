@@ -17,6 +17,7 @@ import httpx
 import pytest
 import respx
 
+from base.http.client import make_client
 from listener.actions import ActionsClient, admin_url
 from listener.config import TokenCredentials, parse_github_target
 from listener.errors import (
@@ -27,7 +28,7 @@ from listener.errors import (
     UnauthorizedError,
 )
 from listener.github_auth import AdminConnection, GitHubAuth
-from listener.http import LONG_POLL_TIMEOUT, make_client
+from listener.http import LONG_POLL_TIMEOUT
 from tests.unit.listener_fixtures import (
     SESSION_ID,
     STATISTICS,

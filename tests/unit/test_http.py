@@ -1,6 +1,7 @@
-"""listener.http: client factory (TLS, proxies, User-Agent) and ARC's retry policy.
+"""The Actions client's HTTP: base.http.client's factory (TLS, proxies, User-Agent) as the
+listener uses it, and listener.http's ARC retry policy.
 
-Size: the tests of one module, listener/http.py: the client factory (User-Agent, TLS, proxies)
+Size: the tests of the listener's HTTP path: the client factory (User-Agent, TLS, proxies)
 and the one retry layer (the retry policy, the bounded 409 retry, error bodies and the error
 tree it raises), a test per behaviour on shared respx fixtures.
 """
@@ -21,16 +22,18 @@ import httpx
 import pytest
 import respx
 
+from base.http import client as base_client
+from base.http.client import make_client
+from base.http.errors import TransportError
+from base.http.proxy import ProxySettings
 from listener import http
 from listener.errors import (
     ActionsHTTPError,
-    RequestFailedError,
     RetriesExhaustedError,
     SessionConflictError,
     UnauthorizedError,
 )
-from listener.http import error_from_response, make_client, send, user_agent
-from listener.proxy import ProxySettings
+from listener.http import error_from_response, send, user_agent
 from tests.unit.listener_fixtures import (
     UA,
     CertificateAuthority,
@@ -88,12 +91,12 @@ async def test_client_sends_user_agent_and_no_accept_header(client: httpx.AsyncC
     request = route.calls.last.request
     assert request.headers["User-Agent"] == UA
     assert "Accept" not in request.headers
-    assert request.extensions["timeout"] == http.DEFAULT_TIMEOUT.as_dict()
+    assert request.extensions["timeout"] == base_client.DEFAULT_TIMEOUT.as_dict()
 
 
 def test_long_poll_timeout_outlasts_the_servers_hold() -> None:
     long_read = http.LONG_POLL_TIMEOUT.read
-    default_read = http.DEFAULT_TIMEOUT.read
+    default_read = base_client.DEFAULT_TIMEOUT.read
     assert long_read is not None
     assert default_read is not None
     assert long_read >= 70
@@ -259,7 +262,7 @@ async def test_transport_errors_exhausted(client: httpx.AsyncClient, fake: FakeT
         await send(client, lambda: get(client), sleep=fake.sleep)
     assert route.call_count == 5
     assert info.value.status is None
-    assert isinstance(info.value.last_error, RequestFailedError)
+    assert isinstance(info.value.last_error, TransportError)
     assert "connection refused" in str(info.value)
 
 
@@ -272,7 +275,7 @@ async def test_request_errors_are_not_retried(
     client: httpx.AsyncClient, fake: FakeTime, error: Exception
 ) -> None:
     route = respx.get(URL).mock(side_effect=error)
-    with pytest.raises(RequestFailedError) as info:
+    with pytest.raises(TransportError) as info:
         await send(client, lambda: get(client), sleep=fake.sleep)
     assert route.call_count == 1
     assert not info.value.transient
@@ -424,14 +427,14 @@ def test_error_for_401_is_unauthorized() -> None:
 
 def test_errors_never_contain_tokens_from_headers_or_query() -> None:
     error = error_from_response(_response(500, b'{"message": "boom"}', {}))
-    exhausted = RetriesExhaustedError("POST", http.redact_url(httpx.URL(URL)), 5, error)
+    exhausted = RetriesExhaustedError("POST", base_client.redact_url(httpx.URL(URL)), 5, error)
     for text in (str(error), repr(error), str(exhausted), repr(exhausted)):
         assert "s3cr3t" not in text
 
 
 def test_redact_url_drops_credentials_and_query() -> None:
     url = httpx.URL("https://user:pw@queue.example/_apis/q?sessionId=1&token=t#frag")
-    assert http.redact_url(url) == "https://queue.example/_apis/q"
+    assert base_client.redact_url(url) == "https://queue.example/_apis/q"
 
 
 # --- TLS ---------------------------------------------------------------------------------------
@@ -479,7 +482,7 @@ async def test_untrusted_certificate_fails_at_once_without_retries(
         _tls_server(stranger.server_context(tmp_path)) as port,
     ):
         url = f"https://127.0.0.1:{port}/"
-        with pytest.raises(RequestFailedError, match="TLS certificate verification failed"):
+        with pytest.raises(TransportError, match="TLS certificate verification failed"):
             await send(client, lambda: client.build_request("GET", url), sleep=fake.sleep)
     assert fake.sleeps == []
 

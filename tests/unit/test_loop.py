@@ -23,11 +23,12 @@ import httpx
 import pytest
 import respx
 
+from base.http.client import make_client
 from base.kube import KubeError
 from listener.actions import ActionsClient
 from listener.advertised import AdvertisedCapacity
 from listener.github_auth import AdminConnection
-from listener.http import make_client, user_agent
+from listener.http import user_agent
 from listener.loop import Listener
 from listener.scaler import PatchRetry, Scaler
 from listener.wire import JobMessage, Statistics

@@ -10,7 +10,7 @@ import pytest
 import respx
 
 from capacity.demand import HudDemand, Reading, build_reader
-from capacity.model import HudResult
+from capacity.model import DemandResult
 from capacity.settings import CapacitySettings, load_capacity_settings
 
 URL = "https://hud.test/api/clickhouse/queued_jobs_aggregate"
@@ -83,7 +83,7 @@ async def test_peers_ask_for_the_total_and_the_aged_part(hud: respx.MockRouter) 
     reading = await read(settings(**SHARDED))
     assert sorted(threshold(call.request) for call in route.calls) == [0, 10]
     outcome = reading.outcome
-    assert (outcome.result, outcome.queued, outcome.aged) == (HudResult.OK, 9, 2)
+    assert (outcome.result, outcome.queued, outcome.aged) == (DemandResult.OK, 9, 2)
     assert len(reading.requests) == 2
 
 
@@ -105,9 +105,9 @@ async def test_either_request_failing_fails_the_read(hud: respx.MockRouter, fail
     )
     reading = await read(settings(**SHARDED))
     outcome = reading.outcome
-    assert (outcome.result, outcome.queued, outcome.aged) == (HudResult.HTTP_ERROR, None, None)
+    assert (outcome.result, outcome.queued, outcome.aged) == (DemandResult.HTTP_ERROR, None, None)
     results = sorted(r.result for r in reading.requests)
-    assert results == sorted([HudResult.OK, HudResult.HTTP_ERROR])
+    assert results == sorted([DemandResult.OK, DemandResult.HTTP_ERROR])
 
 
 def test_github_source_needs_the_listeners_access() -> None:
@@ -150,4 +150,4 @@ async def test_a_redirect_from_hud_is_not_followed() -> None:
         reader = build_reader(settings(), LABELS, hud_client=given)
         assert reader is not None
         reading = await reader.read()
-        assert reading.outcome.result == HudResult.HTTP_ERROR
+        assert reading.outcome.result == DemandResult.HTTP_ERROR

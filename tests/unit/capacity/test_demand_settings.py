@@ -18,7 +18,7 @@ def test_defaults_are_one_peer_and_no_source() -> None:
     assert settings.github.repositories == []
     assert settings.github.max_calls_per_interval == 200
     params = to_params(settings, 10)
-    assert (params.hud_enabled, params.cluster_index, params.cluster_count) == (False, 0, 1)
+    assert (params.demand_enabled, params.cluster_index, params.cluster_count) == (False, 0, 1)
 
 
 @pytest.mark.parametrize(
@@ -47,8 +47,8 @@ def test_github_source_params_use_its_own_floor_and_label() -> None:
         }
     )
     params = to_params(settings, 10)
-    assert params.hud_enabled
-    assert (params.hud_stale_after, params.hud_failure_base_capacity) == (120.0, 4)
+    assert params.demand_enabled
+    assert (params.demand_stale_after, params.demand_failure_base_capacity) == (120.0, 4)
     assert params.demand_live == DemandSource.GITHUB
     assert (params.cluster_index, params.cluster_count) == (1, 3)
 

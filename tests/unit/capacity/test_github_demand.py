@@ -19,8 +19,8 @@ import respx
 
 from capacity.demand import Reading
 from capacity.github_demand import GitHubDemand, GitHubScope, label_match
-from capacity.model import DemandSource, HudResult, HudState, Params
-from capacity.policy import record_hud, resolve_demand
+from capacity.model import DemandResult, DemandSource, DemandState, Params
+from capacity.policy import record_demand, resolve_demand
 from capacity.settings import CapacitySettingsError, DemandSettings, GitHubDemandSettings
 from tests.support.fake_github_rest import FakeGitHubRest
 
@@ -75,7 +75,7 @@ def source(
     )
 
 
-def result(reading: Reading) -> tuple[HudResult, int | None, int | None]:
+def result(reading: Reading) -> tuple[DemandResult, int | None, int | None]:
     return reading.outcome.result, reading.outcome.queued, reading.outcome.aged
 
 
@@ -112,7 +112,7 @@ async def test_counts_queued_jobs_with_matching_labels_across_repositories(
     fake.queue_job("acme", "matrix", ["linux"], run_id=started.run_id)  # rest of a matrix
     fake.queue_job("acme", "old", ["linux"])  # archived: not read
     got = await source(fake, http).read()
-    assert result(got) == (HudResult.OK, 3, 1)
+    assert result(got) == (DemandResult.OK, 3, 1)
     paths = {c.path for c in fake.calls}
     assert "/api/v3/repos/acme/old/actions/runs" not in paths
     assert all(c.token == TOKEN for c in fake.calls)
@@ -125,7 +125,7 @@ async def test_in_progress_runs_can_be_left_out(
     fake.queue_job("acme", "matrix", ["linux"], run_id=started.run_id)
     fake.queue_job("acme", "app", ["linux"])
     got = await source(fake, http, in_progress_runs=False).read()
-    assert result(got)[:2] == (HudResult.OK, 1)
+    assert result(got)[:2] == (DemandResult.OK, 1)
     assert not any(c.query.get("status") == "in_progress" for c in fake.calls)
 
 
@@ -136,11 +136,11 @@ async def test_configured_and_repository_scopes_read_only_those(
         fake.queue_job("acme", repo, ["linux"])
     fake.queue_job("partner", "d", ["linux"])
     got = await source(fake, http, repositories=["a", "partner/d"]).read()
-    assert result(got)[:2] == (HudResult.OK, 2)
+    assert result(got)[:2] == (DemandResult.OK, 2)
     assert not any("/orgs/" in c.path for c in fake.calls)
     fake.calls.clear()
     got = await source(fake, http, repository="c").read()
-    assert result(got)[:2] == (HudResult.OK, 1)
+    assert result(got)[:2] == (DemandResult.OK, 1)
     assert {c.path.split("/")[5] for c in fake.calls} == {"c"}
 
 
@@ -175,7 +175,7 @@ async def test_pages_are_followed(fake: FakeGitHubRest, http: httpx.AsyncClient)
     for _ in range(130):
         fake.queue_job("acme", "r007", ["linux"])  # 130 runs of one job each
     got = await source(fake, http, max_calls_per_interval=1000).read()
-    assert result(got)[:2] == (HudResult.OK, 130)
+    assert result(got)[:2] == (DemandResult.OK, 130)
     listing = [c for c in fake.calls if c.path.endswith("/orgs/acme/repos")]
     assert [c.query.get("page", "1") for c in listing] == ["1", "2", "3"]
     runs = [c for c in fake.calls if c.path.endswith("/r007/actions/runs")]
@@ -196,7 +196,7 @@ async def test_unchanged_answers_are_304s_that_cost_no_rate_limit(
     assert first.calls == {"ok": 11}  # 5 × (queued, in_progress) runs + 1 jobs list
     remaining = fake.remaining(TOKEN)
     second = await reader.read()
-    assert result(second)[:2] == (HudResult.OK, 1)
+    assert result(second)[:2] == (DemandResult.OK, 1)
     assert second.calls == {"not_modified": 11}
     assert all(c.conditional for c in fake.calls[-11:])
     assert fake.remaining(TOKEN) == remaining
@@ -205,7 +205,7 @@ async def test_unchanged_answers_are_304s_that_cost_no_rate_limit(
     fake.set_status(job.id, "in_progress")
     fake.queue_job("acme", "r3", ["linux"])
     third = await reader.read()
-    assert result(third)[:2] == (HudResult.OK, 1)
+    assert result(third)[:2] == (DemandResult.OK, 1)
     assert third.calls["ok"] >= 2
     assert third.calls["not_modified"] >= 6
 
@@ -241,10 +241,10 @@ async def test_first_listing_of_a_huge_organization_is_not_read_as_empty(
     fake.queue_job("acme", "repo-04999", ["linux"])
     reader = source(fake, http, max_calls_per_interval=30)
     first = await reader.read()
-    assert first.outcome.result == HudResult.RATE_LIMITED  # not OK with 0 queued
+    assert first.outcome.result == DemandResult.RATE_LIMITED  # not OK with 0 queued
     assert "not complete" in first.outcome.detail
     second = await reader.read()  # pages 31-50, then the first repositories
-    assert second.outcome.result == HudResult.OK
+    assert second.outcome.result == DemandResult.OK
     assert len(fake.calls) <= 60
 
 
@@ -261,7 +261,7 @@ async def test_low_allowance_slows_down_to_last_until_the_reset(
     fake.queue_job("acme", "r7", ["linux"])  # two lists change: two counted calls needed
     fake.calls.clear()
     got = await reader.read()
-    assert got.outcome.result == HudResult.OK
+    assert got.outcome.result == DemandResult.OK
     counted = [c for c in fake.calls if c.status != 304]
     assert len(counted) == 1  # spread: one counted call per read until the reset
     assert len(fake.calls) > len(counted)  # 304s go on: they cost nothing
@@ -279,12 +279,12 @@ async def test_exhausted_rate_limit_pauses_until_the_reset(
     reader = source(fake, http, clock=clock, rate_limit_reserve=0)
     fake.set_remaining(TOKEN, 0, reset_in=600)
     got = await reader.read()
-    assert result(got) == (HudResult.RATE_LIMITED, None, None)
+    assert result(got) == (DemandResult.RATE_LIMITED, None, None)
     assert got.calls == {"rate_limited": 1}
     calls = len(fake.calls)
     clock.now += 300
     again = await reader.read()
-    assert again.outcome.result == HudResult.RATE_LIMITED
+    assert again.outcome.result == DemandResult.RATE_LIMITED
     assert len(fake.calls) == calls  # paused: not one call
 
 
@@ -297,12 +297,12 @@ async def test_secondary_rate_limit_obeys_retry_after(
     reader = source(fake, http, clock=clock, repositories=["app"])
     fake.secondary_limit(retry_after=120, status=status)
     got = await reader.read()
-    assert got.outcome.result == HudResult.RATE_LIMITED
+    assert got.outcome.result == DemandResult.RATE_LIMITED
     assert "pausing 120s" in got.outcome.detail
     clock.now += 100
     assert (await reader.read()).calls == {}
     clock.now += 21
-    assert result(await reader.read())[:2] == (HudResult.OK, 1)
+    assert result(await reader.read())[:2] == (DemandResult.OK, 1)
 
 
 async def test_server_errors_fail_the_read_and_the_policy_holds_then_floors(
@@ -313,18 +313,18 @@ async def test_server_errors_fail_the_read_and_the_policy_holds_then_floors(
     reader = source(fake, http)
     params = Params(
         max_runners=10,
-        hud_enabled=True,
-        hud_stale_after=60.0,
-        hud_failure_base_capacity=2,
+        demand_enabled=True,
+        demand_stale_after=60.0,
+        demand_failure_base_capacity=2,
         demand_live=DemandSource.GITHUB,
     )
-    state = record_hud(HudState(), (await reader.read()).outcome, 0.0)
+    state = record_demand(DemandState(), (await reader.read()).outcome, 0.0)
     assert resolve_demand(state, 0.0, params).source == DemandSource.GITHUB
     fake.outage(502)
     failed = await reader.read()
-    assert result(failed) == (HudResult.HTTP_ERROR, None, None)
+    assert result(failed) == (DemandResult.HTTP_ERROR, None, None)
     assert failed.calls == {"error": 1}
-    state = record_hud(state, failed.outcome, 30.0)
+    state = record_demand(state, failed.outcome, 30.0)
     held = resolve_demand(state, 30.0, params)
     assert (held.queued, held.source) == (3, DemandSource.STALE)
     floor = resolve_demand(state, 61.0, params)
@@ -332,17 +332,17 @@ async def test_server_errors_fail_the_read_and_the_policy_holds_then_floors(
 
 
 @pytest.mark.parametrize(
-    ("token", "expected"), [("wrong-token", HudResult.HTTP_ERROR), (TOKEN, HudResult.TIMEOUT)]
+    ("token", "expected"), [("wrong-token", DemandResult.HTTP_ERROR), (TOKEN, DemandResult.TIMEOUT)]
 )
 async def test_bad_credentials_and_timeouts_fail_without_raising(
-    fake: FakeGitHubRest, http: httpx.AsyncClient, token: str, expected: HudResult
+    fake: FakeGitHubRest, http: httpx.AsyncClient, token: str, expected: DemandResult
 ) -> None:
     fake.queue_job("acme", "app", ["linux"])
     reader = source(fake, http, token=token, timeout=0.2, repositories=["app"])
-    if expected == HudResult.TIMEOUT:
+    if expected == DemandResult.TIMEOUT:
         await fake.stop()  # nothing listens: refused, reported as a failed call
         got = await reader.read()
-        assert got.outcome.result in (HudResult.HTTP_ERROR, HudResult.TIMEOUT)
+        assert got.outcome.result in (DemandResult.HTTP_ERROR, DemandResult.TIMEOUT)
         return
     got = await reader.read()
     assert got.outcome.result == expected
@@ -365,7 +365,7 @@ async def test_a_failing_token_source_is_a_failed_read(
         interval=30.0,
     )
     got = await reader.read()
-    assert got.outcome.result == HudResult.HTTP_ERROR
+    assert got.outcome.result == DemandResult.HTTP_ERROR
     assert got.outcome.detail == "no GitHub token (RuntimeError)"
     assert fake.calls == []
 
@@ -375,9 +375,9 @@ async def test_held_counts_keep_ageing(fake: FakeGitHubRest, http: httpx.AsyncCl
     job = fake.queue_job("acme", "app", ["linux"])
     clock.now = job.created_at.timestamp() + 10
     reader = source(fake, http, clock=clock, aged_after=60.0, repositories=["app"])
-    assert result(await reader.read()) == (HudResult.OK, 1, 0)
+    assert result(await reader.read()) == (DemandResult.OK, 1, 0)
     clock.now += 60
-    assert result(await reader.read()) == (HudResult.OK, 1, 1)
+    assert result(await reader.read()) == (DemandResult.OK, 1, 1)
 
 
 async def test_calls_per_read_at_50_repositories(
@@ -394,7 +394,7 @@ async def test_calls_per_read_at_50_repositories(
     assert cold.calls == {"ok": 1 + 100 + 10}
     warm = await reader.read()
     assert warm.calls == {"not_modified": 100 + 10}
-    assert result(warm)[:2] == (HudResult.OK, 10)
+    assert result(warm)[:2] == (DemandResult.OK, 10)
 
 
 @pytest.mark.parametrize(
@@ -425,6 +425,6 @@ async def test_bodies_of_the_wrong_shape_are_bad_responses(
             interval=30.0,
         )
         got = await reader.read()
-    assert got.outcome.result == HudResult.BAD_RESPONSE
+    assert got.outcome.result == DemandResult.BAD_RESPONSE
     assert detail in got.outcome.detail
     assert got.calls.get("error") == 1

@@ -11,7 +11,7 @@ import pytest
 import respx
 
 from capacity.hud import HudClient, build_parameters, parse_rows, sum_queued
-from capacity.model import HudOutcome, HudResult
+from capacity.model import DemandOutcome, DemandResult
 from capacity.settings import HudSettings, load_capacity_settings
 
 URL = "https://hud.test/api/clickhouse/queued_jobs_aggregate"
@@ -49,7 +49,7 @@ def hud() -> Iterator[respx.MockRouter]:
         yield router
 
 
-async def fetch(settings: HudSettings | None = None) -> HudOutcome:
+async def fetch(settings: HudSettings | None = None) -> DemandOutcome:
     async with HudClient(settings or hud_settings(), LABELS) as client:
         return await client.fetch()
 
@@ -68,7 +68,7 @@ async def test_rows_are_summed_per_label_and_other_labels_ignored(
         ],
     )
     outcome = await fetch()
-    assert outcome.result == HudResult.OK
+    assert outcome.result == DemandResult.OK
     assert outcome.queued == 8
     assert outcome.rows == 3
     assert outcome.duration >= 0
@@ -87,7 +87,7 @@ async def test_rows_are_summed_per_label_and_other_labels_ignored(
 async def test_empty_answer_is_zero_queued(hud: respx.MockRouter) -> None:
     hud.get(URL).respond(200, json=[])
     outcome = await fetch()
-    assert (outcome.result, outcome.queued, outcome.rows) == (HudResult.OK, 0, 0)
+    assert (outcome.result, outcome.queued, outcome.rows) == (DemandResult.OK, 0, 0)
 
 
 async def test_no_token_means_no_header(hud: respx.MockRouter) -> None:
@@ -100,7 +100,7 @@ async def test_no_token_means_no_header(hud: respx.MockRouter) -> None:
 async def test_transport_timeout(hud: respx.MockRouter) -> None:
     hud.get(URL).mock(side_effect=httpx.ReadTimeout("read timed out"))
     outcome = await fetch()
-    assert outcome.result == HudResult.TIMEOUT
+    assert outcome.result == DemandResult.TIMEOUT
     assert outcome.queued is None
 
 
@@ -116,7 +116,7 @@ async def test_whole_exchange_deadline(hud: respx.MockRouter) -> None:
 
     hud.get(URL).mock(return_value=httpx.Response(200, content=trickle()))
     outcome = await fetch(hud_settings(CAPACITY_HUD__TIMEOUT="300ms"))
-    assert outcome.result == HudResult.TIMEOUT
+    assert outcome.result == DemandResult.TIMEOUT
     assert outcome.duration < 2.0
     assert outcome.detail == "no answer within 0.3s"
 
@@ -125,7 +125,7 @@ async def test_whole_exchange_deadline(hud: respx.MockRouter) -> None:
 async def test_http_errors(hud: respx.MockRouter, status: int) -> None:
     hud.get(URL).respond(status, text="oops")
     outcome = await fetch()
-    assert outcome.result == HudResult.HTTP_ERROR
+    assert outcome.result == DemandResult.HTTP_ERROR
     assert outcome.detail == f"HTTP {status}"
     assert outcome.queued is None
 
@@ -133,7 +133,7 @@ async def test_http_errors(hud: respx.MockRouter, status: int) -> None:
 async def test_connection_error_never_shows_the_token(hud: respx.MockRouter) -> None:
     hud.get(URL).mock(side_effect=httpx.ConnectError(f"refused while sending {TOKEN}"))
     outcome = await fetch()
-    assert outcome.result == HudResult.HTTP_ERROR
+    assert outcome.result == DemandResult.HTTP_ERROR
     assert TOKEN not in outcome.detail
     assert TOKEN not in repr(outcome)
     assert outcome.detail.startswith("ConnectError: refused")
@@ -170,7 +170,7 @@ async def test_connection_error_never_shows_the_token(hud: respx.MockRouter) -> 
 async def test_bad_responses(hud: respx.MockRouter, body: bytes, detail: str) -> None:
     hud.get(URL).respond(200, content=body)
     outcome = await fetch()
-    assert outcome.result == HudResult.BAD_RESPONSE
+    assert outcome.result == DemandResult.BAD_RESPONSE
     assert outcome.detail == detail
     assert outcome.queued is None
 
@@ -178,7 +178,7 @@ async def test_bad_responses(hud: respx.MockRouter, body: bytes, detail: str) ->
 async def test_oversized_declared_body(hud: respx.MockRouter) -> None:
     hud.get(URL).respond(200, json=[row("linux.2xlarge", 1)] * 100)
     outcome = await fetch(hud_settings(CAPACITY_HUD__MAX_RESPONSE_BYTES="1000"))
-    assert outcome.result == HudResult.TOO_LARGE
+    assert outcome.result == DemandResult.TOO_LARGE
     assert outcome.detail.startswith("response too large (declared ")
 
 
@@ -194,7 +194,7 @@ async def test_oversized_streamed_body_is_abandoned(hud: respx.MockRouter) -> No
 
     hud.get(URL).mock(return_value=httpx.Response(200, content=endless()))
     outcome = await fetch(hud_settings(CAPACITY_HUD__MAX_RESPONSE_BYTES="5000"))
-    assert outcome.result == HudResult.TOO_LARGE
+    assert outcome.result == DemandResult.TOO_LARGE
     assert outcome.detail == "response too large (over 5000 bytes)"
     assert sent < 100  # stopped reading at the cap
 

@@ -15,10 +15,10 @@ import pytest
 from capacity.model import (
     DeleteReason,
     Demand,
+    DemandOutcome,
+    DemandResult,
     DemandSource,
-    HudOutcome,
-    HudResult,
-    HudState,
+    DemandState,
     Memory,
     Observed,
     Params,
@@ -27,7 +27,7 @@ from capacity.model import (
     RealPod,
     Role,
 )
-from capacity.policy import count_sides, plan, record_hud, resolve_demand
+from capacity.policy import count_sides, plan, record_demand, resolve_demand
 
 from .builders import P, R, apply_plan, pair, pairs, ph, runner, schedule_all, workflow
 
@@ -551,24 +551,26 @@ def test_operator_cap_change_mid_flight() -> None:
 
 
 def hud_params(**kw: object) -> Params:
-    return params(hud_enabled=True, hud_stale_after=120.0, hud_failure_base_capacity=4, **kw)
+    return params(
+        demand_enabled=True, demand_stale_after=120.0, demand_failure_base_capacity=4, **kw
+    )
 
 
-def ok(queued: int) -> HudOutcome:
-    return HudOutcome(result=HudResult.OK, duration=0.1, queued=queued)
+def ok(queued: int) -> DemandOutcome:
+    return DemandOutcome(result=DemandResult.OK, duration=0.1, queued=queued)
 
 
-def failed(result: HudResult = HudResult.TIMEOUT) -> HudOutcome:
-    return HudOutcome(result=result, duration=10.0)
+def failed(result: DemandResult = DemandResult.TIMEOUT) -> DemandOutcome:
+    return DemandOutcome(result=result, duration=10.0)
 
 
 def test_hud_disabled_means_zero_queued() -> None:
-    got = resolve_demand(HudState(), NOW, params())
+    got = resolve_demand(DemandState(), NOW, params())
     assert (got.queued, got.source) == (0, DemandSource.DISABLED)
 
 
 def test_hud_never_answered_uses_the_floor() -> None:
-    got = resolve_demand(HudState(), NOW, hud_params())
+    got = resolve_demand(DemandState(), NOW, hud_params())
     assert (got.queued, got.source) == (4, DemandSource.FLOOR)
 
 
@@ -584,17 +586,17 @@ def test_hud_never_answered_uses_the_floor() -> None:
 def test_hud_holds_last_good_then_falls_to_the_floor(
     failure_at: float, expected: tuple[int, DemandSource]
 ) -> None:
-    state = record_hud(HudState(), ok(17), 10.0)
+    state = record_demand(DemandState(), ok(17), 10.0)
     if failure_at > 10.0:
-        state = record_hud(state, failed(), failure_at)
+        state = record_demand(state, failed(), failure_at)
     got = resolve_demand(state, failure_at, hud_params())
     assert (got.queued, got.source) == expected
 
 
 def test_hud_outage_never_reads_as_zero() -> None:
     """ci-infra #577: an outage must not shrink capacity the way "0 queued" would."""
-    state = record_hud(HudState(), ok(0), 0.0)
-    state = record_hud(state, failed(HudResult.HTTP_ERROR), 500.0)
+    state = record_demand(DemandState(), ok(0), 0.0)
+    state = record_demand(state, failed(DemandResult.HTTP_ERROR), 500.0)
     got = resolve_demand(state, 500.0, hud_params(proactive_capacity=1))
     assert got.queued == 4
     result, _ = plan(Observed(), got, hud_params(proactive_capacity=1), Memory(), 500.0)
@@ -602,13 +604,13 @@ def test_hud_outage_never_reads_as_zero() -> None:
 
 
 def test_hud_recovers_after_a_failure() -> None:
-    state = record_hud(HudState(), failed(HudResult.BAD_RESPONSE), 0.0)
-    state = record_hud(state, ok(2), 5.0)
+    state = record_demand(DemandState(), failed(DemandResult.BAD_RESPONSE), 0.0)
+    state = record_demand(state, ok(2), 5.0)
     got = resolve_demand(state, 6.0, hud_params())
     assert (got.queued, got.source, got.age) == (2, DemandSource.HUD, 1.0)
 
 
 def test_hud_value_not_refreshed_in_time_is_not_trusted() -> None:
-    state = record_hud(HudState(), ok(9), 0.0)
+    state = record_demand(DemandState(), ok(9), 0.0)
     got = resolve_demand(state, 1000.0, hud_params())
     assert got.source == DemandSource.FLOOR

@@ -12,9 +12,9 @@ from capacity.metrics import DEMAND_PARTS, CapacityMetrics
 from capacity.model import (
     Claim,
     Demand,
+    DemandOutcome,
+    DemandResult,
     DemandSource,
-    HudOutcome,
-    HudResult,
     Observed,
     Plan,
     PodPhase,
@@ -141,7 +141,7 @@ def test_a_recorded_pass() -> None:
     m.record_pass(plan, observed, Demand(queued=1, source=DemandSource.FLOOR), proactive=2)
     m.record_advertised(2, changed=True)
     m.record_advertised(2, changed=False)
-    m.record_hud(HudResult.TIMEOUT, 0.5)
+    m.record_demand(DemandResult.TIMEOUT, 0.5)
     m.record_create("quota")
     m.record_delete("timeout", 2)
     m.record_kube_error("create", "quota")
@@ -188,7 +188,7 @@ def test_demand_parts_and_github_calls() -> None:
     assert "gha_capacity_demand_github_rate_limit_remaining" not in page(registry).replace(
         "# HELP gha_capacity_demand_github_rate_limit_remaining", ""
     ).replace("# TYPE gha_capacity_demand_github_rate_limit_remaining", "")
-    outcome = HudOutcome(result=HudResult.OK, duration=1.0, queued=9, aged=2)
+    outcome = DemandOutcome(result=DemandResult.OK, duration=1.0, queued=9, aged=2)
     m.record_reading(
         Reading(
             source="github",

@@ -197,9 +197,9 @@ def test_to_params() -> None:
         ttl=1200.0,
         renew_before=240.0,
         node_checks=True,
-        hud_enabled=True,
-        hud_stale_after=90.0,
-        hud_failure_base_capacity=6,
+        demand_enabled=True,
+        demand_stale_after=90.0,
+        demand_failure_base_capacity=6,
     )
 
 

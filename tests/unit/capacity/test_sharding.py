@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capacity.model import Demand, DemandSource, HudOutcome, HudResult, HudState, Params
-from capacity.policy import claim, desired_pairs, record_hud, resolve_demand
+from capacity.model import Demand, DemandOutcome, DemandResult, DemandSource, DemandState, Params
+from capacity.policy import claim, desired_pairs, record_demand, resolve_demand
 
 COUNTS = st.integers(1, 12)
 JOBS = st.integers(0, 5_000)
@@ -51,10 +51,12 @@ def test_one_peer_plans_exactly_as_without_sharding(
 ) -> None:
     """cluster_count 1 gives the same demand, hence the same desired pairs, as before."""
     base = Params(
-        max_runners=max_runners, proactive_capacity=proactive, hud_enabled=True
+        max_runners=max_runners, proactive_capacity=proactive, demand_enabled=True
     )  # the defaults are one peer
-    state = record_hud(
-        HudState(), HudOutcome(result=HudResult.OK, duration=0.1, queued=total, aged=aged), 0.0
+    state = record_demand(
+        DemandState(),
+        DemandOutcome(result=DemandResult.OK, duration=0.1, queued=total, aged=aged),
+        0.0,
     )
     got = resolve_demand(state, 1.0, base)
     assert got.queued == total
@@ -78,9 +80,9 @@ def peers(count: int, **kw: float) -> list[Params]:
     return [
         Params(
             max_runners=100,
-            hud_enabled=True,
-            hud_stale_after=60.0,
-            hud_failure_base_capacity=2,
+            demand_enabled=True,
+            demand_stale_after=60.0,
+            demand_failure_base_capacity=2,
             cluster_index=i,
             cluster_count=count,
             **kw,  # type: ignore[arg-type]
@@ -89,13 +91,13 @@ def peers(count: int, **kw: float) -> list[Params]:
     ]
 
 
-def ok(queued: int, aged: int) -> HudOutcome:
-    return HudOutcome(result=HudResult.OK, duration=0.1, queued=queued, aged=aged)
+def ok(queued: int, aged: int) -> DemandOutcome:
+    return DemandOutcome(result=DemandResult.OK, duration=0.1, queued=queued, aged=aged)
 
 
 def test_held_value_is_each_peers_claim_not_the_whole_queue() -> None:
-    state = record_hud(HudState(), ok(9, 2), 0.0)
-    state = record_hud(state, HudOutcome(result=HudResult.TIMEOUT, duration=5.0), 30.0)
+    state = record_demand(DemandState(), ok(9, 2), 0.0)
+    state = record_demand(state, DemandOutcome(result=DemandResult.TIMEOUT, duration=5.0), 30.0)
     got = [resolve_demand(state, 30.0, p) for p in peers(3)]
     assert {d.source for d in got} == {DemandSource.STALE}
     assert [d.queued for d in got] == [5, 4, 4]  # 7 fresh split 3/2/2, plus 2 aged each
@@ -104,16 +106,16 @@ def test_held_value_is_each_peers_claim_not_the_whole_queue() -> None:
 def test_floor_applies_whole_to_every_peer() -> None:
     """During an outage no peer can tell whether the others are up: none splits its floor
     (splitting 2 between 3 peers would leave one with nothing)."""
-    state = record_hud(HudState(), ok(9, 2), 0.0)
-    state = record_hud(state, HudOutcome(result=HudResult.HTTP_ERROR, duration=0.1), 100.0)
+    state = record_demand(DemandState(), ok(9, 2), 0.0)
+    state = record_demand(state, DemandOutcome(result=DemandResult.HTTP_ERROR, duration=0.1), 100.0)
     got = [resolve_demand(state, 100.0, p) for p in peers(3)]
     assert [(d.queued, d.source) for d in got] == [(2, DemandSource.FLOOR)] * 3
-    never = [resolve_demand(HudState(), 0.0, p) for p in peers(3)]
+    never = [resolve_demand(DemandState(), 0.0, p) for p in peers(3)]
     assert [(d.queued, d.source) for d in never] == [(2, DemandSource.FLOOR)] * 3
 
 
 def test_live_value_carries_its_parts() -> None:
-    state = record_hud(HudState(), ok(9, 2), 0.0)
+    state = record_demand(DemandState(), ok(9, 2), 0.0)
     got = resolve_demand(state, 1.0, peers(2)[1])
     assert got.source == DemandSource.HUD
     assert got.claim is not None

@@ -13,7 +13,7 @@ from capacity.whatif.simulate import SimConfig, merge, percentile, simulate
 from capacity.whatif.synth import SynthSpec, generate
 from capacity.whatif.trace import TraceJob
 
-PARAMS = Params(max_runners=100, hud_failure_base_capacity=0)  # no floor before the first read
+PARAMS = Params(max_runners=100, demand_failure_base_capacity=0)  # no floor before the first read
 CONFIG = SimConfig(params=PARAMS, delays=(60.0,), demand_lag=2.0, coalesce=0.15)
 
 

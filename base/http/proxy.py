@@ -3,7 +3,7 @@
 ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` in either case. httpx's own environment support
 does not fully match Go: it treats a ``NO_PROXY`` CIDR such as ``10.0.0.0/8`` as a single
 address, proxies loopback addresses, reads ``ALL_PROXY`` and prefers the lower-case variable
-when both are set. :mod:`listener.http` therefore builds its clients with ``trust_env=False``
+when both are set. :mod:`base.http.client` therefore builds its clients with ``trust_env=False``
 and asks :meth:`ProxySettings.proxy_for` per request.
 
 Remaining gaps: a ``socks5://`` proxy (which Go would use) is refused at start-up with a
