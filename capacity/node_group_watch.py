@@ -104,14 +104,12 @@ class NodeGroupRoom:
                 status_from,
                 field_selector=f"metadata.name={self.settings.status_configmap}",
             ),
-            take=self._take_event,
-            not_there=self._not_there,
-            retrying=self._retrying,
+            self,
             recheck=self.recheck,
             sleep=self._sleep,
         )
 
-    def _take_event(self, event: Reset[Status] | Upserted[Status] | Removed) -> None:
+    def take(self, event: Reset[Status] | Upserted[Status] | Removed) -> None:
         if isinstance(event, Reset):
             self._take(event.items.get(self.settings.status_configmap))
         elif isinstance(event, Upserted):
@@ -134,14 +132,12 @@ class NodeGroupRoom:
             self._set_state("watching")
         self.on_change()
 
-    def _retrying(self, error: KubeError) -> None:
+    def retrying(self, error: KubeError) -> None:
         self.metrics.record_kube_error("watch configmaps", error.kind.value)
         log.warning("node group watch failed, retrying", extra={"error": str(error)})
 
-    def _not_there(self, state: NotThere, error: KubeError) -> None:
-        """403 or 404: say so once (the watch stops and is looked at again later)."""
-        if state == self.state:
-            return  # a look again, answered as before: nothing new to say or re-plan
+    def not_there(self, state: NotThere, error: KubeError) -> None:
+        """403 or 404, newly: say so once and cap nothing (looked at again later)."""
         reason = (
             "the listener may not read cluster-autoscaler's status (bind "
             "deploy/rbac/role-cluster-autoscaler-status.yaml)"

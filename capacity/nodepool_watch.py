@@ -82,14 +82,12 @@ class NodePoolLimits:
         ``recheck`` seconds."""
         await follow_optional(
             lambda: self.kube.informer(self.resource, nodepool_from),
-            take=self._take,
-            not_there=self._not_there,
-            retrying=self._retrying,
+            self,
             recheck=self.recheck,
             sleep=self._sleep,
         )
 
-    def _take(self, event: Reset[NodePool] | Upserted[NodePool] | Removed) -> None:
+    def take(self, event: Reset[NodePool] | Upserted[NodePool] | Removed) -> None:
         if isinstance(event, Reset):
             changed = self.pools != event.items or self.state != "watching"
             self.pools = dict(event.items)
@@ -104,14 +102,12 @@ class NodePoolLimits:
         if changed:
             self.on_change()
 
-    def _retrying(self, error: KubeError) -> None:
+    def retrying(self, error: KubeError) -> None:
         self.metrics.record_kube_error(f"watch {self.resource.plural}", error.kind.value)
         log.warning("NodePool watch failed, retrying", extra={"error": str(error)})
 
-    def _not_there(self, state: NotThere, error: KubeError) -> None:
-        """403 or 404: say so once (the watch stops and is looked at again later)."""
-        if state == self.state:
-            return  # a look again, answered as before: nothing new to say or re-plan
+    def not_there(self, state: NotThere, error: KubeError) -> None:
+        """403 or 404, newly: say so once and cap nothing (looked at again later)."""
         reason = (
             "the listener may not read them (bind deploy/rbac/clusterrole-nodepools.yaml)"
             if state == "forbidden"

@@ -12,7 +12,7 @@ the switch-off.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Literal, TypeVar
+from typing import Literal, Protocol, TypeVar
 
 from base.kube import Failed, KubeError, Removed, Reset, Upserted, WatchEvent
 
@@ -22,30 +22,47 @@ NotThere = Literal["forbidden", "absent"]
 _NOT_THERE: dict[int, NotThere] = {403: "forbidden", 404: "absent"}
 
 
+class OptionalCheck(Protocol[T]):
+    """What a check does with its watch (NodePoolLimits, NodeGroupRoom)."""
+
+    @property
+    def state(self) -> str:
+        """The check's state: "forbidden" or "absent" after a 403 or 404, else its own."""
+        ...
+
+    def take(self, event: Reset[T] | Upserted[T] | Removed) -> None:
+        """A list or a change."""
+
+    def not_there(self, state: NotThere, error: KubeError) -> None:
+        """A 403 or 404 that changes ``state``: say so once, cap nothing."""
+
+    def retrying(self, error: KubeError) -> None:
+        """Any other failure (the informer retries it)."""
+
+
 async def follow_optional(
     events: Callable[[], AsyncIterator[WatchEvent[T]]],
+    check: OptionalCheck[T],
     *,
-    take: Callable[[Reset[T] | Upserted[T] | Removed], None],
-    not_there: Callable[[NotThere, KubeError], None],
-    retrying: Callable[[KubeError], None],
     recheck: float,
     sleep: Callable[[float], Awaitable[None]],
 ) -> None:
-    """Follow ``events()`` until cancelled. Each list or change goes to ``take``; a 403 or
-    404 goes to ``not_there`` once per look, ends that watch and, after ``recheck`` seconds,
-    a new one starts; any other failure goes to ``retrying`` (the informer retries it)."""
+    """Follow ``events()`` into ``check`` until cancelled. A 403 or 404 ends that watch and,
+    after ``recheck`` seconds, a new one starts; only one that changes the check's state is
+    passed on, so a look again answered as before costs no log line and no re-plan."""
     while True:
         stream = events()
         try:
             async for event in stream:
                 if not isinstance(event, Failed):
-                    take(event)
+                    check.take(event)
                     continue
                 state = _NOT_THERE.get(event.error.status)
                 if state is None:
-                    retrying(event.error)
+                    check.retrying(event.error)
                     continue
-                not_there(state, event.error)
+                if state != check.state:
+                    check.not_there(state, event.error)
                 break
         finally:
             close = getattr(stream, "aclose", None)  # end the watch stream now, not at GC
