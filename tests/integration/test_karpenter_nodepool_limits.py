@@ -35,8 +35,8 @@ from tests.support.deploy_files import DEPLOY, yaml_docs
 from tests.support.karpenter_kit import Scene, Timeline, record_timings, settings
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.karpenter import NODEPOOLS
-from tests.support.localcluster.testkit import eventually
 from tests.support.monitor_scene import MonitorRun
+from tests.support.waits import eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -119,7 +119,7 @@ async def test_pairs_stay_within_the_limits_and_follow_a_raise(scene: Scene) -> 
     async def room_seen() -> bool:
         return run.creates() > FITS
 
-    await eventually(room_seen, "new pairs created after the raise", 60, 0.05)
+    await eventually(room_seen, "new pairs created after the raise", 60, interval=0.05)
     created = time.monotonic()
     rose = await run.advertises(WANTED, within=90)
     assert run.creates() == WANTED

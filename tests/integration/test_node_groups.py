@@ -35,7 +35,7 @@ from tests.support.deploy_cluster_kit import (
 )
 from tests.support.deploy_files import DEPLOY, yaml_docs
 from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import eventually
+from tests.support.waits import eventually
 from tests.unit.capacity.test_node_groups import STATUS
 
 pytestmark = pytest.mark.cluster

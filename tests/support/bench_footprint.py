@@ -58,7 +58,7 @@ from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions
 from tests.support.listener_process import PAT, REPO_ROOT, ListenerProcess, metric_value
 from tests.support.localcluster import LocalCluster
-from tests.support.waits import WaitFailed, wait_until
+from tests.support.waits import WaitFailed, eventually, wait_until
 
 SCENARIO = "happy"
 FOREIGN_SCALE_SET = "other-set"
@@ -299,13 +299,18 @@ async def _cluster_case(
 
 async def _reconciled(listener: ListenerProcess, within: float) -> None:
     """Wait for the monitor's first reconcile pass (its histogram on the metrics page)."""
-    async with asyncio.timeout(within):
-        while True:
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                page = await listener.metrics_text()
-                if (metric_value(page, f"{RECONCILE_HISTOGRAM}_count") or 0) > 0:
-                    return
-            await asyncio.sleep(1.0)
+
+    async def reconciled() -> bool:
+        page = await listener.metrics_text()
+        return (metric_value(page, f"{RECONCILE_HISTOGRAM}_count") or 0) > 0
+
+    await eventually(
+        reconciled,
+        "the first reconcile pass",
+        within,
+        interval=1.0,
+        ignore=(httpx.HTTPError, ValueError),
+    )
 
 
 async def in_cluster(

@@ -23,7 +23,6 @@ import os
 import re
 import socket
 import subprocess
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from tests.support.build_cache import build_once, cache_dir
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.rest import KubeError
 from tests.support.localcluster.testkit import OWNER_KEY
+from tests.support.waits import WaitFailed, eventually_sync
 
 SRC_ENV = "CLUSTER_AUTOSCALER_SRC"
 GROUP_LABEL = "ca-test.capacity-listener.dev/group"
@@ -284,12 +284,16 @@ class ClusterAutoscaler:
 
 def wait_status(ca: ClusterAutoscaler, timeout: float = 60.0) -> str:
     """Until CA has written its status (it is up and has looked at the cluster)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def alive() -> None:
         if ca.proc is not None and ca.proc.poll() is not None:
-            raise RuntimeError(f"cluster-autoscaler exited:\n{ca.log_tail()}")
-        text = ca.status()
-        if text:
-            return text
-        time.sleep(0.5)
-    raise TimeoutError(f"cluster-autoscaler wrote no status:\n{ca.log_tail()}")
+            raise WaitFailed(f"cluster-autoscaler exited:\n{ca.log_tail()}")
+
+    return eventually_sync(
+        ca.status,
+        "cluster-autoscaler's status",
+        timeout,
+        interval=0.5,
+        alive=alive,
+        detail=lambda: f":\n{ca.log_tail()}",
+    )

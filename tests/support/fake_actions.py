@@ -66,6 +66,7 @@ from tests.support.fake_http import (
     Reject,
     json_response,
 )
+from tests.support.waits import eventually
 
 API_VERSION = "6.0-preview"
 MESSAGE_TYPE = "RunnerScaleSetJobMessages"
@@ -670,11 +671,7 @@ class FakeActions:
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
         """Wait until `predicate()` holds; wrap in `asyncio.timeout`. Re-checked on every state
         change and at least every 50 ms (for time-based predicates such as `stranded`)."""
-        while not predicate():
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(0.05):
-                    await self._changed.wait()
+        await eventually(predicate, "the fake's state", None, interval=0.05, wake=self._changed)
 
     # ------------------------------------------------------------------ job machinery
 

@@ -27,6 +27,7 @@ from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, Resources
 from capacity.warm_pool import AdaptivePool, FixedPool, _Sums
 from tests.support.memory_cluster import MemoryCluster
+from tests.support.waits import eventually
 
 NS = "arc-runners"
 SCALE_SET = "linux"
@@ -362,11 +363,7 @@ async def test_nothing_is_created_without_the_runner_set() -> None:
 async def until(predicate: Callable[[], bool], what: str) -> None:
     """Re-check ``predicate`` every 10 ms (the values arrive through the signal loop's own
     coalescing timer), for at most 5 s."""
-    for _ in range(500):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+    await eventually(predicate, what, 5, interval=0.01)
 
 
 async def test_signal_loop_follows_the_view_without_a_reconcile_pass() -> None:

@@ -19,6 +19,7 @@ from capacity.nodepool_watch import RESOURCE, NodePoolLimits
 from capacity.settings import NodePoolSettings
 from capacity.specs import HalfShape
 from tests.support.memory_cluster import MemoryCluster
+from tests.support.waits import eventually
 
 T = TypeVar("T")
 LABELS = {"name": "arc", "namespace": "ns"}
@@ -81,10 +82,7 @@ class Pokes(list[int]):
         self.event.set()
 
     async def until(self, check: Any, within: float = 2.0) -> None:
-        async with asyncio.timeout(within):
-            while not check():
-                self.event.clear()
-                await self.event.wait()
+        await eventually(check, "a poke", within, wake=self.event)
 
 
 Reader = tuple[NodePoolLimits, CollectorRegistry, Pokes]
