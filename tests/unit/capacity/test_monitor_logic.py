@@ -26,6 +26,7 @@ from capacity.pods import SCALE_SET_LABEL
 from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, Resources
 from capacity.warm_pool import AdaptivePool, FixedPool, _Sums
+from tests.support.fake_clock import FakeClock
 from tests.support.memory_cluster import MemoryCluster
 from tests.support.waits import eventually
 
@@ -34,14 +35,6 @@ SCALE_SET = "linux"
 RUNNER_SET = "linux-x7k2p"
 OWNER_UID = "ers-uid-1"
 NOW = 1_800_000_000.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def runner_set(uid: str = OWNER_UID) -> dict[str, Any]:
@@ -71,7 +64,7 @@ class Scene:
         self,
         cluster: MemoryCluster,
         monitor: CapacityMonitor,
-        clock: Clock,
+        clock: FakeClock,
         registry: CollectorRegistry,
         values: list[int],
     ) -> None:
@@ -122,7 +115,7 @@ def start(cluster: MemoryCluster | None = None, *, proactive: int = 1, **overrid
         downscale_delay=0.0,
         **overrides,
     )
-    clock = Clock()
+    clock = FakeClock(NOW)
     cluster.clock = clock
     registry = CollectorRegistry()
     scene_values: list[int] = []
