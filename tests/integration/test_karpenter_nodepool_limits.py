@@ -30,7 +30,7 @@ from capacity.nodepools import nodepool_from
 from capacity.settings import CapacitySettings, NodePoolSettings
 from tests.integration import test_karpenter
 from tests.integration.test_karpenter import WORKFLOWS, runner_pool, workflow_pool
-from tests.support.deploy_cluster_kit import apply, bind_to, dynamic, impersonating, our_role
+from tests.support.deploy_cluster_kit import apply, as_listener, bind_to, dynamic, our_role
 from tests.support.deploy_files import DEPLOY, yaml_docs
 from tests.support.karpenter_kit import Scene, Timeline, record_timings, settings
 from tests.support.localcluster import LocalCluster
@@ -151,8 +151,7 @@ async def without_nodepool_rbac(
         async with dynamic(admin, tmp_path) as dyn:
             for body in bodies:
                 await apply(dyn, body, namespace, dry_run=False)
-        user = f"system:serviceaccount:{controller}:arc-cpu-754b578d-listener"
-        async with impersonating(cluster, user, f"system:serviceaccounts:{controller}") as api:
+        async with as_listener(cluster, controller) as api:
             yield api
     finally:
         cluster.delete_namespace(controller)

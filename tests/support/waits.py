@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar, overload
 
 T = TypeVar("T")
@@ -192,3 +192,16 @@ async def wait_until(
         return "".join(f"\n  {site.spec.name}: {site.view()}" for site in sites)
 
     await eventually(predicate, what, within, interval=interval, alive=alive, detail=views)
+
+
+@contextlib.asynccontextmanager
+async def running(work: Coroutine[Any, Any, None]) -> AsyncIterator[asyncio.Task[None]]:
+    """Run ``work`` as a task for the block (a reader, a loop), cancelled and awaited at its
+    end; what the block waits for happens while it runs."""
+    task = asyncio.create_task(work)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
