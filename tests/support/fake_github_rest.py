@@ -50,7 +50,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.support.fake_actions import FakeActions, JobState
-from tests.support.fake_http import LoopbackServer
+from tests.support.fake_http import LoopbackFake, LoopbackServer
 
 PREFIX = "/api/v3"
 DEFAULT_PER_PAGE = 30
@@ -101,7 +101,7 @@ def _iso(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class FakeGitHubRest:
+class FakeGitHubRest(LoopbackFake):
     """`await start()` and use `.api_url`, or mount it on a FakeActions before that starts."""
 
     def __init__(
@@ -125,7 +125,6 @@ class FakeGitHubRest:
         self._actions: FakeActions | None = None
         self._token_ok: Callable[[str], bool] = lambda token: token in self.tokens
         self._host, self._port = host, port
-        self._server: LoopbackServer | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -144,23 +143,12 @@ class FakeGitHubRest:
         app = web.Application()
         self.add_routes(app)
         self._server = LoopbackServer(app, host=self._host, port=self._port)
-        await self._server.start()
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop()
-
-    async def __aenter__(self) -> FakeGitHubRest:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
+        await super().start()
 
     @property
     def api_url(self) -> str:
         assert self._server is not None, "not started (or mounted elsewhere)"
-        return f"{self._server.url}{PREFIX}"
+        return f"{self.url}{PREFIX}"
 
     # ------------------------------------------------------------------ test API
 

@@ -15,6 +15,7 @@ from kubernetes_asyncio import client
 from base.kube import Kube, KubeError, KubeErrorKind
 from listener.scaler import KubePatcher, PatchRetry, Scaler
 from tests.support.fake_clock import FakeClock
+from tests.support.fake_http import LoopbackServer
 
 PATH = "/apis/actions.github.com/v1alpha1/namespaces/arc-runners/ephemeralrunnersets/arc-cpu"
 
@@ -42,17 +43,12 @@ async def apiserver() -> AsyncIterator[tuple[FakeApiserver, Kube]]:
     fake = FakeApiserver()
     app = web.Application()
     app.router.add_patch(PATH, fake.patch)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    configuration = client.Configuration(host=f"http://127.0.0.1:{port}")
-    configuration.api_key = {"BearerToken": "t"}
-    configuration.api_key_prefix = {"BearerToken": "Bearer"}
-    async with client.ApiClient(configuration) as api:
-        yield fake, Kube(api, request_timeout=5.0)
-    await runner.cleanup()
+    async with LoopbackServer(app) as server:
+        configuration = client.Configuration(host=server.url)
+        configuration.api_key = {"BearerToken": "t"}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        async with client.ApiClient(configuration) as api:
+            yield fake, Kube(api, request_timeout=5.0)
 
 
 async def patch(kube: Kube) -> None:
