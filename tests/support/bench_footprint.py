@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import platform
@@ -43,7 +42,7 @@ import httpx
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.support.build_cache import build_once, cache_dir
+from tests.support.build_cache import build_once, cache_dir, input_key
 from tests.support.conformance import build, harness
 from tests.support.conformance.harness import (
     SCALE_SET_ID,
@@ -105,10 +104,8 @@ def runtime_python() -> Path:
     whenever they are installed. ``python -m listener`` from the repository root then runs the
     working tree's code with the image's dependencies.
     """
-    h = hashlib.sha256()
-    for name in ("requirements.lock", "install.sh"):
-        h.update((REPO_ROOT / "deploy" / name).read_bytes())
-    target = cache_dir("footprint") / h.hexdigest()[:16]
+    deploy = REPO_ROOT / "deploy"
+    target = cache_dir("footprint") / input_key(deploy / "requirements.lock", deploy / "install.sh")
 
     def install(staging: Path) -> None:
         _say(f"installing deploy/requirements.lock into {target} (once)")

@@ -18,7 +18,6 @@ manages. CA writes its status ConfigMap into the same namespace (``--namespace``
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import socket
@@ -30,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.build_cache import build_once, cache_dir
+from tests.support.build_cache import build_once, cache_dir, input_key
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.rest import KubeError
 from tests.support.localcluster.testkit import OWNER_KEY
@@ -75,10 +74,7 @@ def _key(src: Path) -> str:
         )
         return out.stdout.strip()[:16]
     except (OSError, subprocess.SubprocessError):
-        digest = hashlib.sha256()
-        for name in ("go.mod", "go.sum"):
-            digest.update((src / name).read_bytes())
-        return "tree-" + digest.hexdigest()[:16]
+        return "tree-" + input_key(src / "go.mod", src / "go.sum")
 
 
 def ensure_built() -> Path:
