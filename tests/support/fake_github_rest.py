@@ -112,8 +112,10 @@ class FakeGitHubRest(LoopbackFake):
         window: float = 3600.0,
         host: str = "127.0.0.1",
         port: int = 0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.tokens = set(tokens)
+        self._clock = clock  # wall-clock seconds: the rate-limit window and its reset header
         self.rate_limit = rate_limit
         self.window = window
         self.calls: list[Call] = []
@@ -236,7 +238,7 @@ class FakeGitHubRest(LoopbackFake):
         limit = self._limit(token)
         limit.remaining = remaining
         if reset_in is not None:
-            limit.reset_at = time.time() + reset_in
+            limit.reset_at = self._clock() + reset_in
 
     def remaining(self, token: str) -> int:
         return self._limit(token).remaining
@@ -330,7 +332,7 @@ class FakeGitHubRest(LoopbackFake):
 
     def _limit(self, token: str) -> _Limit:
         limit = self._limits.get(token)
-        now = time.time()
+        now = self._clock()
         if limit is None:
             limit = _Limit(self.rate_limit, self.rate_limit, now + self.window)
             self._limits[token] = limit
