@@ -37,15 +37,22 @@ class WaitFailed(AssertionError):
 class _Deadline:
     """The part both loops share: the deadline and the one-line failure."""
 
-    def __init__(self, what: str, within: float | None, detail: Callable[[], str] | None) -> None:
+    def __init__(
+        self,
+        what: str,
+        within: float | None,
+        detail: Callable[[], str] | None,
+        now: Callable[[], float],
+    ) -> None:
         self.what = what
         self.within = within
         self.detail = detail
-        self.at = None if within is None else time.monotonic() + within
+        self.now = now
+        self.at = None if within is None else now() + within
         self.last_error: BaseException | None = None
 
     def check_time(self) -> None:
-        if self.at is None or time.monotonic() < self.at:
+        if self.at is None or self.now() < self.at:
             return
         assert self.within is not None
         error = f" (last error: {self.last_error})" if self.last_error is not None else ""
@@ -96,7 +103,9 @@ async def eventually(
 ) -> Any:
     """Run ``check`` until it returns something truthy and return that; fail naming ``what``
     after ``within`` seconds (None: no deadline, the caller bounds the wait)."""
-    deadline = _Deadline(what, within, detail)
+    # The event loop's clock (monotonic, as the loop's own timers): a virtual-time loop in a
+    # test moves the deadline with the sleeps.
+    deadline = _Deadline(what, within, detail, asyncio.get_running_loop().time)
     while True:
         if wake is not None:
             wake.clear()  # before the check: a change during it wakes the next round
@@ -130,7 +139,7 @@ def eventually_sync(
     ignore: tuple[type[BaseException], ...] = (),
 ) -> T:
     """``eventually`` for code that runs outside an event loop (it blocks the thread)."""
-    deadline = _Deadline(what, within, detail)
+    deadline = _Deadline(what, within, detail, time.monotonic)
     while True:
         try:
             result = check()
@@ -195,7 +204,7 @@ async def wait_until(
 
 
 @contextlib.asynccontextmanager
-async def running(work: Coroutine[Any, Any, None]) -> AsyncIterator[asyncio.Task[None]]:
+async def running(work: Coroutine[Any, Any, T]) -> AsyncIterator[asyncio.Task[T]]:
     """Run ``work`` as a task for the block (a reader, a loop), cancelled and awaited at its
     end; what the block waits for happens while it runs."""
     task = asyncio.create_task(work)
