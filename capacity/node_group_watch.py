@@ -22,18 +22,18 @@ from typing import Any
 
 import yaml
 
-from base.kube import Failed, KubeError, Removed, Reset, Resource, Upserted
+from base.kube import KubeError, Removed, Reset, Resource, Upserted
 from capacity import policy
 from capacity.cluster import Cluster
 from capacity.metrics import CapacityMetrics
 from capacity.model import Observed, Role
 from capacity.node_groups import DATA_KEY, NodeGroup, node_groups_from
+from capacity.optional_watch import NotThere, follow_optional
 from capacity.settings import ClusterAutoscalerSettings
 
 log = logging.getLogger("capacity.node_groups")
 
 RECHECK = 300.0  # seconds between looks at a status that could not be read
-_NOT_THERE = {403: "forbidden", 404: "absent"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +98,24 @@ class NodeGroupRoom:
     async def run(self) -> None:
         """Follow the status until cancelled; while it cannot be read, look again every
         ``recheck`` seconds."""
-        while True:
-            await self._follow()
-            await self._sleep(self.recheck)
+        await follow_optional(
+            lambda: self.kube.informer(
+                self.resource,
+                status_from,
+                field_selector=f"metadata.name={self.settings.status_configmap}",
+            ),
+            self,
+            recheck=self.recheck,
+            sleep=self._sleep,
+        )
+
+    def take(self, event: Reset[Status] | Upserted[Status] | Removed) -> None:
+        if isinstance(event, Reset):
+            self._take(event.items.get(self.settings.status_configmap))
+        elif isinstance(event, Upserted):
+            self._take(event.item)
+        else:
+            self._take(None)
 
     def _take(self, status: Status | None) -> None:
         if status is None or status.error:
@@ -117,48 +132,22 @@ class NodeGroupRoom:
             self._set_state("watching")
         self.on_change()
 
-    async def _follow(self) -> None:
-        events = self.kube.informer(
-            self.resource,
-            status_from,
-            field_selector=f"metadata.name={self.settings.status_configmap}",
-        )
-        try:
-            async for event in events:
-                if isinstance(event, Failed):
-                    if self._unreadable(event.error):
-                        return
-                    continue
-                if isinstance(event, Reset):
-                    self._take(event.items.get(self.settings.status_configmap))
-                elif isinstance(event, Upserted):
-                    self._take(event.item)
-                elif isinstance(event, Removed):
-                    self._take(None)
-        finally:
-            close = getattr(events, "aclose", None)  # end the watch stream now, not at GC
-            if close is not None:
-                await close()
+    def retrying(self, error: KubeError) -> None:
+        self.metrics.record_kube_error("watch configmaps", error.kind.value)
+        log.warning("node group watch failed, retrying", extra={"error": str(error)})
 
-    def _unreadable(self, error: KubeError) -> bool:
-        """403 or 404: say so once and stop; anything else: count it, the informer retries."""
-        state = _NOT_THERE.get(error.status)
-        if state is None:
-            self.metrics.record_kube_error("watch configmaps", error.kind.value)
-            log.warning("node group watch failed, retrying", extra={"error": str(error)})
-            return False
+    def not_there(self, state: NotThere, error: KubeError) -> None:
+        """403 or 404, newly: say so once and cap nothing (looked at again later)."""
         reason = (
             "the listener may not read cluster-autoscaler's status (bind "
             "deploy/rbac/role-cluster-autoscaler-status.yaml)"
             if state == "forbidden"
             else f"no namespace {self.settings.status_namespace}"
         )
-        if state != self.state:
-            self.groups = {}
-            self._set_state(state, reason)
-            self.metrics.record_node_groups((), None)
-            self.on_change()
-        return True
+        self.groups = {}
+        self._set_state(state, reason)
+        self.metrics.record_node_groups((), None)
+        self.on_change()
 
     def full(self) -> dict[Role, bool]:
         """Per half: whether every node group it is named to land on is full (a named group

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from fractions import Fraction
 
-from base.kube import Failed, KubeError, Removed, Reset, Resource, Upserted
+from base.kube import KubeError, Removed, Reset, Resource, Upserted
 from capacity import policy
 from capacity.cluster import Cluster
 from capacity.metrics import CapacityMetrics
@@ -35,6 +35,7 @@ from capacity.nodepools import (
     requests_of,
     resolve,
 )
+from capacity.optional_watch import NotThere, follow_optional
 from capacity.settings import NodePoolSettings
 from capacity.specs import HalfShape
 
@@ -44,7 +45,6 @@ RESOURCE = Resource.cluster(GROUP, VERSION, PLURAL)
 # Seconds between looks at NodePools that could not be read: cheap (one list), and soon
 # enough after an operator binds the ClusterRole.
 RECHECK = 300.0
-_NOT_THERE = {403: "forbidden", 404: "absent"}
 
 
 class NodePoolLimits:
@@ -80,46 +80,34 @@ class NodePoolLimits:
     async def run(self) -> None:
         """Follow the NodePools until cancelled; while they cannot be read, look again every
         ``recheck`` seconds."""
-        while True:
-            await self._follow()
-            await self._sleep(self.recheck)
+        await follow_optional(
+            lambda: self.kube.informer(self.resource, nodepool_from),
+            self,
+            recheck=self.recheck,
+            sleep=self._sleep,
+        )
 
-    async def _follow(self) -> None:
-        """Follow the NodePools until cancelled, or until they turn out not to be readable."""
-        events = self.kube.informer(self.resource, nodepool_from)
-        try:
-            async for event in events:
-                if isinstance(event, Failed):
-                    if self._unreadable(event.error):
-                        return
-                    continue
-                if isinstance(event, Reset):
-                    changed = self.pools != event.items or self.state != "watching"
-                    self.pools = dict(event.items)
-                    if self.state != "watching":
-                        log.info("reading NodePool limits", extra={"nodepools": len(self.pools)})
-                        self._set_state("watching")
-                elif isinstance(event, Upserted):
-                    changed = self.pools.get(event.name) != event.item
-                    self.pools[event.name] = event.item
-                elif isinstance(event, Removed):
-                    changed = self.pools.pop(event.name, None) is not None
-                if changed:
-                    self.on_change()
-        finally:
-            close = getattr(events, "aclose", None)  # end the watch stream now, not at GC
-            if close is not None:
-                await close()
+    def take(self, event: Reset[NodePool] | Upserted[NodePool] | Removed) -> None:
+        if isinstance(event, Reset):
+            changed = self.pools != event.items or self.state != "watching"
+            self.pools = dict(event.items)
+            if self.state != "watching":
+                log.info("reading NodePool limits", extra={"nodepools": len(self.pools)})
+                self._set_state("watching")
+        elif isinstance(event, Upserted):
+            changed = self.pools.get(event.name) != event.item
+            self.pools[event.name] = event.item
+        else:
+            changed = self.pools.pop(event.name, None) is not None
+        if changed:
+            self.on_change()
 
-    def _unreadable(self, error: KubeError) -> bool:
-        """403 or 404: say so once and stop; anything else: count it, the informer retries."""
-        state = _NOT_THERE.get(error.status)
-        if state is None:
-            self.metrics.record_kube_error(f"watch {self.resource.plural}", error.kind.value)
-            log.warning("NodePool watch failed, retrying", extra={"error": str(error)})
-            return False
-        if state == self.state:
-            return True  # a look again, answered as before: nothing new to say or re-plan
+    def retrying(self, error: KubeError) -> None:
+        self.metrics.record_kube_error(f"watch {self.resource.plural}", error.kind.value)
+        log.warning("NodePool watch failed, retrying", extra={"error": str(error)})
+
+    def not_there(self, state: NotThere, error: KubeError) -> None:
+        """403 or 404, newly: say so once and cap nothing (looked at again later)."""
         reason = (
             "the listener may not read them (bind deploy/rbac/clusterrole-nodepools.yaml)"
             if state == "forbidden"
@@ -133,7 +121,6 @@ class NodePoolLimits:
         self._set_state(state)
         self.metrics.record_nodepools((), None)
         self.on_change()
-        return True
 
     def placement(self, shapes: Mapping[Role, HalfShape]) -> dict[Role, tuple[NodePool, ...]]:
         """The pools each half can land on (named in the settings, else resolved)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -273,14 +273,9 @@ class NodePoolSettings(BaseModel):
     @field_validator("runner", "workflow")
     @classmethod
     def _check_names(cls, value: list[str] | None) -> list[str] | None:
-        if value is None:
-            return None
-        if not value:
-            raise ValueError("must name at least one NodePool (leave it unset to resolve)")
-        for name in value:
-            if not isinstance(name, str) or not _DNS_SUBDOMAIN.match(name):
-                raise ValueError(f"invalid NodePool name {name!r}")
-        return list(dict.fromkeys(value))
+        return _names_per_half(
+            value, "NodePool", "leave it unset to resolve", lambda n: bool(_DNS_SUBDOMAIN.match(n))
+        )
 
 
 # --- warm pool (docs/capacity-model.md §10) ------------------------------------------------
@@ -400,14 +395,9 @@ class ClusterAutoscalerSettings(BaseModel):
     @field_validator("runner", "workflow")
     @classmethod
     def _check_names(cls, value: list[str] | None) -> list[str] | None:
-        if value is None:
-            return None
-        if not value:
-            raise ValueError("must name at least one node group (leave it unset for no cap)")
-        for name in value:
-            if not isinstance(name, str) or not name.strip():
-                raise ValueError(f"invalid node group name {name!r}")
-        return list(dict.fromkeys(value))
+        return _names_per_half(
+            value, "node group", "leave it unset for no cap", lambda n: bool(n.strip())
+        )
 
     @field_validator("status_namespace", "status_configmap")
     @classmethod
@@ -415,6 +405,21 @@ class ClusterAutoscalerSettings(BaseModel):
         if not _DNS_SUBDOMAIN.match(value):
             raise ValueError(f"invalid name {value!r}")
         return value
+
+
+def _names_per_half(
+    value: list[str] | None, kind: str, unset: str, valid: Callable[[str], bool]
+) -> list[str] | None:
+    """The names one half may land on (NodePools, node groups): None stays unset, an empty
+    list is refused (``unset`` says what leaving it out does), duplicates are dropped."""
+    if value is None:
+        return None
+    if not value:
+        raise ValueError(f"must name at least one {kind} ({unset})")
+    for name in value:
+        if not isinstance(name, str) or not valid(name):
+            raise ValueError(f"invalid {kind} name {name!r}")
+    return list(dict.fromkeys(value))
 
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")

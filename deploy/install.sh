@@ -4,8 +4,8 @@
 #   deps  create the virtualenv (without pip) and install deploy/requirements.lock: exact
 #         versions, every file checked against its sha256, wheels only (no compiler needed)
 #   app   install this project itself, without dependencies, then verify the environment
-# The Dockerfile's builder stage runs these steps, and tests/unit/test_dockerfile.py runs
-# the same Dockerfile steps in a fresh directory. Run from the directory holding pyproject.toml.
+# The Dockerfile's builder stage runs these steps, and tests/integration/test_dockerfile.py
+# runs the same Dockerfile steps in a fresh directory. Run from the directory holding pyproject.toml.
 # PYTHON is the interpreter that creates the virtualenv and runs pip (default: python3).
 set -eu
 

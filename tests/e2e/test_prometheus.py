@@ -47,6 +47,7 @@ from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeJob, JobState
 from tests.support.listener_process import free_port
 from tests.support.prometheus import TIME_SCALE, Prometheus, seconds, shortened_rules
+from tests.support.waits import eventually, exited
 
 pytestmark = pytest.mark.skipif(
     Prometheus.binary() is None and not os.environ.get("CI"),
@@ -132,15 +133,21 @@ async def until_alert(
 ) -> float:
     """Poll alert ``name``'s states until ``want`` holds for them; the seconds it took."""
     since = time.monotonic()
-    states = await prometheus.alert_states(name)
-    while not want(states):
-        assert time.monotonic() - since < within, (
-            f"{name}: still {states} after {within:.0f}s\n{prometheus.log_tail()}"
-        )
-        assert site.listener is not None
-        assert site.listener.returncode is None, site.listener.log_tail()
-        await asyncio.sleep(EVALUATION_SECONDS)
-        states = await prometheus.alert_states(name)
+    states: list[str] = []
+
+    async def reached() -> bool:
+        states[:] = await prometheus.alert_states(name)
+        return want(states)
+
+    assert site.listener is not None
+    await eventually(
+        reached,
+        f"alert {name}",
+        within,
+        interval=EVALUATION_SECONDS,
+        alive=lambda: exited(site.listener, f"alert {name}"),
+        detail=lambda: f": still {states}\n{prometheus.log_tail()}",
+    )
     return time.monotonic() - since
 
 

@@ -25,6 +25,7 @@ from base.kube import (
 from tests.support.capacity_kit import compact_etcd, restart_apiserver
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.testkit import pod_manifest
+from tests.support.waits import eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -47,15 +48,17 @@ class Recorder:
             self._changed.set()
 
     async def wait_for(self, match: Callable[[WatchEvent[Any]], bool], within: float = 30) -> Any:
-        async with asyncio.timeout(within):
-            seen = 0
-            while True:
-                for event in self.events[seen:]:
-                    if match(event):
-                        return event
-                seen = len(self.events)
-                self._changed.clear()
-                await self._changed.wait()
+        seen = 0
+
+        def found() -> WatchEvent[Any] | None:
+            nonlocal seen
+            for event in self.events[seen:]:
+                if match(event):
+                    return event
+            seen = len(self.events)
+            return None
+
+        return await eventually(found, "a matching watch event", within, wake=self._changed)
 
     async def stop(self) -> None:
         self._task.cancel()

@@ -39,8 +39,8 @@ from tests.support.capacity_kit import (
 )
 from tests.support.fake_hud import FakeHUD, Outage
 from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import eventually
 from tests.support.monitor_scene import MonitorScene, ScaleSet
+from tests.support.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -35,7 +35,7 @@ from tests.support.deploy_cluster_kit import (
 from tests.support.helm_chart import CHART, helm, notes_overlay, scale_set, write_values
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.build import BuildError, ensure_helm_built
-from tests.support.localcluster.testkit import eventually
+from tests.support.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -33,11 +33,11 @@ from tests.support.cluster_autoscaler import GROUP_LABEL, TO_BE_DELETED, Cluster
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.testkit import (
     OWNER_KEY,
-    eventually,
     node_reservation,
     pod_manifest,
 )
 from tests.support.monitor_scene import MonitorScene, ScaleSet
+from tests.support.waits import eventually
 
 pytestmark = [
     pytest.mark.cluster,

@@ -24,7 +24,8 @@ from tests.support.deploy_cluster_kit import (
     watch_status,
 )
 from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import PAUSE_IMAGE, eventually
+from tests.support.localcluster.testkit import PAUSE_IMAGE
+from tests.support.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -42,7 +42,7 @@ from tests.support.localcluster.karpenter import (
     Karpenter,
     nodepool_manifest,
 )
-from tests.support.localcluster.testkit import eventually
+from tests.support.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -30,13 +30,13 @@ from capacity.nodepools import nodepool_from
 from capacity.settings import CapacitySettings, NodePoolSettings
 from tests.integration import test_karpenter
 from tests.integration.test_karpenter import WORKFLOWS, runner_pool, workflow_pool
-from tests.support.deploy_cluster_kit import apply, bind_to, dynamic, impersonating, our_role
+from tests.support.deploy_cluster_kit import apply, as_listener, bind_to, dynamic, our_role
 from tests.support.deploy_files import DEPLOY, yaml_docs
 from tests.support.karpenter_kit import Scene, Timeline, record_timings, settings
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.karpenter import NODEPOOLS
-from tests.support.localcluster.testkit import eventually
 from tests.support.monitor_scene import MonitorRun
+from tests.support.waits import eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -119,7 +119,7 @@ async def test_pairs_stay_within_the_limits_and_follow_a_raise(scene: Scene) -> 
     async def room_seen() -> bool:
         return run.creates() > FITS
 
-    await eventually(room_seen, "new pairs created after the raise", 60, 0.05)
+    await eventually(room_seen, "new pairs created after the raise", 60, interval=0.05)
     created = time.monotonic()
     rose = await run.advertises(WANTED, within=90)
     assert run.creates() == WANTED
@@ -151,8 +151,7 @@ async def without_nodepool_rbac(
         async with dynamic(admin, tmp_path) as dyn:
             for body in bodies:
                 await apply(dyn, body, namespace, dry_run=False)
-        user = f"system:serviceaccount:{controller}:arc-cpu-754b578d-listener"
-        async with impersonating(cluster, user, f"system:serviceaccounts:{controller}") as api:
+        async with as_listener(cluster, controller) as api:
             yield api
     finally:
         cluster.delete_namespace(controller)

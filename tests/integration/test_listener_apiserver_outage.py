@@ -20,7 +20,7 @@ from tests.support.e2e_site import Site, SiteSpec, Stage
 from tests.support.fake_actions import JobState
 from tests.support.listener_process import metric_value
 from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import eventually
+from tests.support.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

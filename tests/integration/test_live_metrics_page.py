@@ -18,7 +18,7 @@ from tests.support.deploy_files import (
     read_metric_list,
 )
 from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import eventually
+from tests.support.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -15,7 +15,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from base.arc import ARC_GROUP, ARC_VERSION
 from tests.support.capacity_kit import read_pod, wait_running
 from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import PAUSE_IMAGE, eventually, pod_manifest
+from tests.support.localcluster.testkit import PAUSE_IMAGE, pod_manifest
+from tests.support.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

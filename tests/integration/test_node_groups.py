@@ -6,9 +6,6 @@ needed; and the monitor creates no burst of pairs a full group cannot back."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import copy
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -27,15 +24,17 @@ from tests.integration.test_capacity_monitor import RUNNER_SET, Scene, settings
 from tests.support.capacity_kit import apply_ladder, create_runner_set, runner_pod_spec
 from tests.support.deploy_cluster_kit import (
     apply,
+    as_listener,
+    assert_each_verb_needed,
     bind_to,
     dynamic,
-    impersonating,
     status_of,
     watch_status,
+    with_verbs,
 )
 from tests.support.deploy_files import DEPLOY, yaml_docs
 from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import eventually
+from tests.support.waits import eventually, running
 from tests.unit.capacity.test_node_groups import STATUS
 
 pytestmark = pytest.mark.cluster
@@ -72,24 +71,12 @@ async def grant(
     bound to the controller namespace, as deploy/README.md says."""
 
     async def make(verbs: tuple[str, ...] = VERBS) -> None:
-        role, binding = (
-            copy.deepcopy(d)
-            for d in yaml_docs(DEPLOY / "rbac" / "role-cluster-autoscaler-status.yaml")
-        )
-        for rule in role["rules"]:
-            rule["verbs"] = [v for v in rule["verbs"] if v in verbs]
+        role, binding = yaml_docs(DEPLOY / "rbac" / "role-cluster-autoscaler-status.yaml")
         async with dynamic(kube_api, tmp_path) as dyn:
-            for body in (role, bind_to(binding, controller_namespace)):
+            for body in (with_verbs(role, verbs), bind_to(binding, controller_namespace)):
                 await apply(dyn, body, status_ns, dry_run=False)
 
     return make
-
-
-@contextlib.asynccontextmanager
-async def as_listener(cluster: LocalCluster, controller_ns: str) -> AsyncIterator[client.ApiClient]:
-    user = f"system:serviceaccount:{controller_ns}:arc-cpu-754b578d-listener"
-    async with impersonating(cluster, user, f"system:serviceaccounts:{controller_ns}") as api:
-        yield api
 
 
 def reader(api: client.ApiClient, status_ns: str) -> NodeGroupRoom:
@@ -112,8 +99,7 @@ async def test_the_reader_works_with_the_role_and_it_opens_nothing_else(
 
         await eventually(allowed, "get the status ConfigMap allowed", within=15)
         groups = reader(api, status_ns)
-        task = asyncio.create_task(groups.run())
-        try:
+        async with running(groups.run()):
 
             async def seen() -> bool:
                 return groups.state == "watching" and "runners" in groups.groups
@@ -123,10 +109,6 @@ async def test_the_reader_works_with_the_role_and_it_opens_nothing_else(
             kube = groups.kube
             assert isinstance(kube, Kube)
             assert kube.requests["list configmaps"] == 1  # one list, then watch
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
         # nothing else in the namespace, and no writes
         assert await status_of(api, "GET", path(status_ns, "other")) == 403
         assert await status_of(api, "GET", path(status_ns)) == 403  # a list without the name
@@ -149,14 +131,7 @@ async def test_each_verb_is_needed(
         "list": lambda api: status_of(api, "GET", path(status_ns), query=by_name),
         "watch": lambda api: watch_status(api, path(status_ns), by_name),
     }
-    async with as_listener(local_cluster, controller_namespace) as api:
-
-        async def settled() -> bool:
-            others = [await checks[v](api) for v in VERBS if v != missing]
-            return others == [200, 200]
-
-        await eventually(settled, "the other verbs allowed", within=15)
-        assert await checks[missing](api) == 403
+    await assert_each_verb_needed(local_cluster, controller_namespace, checks, missing)
 
 
 async def test_without_it_the_reader_logs_one_line_and_caps_nothing(
@@ -168,17 +143,12 @@ async def test_without_it_the_reader_logs_one_line_and_caps_nothing(
     caplog.set_level(logging.INFO, logger="capacity.node_groups")
     async with as_listener(local_cluster, controller_namespace) as api:
         groups = reader(api, status_ns)
-        task = asyncio.create_task(groups.run())
-        try:
+        async with running(groups.run()):
 
             async def gave_up() -> bool:
                 return groups.state == "forbidden"
 
             await eventually(gave_up, "the reader to give up on 403", within=30)
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
     assert groups.room(Observed(), commit=True) is None
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings == [

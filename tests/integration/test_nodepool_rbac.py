@@ -5,9 +5,7 @@ reader says so in one line and imposes no cap."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import copy
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -25,16 +23,18 @@ from capacity.nodepool_watch import RESOURCE, NodePoolLimits
 from capacity.settings import NodePoolSettings
 from tests.support.deploy_cluster_kit import (
     apply,
+    as_listener,
+    assert_each_verb_needed,
     bind_to,
     dynamic,
-    impersonating,
     status_of,
     watch_status,
+    with_verbs,
 )
 from tests.support.deploy_files import DEPLOY, yaml_docs
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.karpenter import GENERAL_TYPES, Karpenter, nodepool_manifest
-from tests.support.localcluster.testkit import eventually
+from tests.support.waits import eventually, running
 
 pytestmark = pytest.mark.cluster
 
@@ -49,10 +49,9 @@ def shipped() -> tuple[dict[str, Any], dict[str, Any]]:
 def per_test(controller_ns: str, verbs: tuple[str, ...] = VERBS) -> list[dict[str, Any]]:
     """The shipped ClusterRole and binding, renamed for this test (they are cluster-wide),
     bound to the controller namespace, with only ``verbs``."""
-    role, binding = (copy.deepcopy(d) for d in shipped())
+    role, binding = shipped()
+    role = with_verbs(role, verbs)
     role["metadata"]["name"] += f"-{controller_ns}"
-    for rule in role["rules"]:
-        rule["verbs"] = [v for v in rule["verbs"] if v in verbs]
     binding = bind_to(binding, controller_ns)
     binding["metadata"]["name"] += f"-{controller_ns}"
     binding["roleRef"]["name"] = role["metadata"]["name"]
@@ -93,13 +92,6 @@ async def grant(
             await rbac.delete_cluster_role(role["metadata"]["name"])
 
 
-@contextlib.asynccontextmanager
-async def as_listener(cluster: LocalCluster, controller_ns: str) -> AsyncIterator[client.ApiClient]:
-    user = f"system:serviceaccount:{controller_ns}:arc-cpu-754b578d-listener"
-    async with impersonating(cluster, user, f"system:serviceaccounts:{controller_ns}") as api:
-        yield api
-
-
 def reader(api: client.ApiClient) -> tuple[NodePoolLimits, list[int]]:
     pokes: list[int] = []
     metrics = CapacityMetrics(CollectorRegistry(), name="arc-cpu", namespace="arc-runners")
@@ -133,8 +125,7 @@ async def test_the_reader_works_with_the_cluster_role(
     async with granted_listener(local_cluster, controller_namespace, pool, grant) as api:
         assert await watch_status(api, RESOURCE.path, {}) == 200
         limits, pokes = reader(api)
-        task = asyncio.create_task(limits.run())
-        try:
+        async with running(limits.run()):
 
             async def seen() -> bool:
                 return limits.state == "watching" and pool in limits.pools
@@ -157,10 +148,6 @@ async def test_the_reader_works_with_the_cluster_role(
             kube = limits.kube
             assert isinstance(kube, Kube)
             assert kube.requests["list nodepools.karpenter.sh"] == 1  # one list, then watch
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 async def test_it_grants_no_writes(
@@ -182,14 +169,7 @@ async def test_each_verb_is_needed(
         "list": lambda api: status_of(api, "GET", RESOURCE.path),
         "watch": lambda api: watch_status(api, RESOURCE.path, {}),
     }
-    async with as_listener(local_cluster, controller_namespace) as api:
-
-        async def settled() -> bool:
-            others = [await checks[v](api) for v in VERBS if v != missing]
-            return others == [200, 200]
-
-        await eventually(settled, "the other verbs allowed", within=15)
-        assert await checks[missing](api) == 403
+    await assert_each_verb_needed(local_cluster, controller_namespace, checks, missing)
 
 
 @pytest.mark.parametrize("how", ["no binding", "list only"])
@@ -212,18 +192,13 @@ async def test_without_it_the_reader_logs_one_line_and_caps_nothing(
 
             await eventually(listed, "list nodepools allowed", within=15)
         limits, _ = reader(api)
-        task = asyncio.create_task(limits.run())
-        try:
+        async with running(limits.run()):
 
             async def gave_up() -> bool:
                 return limits.state == "forbidden"
 
             # It stops watching on 403 and only looks again minutes later.
             await eventually(gave_up, "the reader to give up on 403", within=30)
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
     assert limits.state == "forbidden"
     assert limits.room(Observed(), None, commit=True) is None
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -39,7 +39,7 @@ from tests.support.deploy_cluster_kit import (
 )
 from tests.support.deploy_files import DEPLOY, yaml_docs
 from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import eventually
+from tests.support.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -55,6 +55,7 @@ from capacity.pods import RunnerSet, WorkflowPod, placeholder_from
 from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, Resources, to_params
 from capacity.view import View
+from tests.support.waits import eventually
 
 SCALE_SET = "bench-cpu"
 RUNNER_SET = "bench-cpu-q8w2z"
@@ -234,10 +235,9 @@ class _Recorder:
         self.changed.set()
 
     async def until(self, value: int, within: float) -> None:
-        async with asyncio.timeout(within):
-            while self.value != value:
-                self.changed.clear()
-                await self.changed.wait()
+        await eventually(
+            lambda: self.value == value, f"advertised {value}", within, wake=self.changed
+        )
 
 
 def _monitor(

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import platform
@@ -43,7 +42,7 @@ import httpx
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.support.build_cache import build_once, cache_dir
+from tests.support.build_cache import build_once, cache_dir, input_key
 from tests.support.conformance import build, harness
 from tests.support.conformance.harness import (
     SCALE_SET_ID,
@@ -58,7 +57,7 @@ from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions
 from tests.support.listener_process import PAT, REPO_ROOT, ListenerProcess, metric_value
 from tests.support.localcluster import LocalCluster
-from tests.support.waits import WaitFailed, wait_until
+from tests.support.waits import WaitFailed, eventually, wait_until
 
 SCENARIO = "happy"
 FOREIGN_SCALE_SET = "other-set"
@@ -105,10 +104,8 @@ def runtime_python() -> Path:
     whenever they are installed. ``python -m listener`` from the repository root then runs the
     working tree's code with the image's dependencies.
     """
-    h = hashlib.sha256()
-    for name in ("requirements.lock", "install.sh"):
-        h.update((REPO_ROOT / "deploy" / name).read_bytes())
-    target = cache_dir("footprint") / h.hexdigest()[:16]
+    deploy = REPO_ROOT / "deploy"
+    target = cache_dir("footprint") / input_key(deploy / "requirements.lock", deploy / "install.sh")
 
     def install(staging: Path) -> None:
         _say(f"installing deploy/requirements.lock into {target} (once)")
@@ -299,13 +296,18 @@ async def _cluster_case(
 
 async def _reconciled(listener: ListenerProcess, within: float) -> None:
     """Wait for the monitor's first reconcile pass (its histogram on the metrics page)."""
-    async with asyncio.timeout(within):
-        while True:
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                page = await listener.metrics_text()
-                if (metric_value(page, f"{RECONCILE_HISTOGRAM}_count") or 0) > 0:
-                    return
-            await asyncio.sleep(1.0)
+
+    async def reconciled() -> bool:
+        page = await listener.metrics_text()
+        return (metric_value(page, f"{RECONCILE_HISTOGRAM}_count") or 0) > 0
+
+    await eventually(
+        reconciled,
+        "the first reconcile pass",
+        within,
+        interval=1.0,
+        ignore=(httpx.HTTPError, ValueError),
+    )
 
 
 async def in_cluster(

@@ -6,6 +6,8 @@ system (tests/support/image.py).
 * ``cache_dir``: ``${XDG_CACHE_HOME:-~/.cache}/capacity-listener/<name>``, outside the
   repository, so a fresh clone or another worktree reuses what this machine built.
 * ``locked``: an exclusive file lock across processes (CI, a developer, several test runs).
+* ``input_key``: the one hasher of a build's inputs (recipe strings, pins, source files), the
+  key a target is named by;
 * ``build_once``: a target (file or directory, named by a key that hashes its inputs) built
   under its lock into a staging path beside it and renamed into place, so a reader sees a
   complete target or none; a build that fails or is killed leaves only the staging path,
@@ -16,10 +18,24 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+
+def input_key(*parts: str | bytes | Path) -> str:
+    """16 hex digits of SHA-256 over ``parts`` in order: a string as UTF-8, bytes as they
+    are, a path as its file's content (name it with a string part where the name matters).
+    Any change to an input is a new key, so a new cache entry; an old one is never reused."""
+    digest = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, Path):
+            digest.update(part.read_bytes())
+        else:
+            digest.update(part.encode() if isinstance(part, str) else part)
+    return digest.hexdigest()[:16]
 
 
 def cache_dir(name: str) -> Path:

@@ -5,7 +5,9 @@ apiserver restart on a harness-started cluster."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
+import itertools
 import os
 import signal
 import subprocess
@@ -20,7 +22,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from base.arc import ARC_GROUP, ARC_VERSION
 from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import PAUSE_IMAGE, eventually, placement
+from tests.support.localcluster.testkit import PAUSE_IMAGE, placement
+from tests.support.waits import WaitFailed, eventually, eventually_sync
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -267,15 +270,13 @@ def _start_apiserver(cluster: LocalCluster) -> None:
 
 
 def _wait_apiserver_ready(cluster: LocalCluster) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            if cluster.rest.get("/readyz") == "ok":
-                return
-        except (httpx.HTTPError, OSError, RuntimeError):
-            pass
-        time.sleep(0.2)
-    raise AssertionError("kube-apiserver did not come back within 90s")
+    eventually_sync(
+        lambda: cluster.rest.get("/readyz") == "ok",
+        "kube-apiserver to come back",
+        90,
+        interval=0.2,
+        ignore=(httpx.HTTPError, OSError, RuntimeError),
+    )
 
 
 async def restart_apiserver(cluster: LocalCluster, downtime: float = 2.0) -> int | None:
@@ -345,11 +346,10 @@ async def wait_gc_knows_runner_sets(api: client.ApiClient, namespace: str) -> No
     that are retried with a growing backoff. Proven the direct way: a throwaway runner set
     with a ConfigMap dependent is deleted until the dependent goes with it."""
     core = client.CoreV1Api(api)
-    deadline = time.monotonic() + 120
-    attempt = 0
-    while time.monotonic() < deadline:
-        attempt += 1
-        name = f"gc-probe-{attempt}"
+    attempts = itertools.count(1)
+
+    async def probe() -> bool:
+        name = f"gc-probe-{next(attempts)}"
         owner = await create_runner_set(api, namespace, name, {"containers": []})
         ref = {
             "apiVersion": f"{ARC_GROUP}/{ARC_VERSION}",
@@ -361,12 +361,18 @@ async def wait_gc_knows_runner_sets(api: client.ApiClient, namespace: str) -> No
             namespace, {"metadata": {"name": name, "ownerReferences": [ref]}}
         )
         await delete_runner_set(api, namespace, name)
-        for _ in range(20):
+
+        async def gone() -> bool:
             try:
                 await core.read_namespaced_config_map(name, namespace)
             except ApiException as exc:
                 if exc.status == 404:
-                    return
+                    return True
                 raise
-            await asyncio.sleep(0.5)
-    raise AssertionError("the garbage collector never followed EphemeralRunnerSet owners")
+            return False
+
+        with contextlib.suppress(WaitFailed):
+            return await eventually(gone, f"ConfigMap {name} collected", 10, interval=0.5)
+        return False
+
+    await eventually(probe, "the garbage collector to follow EphemeralRunnerSet owners", 120)

@@ -18,12 +18,10 @@ manages. CA writes its status ConfigMap into the same namespace (``--namespace``
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import socket
 import subprocess
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,10 +29,11 @@ from typing import Any
 
 import yaml
 
-from tests.support.build_cache import build_once, cache_dir
+from tests.support.build_cache import build_once, cache_dir, input_key
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.rest import KubeError
 from tests.support.localcluster.testkit import OWNER_KEY
+from tests.support.waits import WaitFailed, eventually_sync
 
 SRC_ENV = "CLUSTER_AUTOSCALER_SRC"
 GROUP_LABEL = "ca-test.capacity-listener.dev/group"
@@ -75,10 +74,7 @@ def _key(src: Path) -> str:
         )
         return out.stdout.strip()[:16]
     except (OSError, subprocess.SubprocessError):
-        digest = hashlib.sha256()
-        for name in ("go.mod", "go.sum"):
-            digest.update((src / name).read_bytes())
-        return "tree-" + digest.hexdigest()[:16]
+        return "tree-" + input_key(src / "go.mod", src / "go.sum")
 
 
 def ensure_built() -> Path:
@@ -284,12 +280,16 @@ class ClusterAutoscaler:
 
 def wait_status(ca: ClusterAutoscaler, timeout: float = 60.0) -> str:
     """Until CA has written its status (it is up and has looked at the cluster)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def alive() -> None:
         if ca.proc is not None and ca.proc.poll() is not None:
-            raise RuntimeError(f"cluster-autoscaler exited:\n{ca.log_tail()}")
-        text = ca.status()
-        if text:
-            return text
-        time.sleep(0.5)
-    raise TimeoutError(f"cluster-autoscaler wrote no status:\n{ca.log_tail()}")
+            raise WaitFailed(f"cluster-autoscaler exited:\n{ca.log_tail()}")
+
+    return eventually_sync(
+        ca.status,
+        "cluster-autoscaler's status",
+        timeout,
+        interval=0.5,
+        alive=alive,
+        detail=lambda: f":\n{ca.log_tail()}",
+    )

@@ -15,7 +15,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from tests.support.listener_process import free_port
+from tests.support.fake_http import LoopbackServer
 from tests.support.localcluster import LocalCluster
 
 
@@ -29,9 +29,8 @@ class CountingProxy:
         self.upstream = upstream.rstrip("/")
         self.requests: list[tuple[float, str, str]] = []  # (monotonic, verb, resource)
         self.open_watches: Counter[str] = Counter()  # resource -> watch streams open now
-        self._runner: web.AppRunner | None = None
+        self._server: LoopbackServer | None = None
         self._session: aiohttp.ClientSession | None = None
-        self.port = 0
 
     async def start(self) -> str:
         self._session = aiohttp.ClientSession(
@@ -41,15 +40,13 @@ class CountingProxy:
         )
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._forward)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        self.port = free_port()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-        return f"http://127.0.0.1:{self.port}"
+        self._server = LoopbackServer(app)
+        await self._server.start()
+        return self._server.url
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._server is not None:
+            await self._server.stop()
         if self._session is not None:
             await self._session.close()
 

@@ -5,7 +5,10 @@
 - ``impersonating``: an ApiClient acting as a ServiceAccount, for RBAC checks; ``status_of``
   and ``watch_status``: the HTTP status of one raw request or watch, 403 included;
 - ``our_role`` and ``bind_to``: the shipped Role, and a shipped binding pointed at the test's
-  controller namespace (as deploy/README.md tells users to do);
+  controller namespace (as deploy/README.md tells users to do); ``with_verbs``: a shipped
+  role cut down to some verbs;
+- ``as_listener``: acting as ARC's listener ServiceAccount; ``assert_each_verb_needed``:
+  the RBAC check of the optional readers (NodePools, cluster-autoscaler's status);
 - ``listener_with_shipped_rbac``: deploy/rbac applied for a listener whose ServiceAccount
   lives in a separate controller namespace, with ARC's own listener Role and one scale set's
   objects, yielding a ``Listener`` (the identity's clients and those objects).
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,7 @@ from tests.support.capacity_kit import (
 )
 from tests.support.deploy_files import DEPLOY, yaml_docs
 from tests.support.localcluster import LocalCluster
+from tests.support.waits import eventually
 
 FIELD_MANAGER = "capacity-listener-tests"
 SHIPPED_CONTROLLER_NAMESPACE = "arc-systems"
@@ -98,6 +102,41 @@ async def impersonating(
     ) as api:
         api.set_default_header("Impersonate-Group", group)
         yield api
+
+
+@contextlib.asynccontextmanager
+async def as_listener(cluster: LocalCluster, controller_ns: str) -> AsyncIterator[client.ApiClient]:
+    """An ApiClient acting as ARC's listener ServiceAccount of scale set arc-cpu, in the
+    controller namespace ``controller_ns``."""
+    user = f"system:serviceaccount:{controller_ns}:{SCALE_SET}-754b578d-listener"
+    async with impersonating(cluster, user, f"system:serviceaccounts:{controller_ns}") as api:
+        yield api
+
+
+def with_verbs(role: dict[str, Any], verbs: tuple[str, ...]) -> dict[str, Any]:
+    """A copy of the shipped ``role`` whose rules keep only ``verbs``."""
+    role = copy.deepcopy(role)
+    for rule in role["rules"]:
+        rule["verbs"] = [v for v in rule["verbs"] if v in verbs]
+    return role
+
+
+async def assert_each_verb_needed(
+    cluster: LocalCluster,
+    controller_ns: str,
+    checks: Mapping[str, Callable[[client.ApiClient], Awaitable[int]]],
+    missing: str,
+) -> None:
+    """With the role granted without ``missing`` (the caller did that), the listener may do
+    the other checks and not ``missing`` (each check answers its HTTP status)."""
+    async with as_listener(cluster, controller_ns) as api:
+
+        async def settled() -> bool:
+            others = [await check(api) for verb, check in checks.items() if verb != missing]
+            return others == [200] * len(others)
+
+        await eventually(settled, "the other verbs allowed", within=15)
+        assert await checks[missing](api) == 403
 
 
 async def status_of(

@@ -50,6 +50,7 @@ from tests.support.runner_standin import (
     StandInSpec,
     ephemeral_runner_set_manifest,
 )
+from tests.support.waits import eventually, exited
 
 # Placeholder labels (capacity/contract.py); repeated here so this module does not import the
 # product to observe it.
@@ -213,11 +214,7 @@ class Site:
             phases = {p.metadata.name: p.status.phase for p in pods.items}
             return all(phases.get(n) == "Running" for n in names)
 
-        deadline = time.monotonic() + 60
-        while not await running():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"filler pods {names} not Running within 60s")
-            await asyncio.sleep(0.2)
+        await eventually(running, f"filler pods {names} Running", 60)
         return names
 
     async def add_nodes(self, pool: str, count: int, shape: Pool | None = None) -> list[str]:
@@ -435,21 +432,21 @@ class Site:
         await self.wait_for(polled, f"{self.spec.name}: a session and a poll", within)
 
     async def wait_for(self, predicate: Callable[[], bool], what: str, within: float) -> None:
-        """Wait for ``predicate``; on timeout fail with the listener's log tail."""
-        try:
-            async with asyncio.timeout(within):
-                while not predicate():
-                    if self.listener is not None and self.listener.returncode is not None:
-                        raise AssertionError(
-                            f"{self.listener.name} exited with {self.listener.returncode} "
-                            f"while waiting for {what}:\n{self.listener.log_tail()}"
-                        )
-                    await asyncio.sleep(0.1)
-        except TimeoutError:
+        """Wait for ``predicate``; fail at once if the listener exits, and on timeout with
+        the site's view and the listener's log tail."""
+
+        def view() -> str:
             tail = self.listener.log_tail() if self.listener is not None else "(no listener)"
-            raise AssertionError(
-                f"timed out after {within:.0f}s waiting for {what}; {self.view()}\n{tail}"
-            ) from None
+            return f"; {self.view()}\n{tail}"
+
+        await eventually(
+            predicate,
+            what,
+            within,
+            interval=0.1,
+            alive=lambda: exited(self.listener, what),
+            detail=view,
+        )
 
     # --- observation ----------------------------------------------------------------------
 

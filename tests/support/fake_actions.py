@@ -60,12 +60,14 @@ from aiohttp import web
 
 from tests.support.fake_http import (
     Fault,
+    LoopbackFake,
     LoopbackServer,
     RecordedRequest,
     RecordingFaultMiddleware,
     Reject,
     json_response,
 )
+from tests.support.waits import eventually
 
 API_VERSION = "6.0-preview"
 MESSAGE_TYPE = "RunnerScaleSetJobMessages"
@@ -298,7 +300,7 @@ def _github_reject(status: int, message: str) -> Reject:
     )
 
 
-class FakeActions:
+class FakeActions(LoopbackFake):
     """GitHub API + Actions service. `await start()`, use `.url`, `await stop()`."""
 
     def __init__(
@@ -365,7 +367,7 @@ class FakeActions:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        await self._server.start()
+        await super().start()
         if self.requeue_after is not None:
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="fake-actions-sweep")
 
@@ -377,19 +379,7 @@ class FakeActions:
                 await self._sweeper
         for scale_set in self.scale_sets.values():
             self._wake(scale_set.id)
-        await self._server.stop()
-
-    async def __aenter__(self) -> FakeActions:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    @property
-    def url(self) -> str:
-        """Scheme, host and port, e.g. http://127.0.0.1:41234."""
-        return self._server.url
+        await super().stop()
 
     @property
     def api_url(self) -> str:
@@ -670,11 +660,7 @@ class FakeActions:
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
         """Wait until `predicate()` holds; wrap in `asyncio.timeout`. Re-checked on every state
         change and at least every 50 ms (for time-based predicates such as `stranded`)."""
-        while not predicate():
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(0.05):
-                    await self._changed.wait()
+        await eventually(predicate, "the fake's state", None, interval=0.05, wake=self._changed)
 
     # ------------------------------------------------------------------ job machinery
 

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from tests.support.fake_http import json_response
+from tests.support.fake_http import LoopbackFake, LoopbackServer, json_response
 
 __all__ = ["FakeAzure", "self_signed"]
 
@@ -62,7 +62,7 @@ def self_signed(common_name: str, *, ip: str | None = None) -> tuple[str, str]:
 
 
 @dataclass
-class FakeAzure:
+class FakeAzure(LoopbackFake):
     """Entra ID + Key Vault on one HTTPS port. ``await start()``, then use the paths/URLs."""
 
     workdir: Path
@@ -83,12 +83,6 @@ class FakeAzure:
         self.client_certificate_path.write_text(client_key + client_cert)
         self._client_public_key = x509.load_pem_x509_certificate(client_cert.encode()).public_key()
         self._tokens: set[str] = set()
-        self._runner: web.AppRunner | None = None
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
 
     @property
     def vault_url(self) -> str:
@@ -103,16 +97,8 @@ class FakeAzure:
         app.router.add_get("/secrets/{name}/", self._secret)
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(self.ca_path, self.workdir / "fake-azure-key.pem")
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
-        await site.start()
-        self._runner = runner
-        self.port = int(runner.addresses[0][1])
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        self._server = LoopbackServer(app, ssl_context=context)
+        await super().start()
 
     async def _metadata(self, request: web.Request) -> web.Response:
         tenant = request.match_info["tenant"]

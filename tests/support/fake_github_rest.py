@@ -50,7 +50,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.support.fake_actions import FakeActions, JobState
-from tests.support.fake_http import LoopbackServer
+from tests.support.fake_http import LoopbackFake, LoopbackServer
 
 PREFIX = "/api/v3"
 DEFAULT_PER_PAGE = 30
@@ -101,7 +101,7 @@ def _iso(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class FakeGitHubRest:
+class FakeGitHubRest(LoopbackFake):
     """`await start()` and use `.api_url`, or mount it on a FakeActions before that starts."""
 
     def __init__(
@@ -112,8 +112,10 @@ class FakeGitHubRest:
         window: float = 3600.0,
         host: str = "127.0.0.1",
         port: int = 0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.tokens = set(tokens)
+        self._clock = clock  # wall-clock seconds: the rate-limit window and its reset header
         self.rate_limit = rate_limit
         self.window = window
         self.calls: list[Call] = []
@@ -125,7 +127,6 @@ class FakeGitHubRest:
         self._actions: FakeActions | None = None
         self._token_ok: Callable[[str], bool] = lambda token: token in self.tokens
         self._host, self._port = host, port
-        self._server: LoopbackServer | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -144,23 +145,12 @@ class FakeGitHubRest:
         app = web.Application()
         self.add_routes(app)
         self._server = LoopbackServer(app, host=self._host, port=self._port)
-        await self._server.start()
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop()
-
-    async def __aenter__(self) -> FakeGitHubRest:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
+        await super().start()
 
     @property
     def api_url(self) -> str:
         assert self._server is not None, "not started (or mounted elsewhere)"
-        return f"{self._server.url}{PREFIX}"
+        return f"{self.url}{PREFIX}"
 
     # ------------------------------------------------------------------ test API
 
@@ -248,7 +238,7 @@ class FakeGitHubRest:
         limit = self._limit(token)
         limit.remaining = remaining
         if reset_in is not None:
-            limit.reset_at = time.time() + reset_in
+            limit.reset_at = self._clock() + reset_in
 
     def remaining(self, token: str) -> int:
         return self._limit(token).remaining
@@ -342,7 +332,7 @@ class FakeGitHubRest:
 
     def _limit(self, token: str) -> _Limit:
         limit = self._limits.get(token)
-        now = time.time()
+        now = self._clock()
         if limit is None:
             limit = _Limit(self.rate_limit, self.rate_limit, now + self.window)
             self._limits[token] = limit

@@ -1,9 +1,12 @@
 """Plumbing shared by the loopback fakes: a request log, fault injection and server lifecycle.
 
-Both fakes (`fake_actions.FakeActions`, `fake_hud.FakeHUD`) are aiohttp applications served on
-127.0.0.1 with an ephemeral port. Every request passes through one middleware that records it
-and, when a test has queued a fault for that route, applies the fault instead of (or on top of)
-the real handler. Faults are consumed one per request, in the order they were queued.
+Every fake HTTP server of the tests (`fake_actions.FakeActions`, `fake_hud.FakeHUD`,
+`fake_github_rest.FakeGitHubRest`, `fake_azure.FakeAzure`, the counting proxy, the unit tests'
+small apiservers) is an aiohttp application served by one ``LoopbackServer`` on 127.0.0.1 with
+an ephemeral port; the fakes share its ``async with`` lifecycle through ``LoopbackFake``.
+The Actions and HUD fakes also pass every request through one middleware that records it
+and, when a test has queued a fault for that route, applies the fault instead of (or on top
+of) the real handler. Faults are consumed one per request, in the order they were queued.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from aiohttp import web
 
@@ -297,12 +301,21 @@ def json_response(
 
 
 class LoopbackServer:
-    """Serve one aiohttp application on 127.0.0.1 with an ephemeral (or given) port."""
+    """Serve one aiohttp application on 127.0.0.1 with an ephemeral (or given) port; over
+    TLS when given an ``ssl_context``. ``async with`` starts and stops it."""
 
-    def __init__(self, app: web.Application, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        app: web.Application,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self._app = app
         self._host = host
         self._port = port
+        self._ssl_context = ssl_context
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -310,7 +323,8 @@ class LoopbackServer:
     def url(self) -> str:
         if not self.port:
             raise RuntimeError("server not started")
-        return f"http://{self._host}:{self.port}"
+        scheme = "https" if self._ssl_context is not None else "http"
+        return f"{scheme}://{self._host}:{self.port}"
 
     async def start(self) -> None:
         # handler_cancellation: a client that hangs up cancels its handler, the way a real
@@ -319,7 +333,7 @@ class LoopbackServer:
             self._app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0
         )
         await runner.setup()
-        site = web.TCPSite(runner, self._host, self._port)
+        site = web.TCPSite(runner, self._host, self._port, ssl_context=self._ssl_context)
         await site.start()
         self._runner = runner
         self.port = int(runner.addresses[0][1])
@@ -329,3 +343,40 @@ class LoopbackServer:
             with contextlib.suppress(Exception):
                 await self._runner.cleanup()
             self._runner = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+class LoopbackFake:
+    """The lifecycle every loopback fake shares: ``async with Fake() as fake`` (or
+    ``start()``/``stop()``) and ``url``. A fake sets ``_server`` (a ``LoopbackServer``) when
+    it is built or started, and extends ``start``/``stop`` for its own background work."""
+
+    _server: LoopbackServer | None = None
+
+    async def start(self) -> None:
+        assert self._server is not None
+        await self._server.start()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def url(self) -> str:
+        """Scheme, host and port, e.g. http://127.0.0.1:41234."""
+        if self._server is None:
+            raise RuntimeError("server not started")
+        return self._server.url

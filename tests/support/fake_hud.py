@@ -34,6 +34,7 @@ from aiohttp import web
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
 from tests.support.fake_http import (
     Fault,
+    LoopbackFake,
     LoopbackServer,
     RecordedRequest,
     RecordingFaultMiddleware,
@@ -80,7 +81,7 @@ def hud_runner_label(labels: Sequence[str]) -> str:
     return labels[1] if len(labels) > 1 else labels[0]
 
 
-class FakeHUD:
+class FakeHUD(LoopbackFake):
     """`await start()`, point the client at `.endpoint`, `await stop()`."""
 
     def __init__(
@@ -108,23 +109,9 @@ class FakeHUD:
         app.router.add_get(PATH, self._queued_jobs, name="queued_jobs")
         self._server = LoopbackServer(app, host=host, port=port)
 
-    async def start(self) -> None:
-        await self._server.start()
-
     async def stop(self) -> None:
         self._closing.set()
-        await self._server.stop()
-
-    async def __aenter__(self) -> FakeHUD:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    @property
-    def url(self) -> str:
-        return self._server.url
+        await super().stop()
 
     @property
     def endpoint(self) -> str:

@@ -21,7 +21,6 @@ infrastructure for tests/image).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.build_cache import build_once, cache_dir, locked
+from tests.support.build_cache import build_once, cache_dir, input_key, locked
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUITE = "trixie"
@@ -101,7 +100,7 @@ def mmdebstrap_argv(output: Path) -> list[str]:
 def base_key() -> str:
     """Hash of the bootstrap command line: a changed package list or hook is a new base."""
     argv = mmdebstrap_argv(Path("OUT"))
-    return hashlib.sha256("\0".join(argv).encode()).hexdigest()[:16]
+    return input_key("\0".join(argv))
 
 
 def _run(argv: Sequence[str], what: str, timeout: float) -> str:

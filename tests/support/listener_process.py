@@ -11,7 +11,7 @@ tiers, the demo and the benchmarks).
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import ctypes
 import json
 import os
@@ -29,6 +29,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.fake_actions import FakeActions
+from tests.support.waits import WaitFailed, eventually, exited
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PAT = "ghp_e2e_fake_token"
@@ -211,12 +212,11 @@ class ListenerProcess:
         return _proc_status_kib(self.pid, "VmHWM")
 
     async def wait_exit(self, within: float) -> int | None:
-        deadline = time.monotonic() + within
-        while True:
-            code = self.returncode
-            if code is not None or time.monotonic() >= deadline:
-                return code
-            await asyncio.sleep(0.05)
+        """The exit status once the process has exited; None if it still runs after
+        ``within`` seconds."""
+        with contextlib.suppress(WaitFailed):
+            await eventually(lambda: self.returncode is not None, "exit", within, interval=0.05)
+        return self.returncode
 
     async def stop(self, within: float = 30.0) -> int:
         """SIGTERM and wait (as the kubelet does); SIGKILL after ``within`` seconds (then the
@@ -238,18 +238,14 @@ class ListenerProcess:
 
     async def wait_log(self, needle: str, within: float = 30.0) -> None:
         """Wait until ``needle`` appears in the log; fail with the log tail otherwise."""
-        deadline = time.monotonic() + within
-        while needle not in self.log_text():
-            if self.returncode is not None:
-                raise AssertionError(
-                    f"{self.name} exited with {self.returncode} before logging {needle!r}:\n"
-                    f"{self.log_tail()}"
-                )
-            if time.monotonic() >= deadline:
-                raise AssertionError(
-                    f"{self.name} did not log {needle!r} within {within:.0f}s:\n{self.log_tail()}"
-                )
-            await asyncio.sleep(0.1)
+        await eventually(
+            lambda: needle in self.log_text(),
+            f"{self.name} to log {needle!r}",
+            within,
+            interval=0.1,
+            alive=lambda: exited(self, f"it to log {needle!r}"),
+            detail=lambda: f":\n{self.log_tail()}",
+        )
 
     async def metrics_text(self) -> str:
         url = self.metrics_url

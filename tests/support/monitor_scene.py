@@ -26,7 +26,7 @@ from capacity.contract import placeholder_selector
 from capacity.monitor import CapacityMonitor
 from capacity.settings import CapacitySettings
 from tests.support.capacity_kit import wait_running
-from tests.support.localcluster.testkit import eventually
+from tests.support.waits import eventually
 
 ROLE_LABEL = "capacity-listener.dev/role"
 
@@ -121,7 +121,7 @@ class MonitorRun:
             return None
 
         return await eventually(
-            check, f"advertised == {value} (last {self.values[-3:]})", within, 0.1
+            check, f"advertised == {value} (last {self.values[-3:]})", within, interval=0.1
         )
 
     async def close(self) -> None:

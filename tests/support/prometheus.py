@@ -12,19 +12,19 @@ it cannot drift from it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import re
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
+
+from tests.support.waits import WaitFailed, eventually
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ALERTS = REPO_ROOT / "deploy" / "prometheus" / "alerts.yaml"
@@ -143,22 +143,24 @@ class Prometheus:
 
     async def ready(self, within: float = 60.0) -> None:
         """Until the server answers, has loaded every rule and scraped every target."""
-        deadline = time.monotonic() + within
-        while True:
+
+        def alive() -> None:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"prometheus exited {self.proc.returncode}:\n{self.log_tail()}"
-                )
-            with contextlib.suppress(httpx.HTTPError):
-                up = await self.query("up")
-                if len(up) == len(self.targets) and all(s["value"][1] == "1" for s in up):
-                    return
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"prometheus not ready within {within:.0f}s:\n{self.log_tail()}"
-                )
-            await asyncio.sleep(0.2)
+                raise WaitFailed(f"prometheus exited {self.proc.returncode}:\n{self.log_tail()}")
+
+        async def up() -> bool:
+            samples = await self.query("up")
+            return len(samples) == len(self.targets) and all(s["value"][1] == "1" for s in samples)
+
+        await eventually(
+            up,
+            "prometheus ready",
+            within,
+            alive=alive,
+            detail=lambda: f":\n{self.log_tail()}",
+            ignore=(httpx.HTTPError,),
+        )
 
     async def query(self, expr: str) -> list[dict[str, Any]]:
         """An instant query at the current time; the vector's samples."""

@@ -53,6 +53,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
 from tests.support.kube_calls import API_TIMEOUT, retrying, watch_objects
+from tests.support.waits import WaitFailed, eventually
 
 log = logging.getLogger("tests.runner_standin")
 
@@ -312,15 +313,11 @@ class RunnerStandIn:
     async def _until(self, predicate: Callable[[], bool], within: float | None = None) -> bool:
         """Wait until ``predicate()`` holds (re-checked on every event and every 100 ms);
         False if ``within`` seconds passed first."""
-        deadline = None if within is None else time.monotonic() + within
-        while not predicate():
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(_POLL):
-                    await self._changed.wait()
-        return True
+        with contextlib.suppress(WaitFailed):
+            return await eventually(
+                predicate, "the stand-in", within, interval=_POLL, wake=self._changed
+            )
+        return False
 
     async def _watch_pods(self) -> None:
         def on_list(items: list[dict[str, Any]]) -> None:

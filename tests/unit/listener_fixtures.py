@@ -8,7 +8,7 @@ import ipaddress
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import jwt
@@ -18,25 +18,17 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from listener.http import user_agent
+from tests.support.fake_clock import FakeClock
 
 UA = user_agent(7)
 """The User-Agent of scale set 7, the id the HTTP tests use."""
 
 
-@dataclass
-class FakeTime:
-    """A clock and an ``asyncio.sleep`` stand-in: sleeping advances the clock instantly."""
-
-    now: float = 1_800_000_000.0
-    sleeps: list[float] = field(default_factory=list)
+class FakeTime(FakeClock):
+    """The one fake clock, with ``clock`` as the HTTP tests name the callable."""
 
     def clock(self) -> float:
         return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-        await asyncio.sleep(0)  # still yield, like the real thing
 
 
 # --- keys and certificates ---------------------------------------------------------------------

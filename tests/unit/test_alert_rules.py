@@ -1,21 +1,13 @@
 """The Prometheus alert rules (deploy/prometheus/alerts.yaml): the expected alerts, each on
-exported series and labels, each documented, each with promtool cases firing and quiet, and
-`promtool` itself on the rules as shipped. On a real Prometheus: tests/e2e/test_prometheus.py."""
+exported series and labels, each documented, each with promtool cases firing and quiet.
+`promtool` itself on the rules as shipped: tests/integration/test_alert_rules.py; on a real
+Prometheus: tests/e2e/test_prometheus.py."""
 
 from __future__ import annotations
 
-import copy
-import os
 import re
-import shutil
-import subprocess
-from pathlib import Path
-
-import pytest
-import yaml
 
 from tests.support.deploy_files import (
-    ALERTS,
     DEPLOY,
     alert_rules,
     analyse,
@@ -70,46 +62,3 @@ def test_every_alert_has_promtool_cases_both_ways() -> None:
         outcomes = [bool(c["exp_alerts"]) for c in cases if c["alertname"] == alert]
         assert True in outcomes, f"{alert}: no case where it fires"
         assert False in outcomes, f"{alert}: no case where it stays quiet"
-
-
-PROMTOOL = shutil.which("promtool")
-
-
-# Skipped only on a developer machine without promtool; CI installs it (.ci/run), and there a
-# missing promtool fails the test instead of hiding it.
-@pytest.mark.skipif(
-    PROMTOOL is None and not os.environ.get("CI"),
-    reason="promtool not on PATH (Debian: apt-get install prometheus)",
-)
-def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
-    """`promtool check rules` on the rules as shipped, `promtool test rules` on the firing
-    behaviour (annotations stripped: promtool compares them word for word)."""
-    assert PROMTOOL is not None, "promtool is required in CI (apt-get install prometheus)"
-    (doc,) = yaml_docs(ALERTS)
-    full = tmp_path / "full.rules.yaml"
-    full.write_text(yaml.safe_dump(doc["spec"]), encoding="utf-8")
-    check = subprocess.run(
-        [PROMTOOL, "check", "rules", str(full)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert check.returncode == 0, check.stdout + check.stderr
-    assert f"{len(EXPECTED_ALERTS)} rules found" in check.stdout
-
-    spec = copy.deepcopy(doc["spec"])
-    for group in spec["groups"]:
-        for rule in group["rules"]:
-            rule.pop("annotations", None)
-    (tmp_path / "capacity-listener.rules.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
-    shutil.copy(ALERT_TESTS, tmp_path / ALERT_TESTS.name)
-    run = subprocess.run(
-        [PROMTOOL, "test", "rules", ALERT_TESTS.name],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,7 +29,6 @@ from tests.support.fake_actions import (
 )
 from tests.support.fake_http import UTF8_BOM, Fault
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 HOLD = 0.3  # seconds a poll is held in these tests
 PAT = "ghp_fake_pat"
 API = {"api-version": "6.0-preview"}
@@ -701,40 +697,6 @@ async def test_stop_releases_held_polls_promptly() -> None:
         await fake.stop()
         assert (await task).status_code == 202
         assert time.monotonic() - started < 3
-
-
-async def test_cli_serves_until_sigterm() -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.support.fakes_cli",
-        "--scale-set",
-        "7:linux",
-        "--scale-set",
-        "8:gpu:gpu,big",
-        cwd=REPO_ROOT,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    try:
-        assert proc.stdout is not None
-        async with asyncio.timeout(20):
-            info = json.loads(await proc.stdout.readline())
-        assert info["configure_url"] == f"{info['actions_url']}/acme"
-        assert [s["labels"] for s in info["scale_sets"]] == [["linux"], ["gpu", "big"]]
-        async with httpx.AsyncClient() as http:
-            await http.post(
-                f"{info['control_url']}/jobs", json={"count": 1, "labels": ["x", "gpu"]}
-            )
-            r = await http.get(
-                info["hud_endpoint"],
-                params={"parameters": json.dumps({"runnerLabels": ["gpu"]})},
-                headers={"x-hud-internal-bot": info["hud_token"]},
-            )
-        assert r.json()[0]["num_queued_jobs"] == 1  # HUD groups by the second label
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(10):
-            assert await proc.wait() == 0
 
 
 async def test_scripted_polls_are_answered_in_order_then_normal_polling_resumes(

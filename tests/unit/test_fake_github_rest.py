@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
 from tests.support.fake_actions import FakeActions
+from tests.support.fake_clock import FakeClock
 from tests.support.fake_github_rest import FakeGitHubRest
 
 TOKEN = "ghp_fake_rest"
@@ -16,8 +17,13 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeGitHubRest]:
-    async with FakeGitHubRest(tokens=[TOKEN], rate_limit=50, window=1.0) as server:
+def clock() -> FakeClock:
+    return FakeClock(time.time())
+
+
+@pytest.fixture
+async def fake(clock: FakeClock) -> AsyncIterator[FakeGitHubRest]:
+    async with FakeGitHubRest(tokens=[TOKEN], rate_limit=50, window=1.0, clock=clock) as server:
         yield server
 
 
@@ -66,7 +72,9 @@ async def test_etag_304_is_free_and_changes_with_the_state(
     assert int(changed.headers["x-ratelimit-remaining"]) == left - 1
 
 
-async def test_primary_limit_then_reset(fake: FakeGitHubRest, http: httpx.AsyncClient) -> None:
+async def test_primary_limit_then_reset(
+    fake: FakeGitHubRest, http: httpx.AsyncClient, clock: FakeClock
+) -> None:
     url = f"{fake.api_url}/orgs/acme/repos"
     fake.set_remaining(TOKEN, 1)
     assert (await http.get(url, headers=AUTH)).status_code == 200
@@ -74,7 +82,7 @@ async def test_primary_limit_then_reset(fake: FakeGitHubRest, http: httpx.AsyncC
     assert limited.status_code == 403
     assert limited.headers["x-ratelimit-remaining"] == "0"
     assert int(limited.headers["x-ratelimit-reset"]) > 0
-    await asyncio.sleep(1.1)  # the fake's window is one second here
+    clock.now += 1.1  # the fake's window is one second here
     assert (await http.get(url, headers=AUTH)).status_code == 200
 
 

@@ -32,6 +32,7 @@ from listener.http import user_agent
 from listener.loop import Listener
 from listener.scaler import PatchRetry, Scaler
 from listener.wire import JobMessage, Statistics
+from tests.support.waits import eventually
 from tests.unit.listener_fixtures import STATISTICS, session_json
 
 ACTIONS = "https://pipelines.example/tenant/"
@@ -164,13 +165,13 @@ class Harness:
         self.task = asyncio.create_task(self.listener.run(session, self.stop))
 
     async def until(self, predicate: Any, what: str, within: float = 3.0) -> None:
-        async with asyncio.timeout(within):
-            while not predicate():
-                assert self.task is not None
-                if self.task.done():
-                    self.task.result()  # surface the loop's error
-                    raise AssertionError(f"loop ended while waiting for {what}")
-                await asyncio.sleep(0.005)
+        def alive() -> None:
+            assert self.task is not None
+            if self.task.done():
+                self.task.result()  # surface the loop's error
+                raise AssertionError(f"loop ended while waiting for {what}")
+
+        await eventually(predicate, what, within, interval=0.005, alive=alive)
 
     async def finish(self) -> None:
         self.stop.set()

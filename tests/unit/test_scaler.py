@@ -17,6 +17,7 @@ from listener.scaler import (
     runner_status_patch,
 )
 from listener.wire import JobMessage
+from tests.support.fake_clock import FakeClock
 
 
 def test_first_update_is_a_full_state_sync() -> None:
@@ -156,20 +157,6 @@ class FlakyPatcher(RecordingPatcher):
         await super().patch_runner_set(body)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-        await asyncio.sleep(0)
-
-
 class Report:
     def __init__(self) -> None:
         self.failures = 0
@@ -190,7 +177,7 @@ REFUSED = KubeError("patch ephemeralrunnersets", 0, "ClientConnectorError: conne
 NOT_READY = KubeError("patch ephemeralrunnersets", 503, "ServiceUnavailable: not all paths")
 
 
-def scaler_with(patcher: Patcher, clock: Clock, report: Report, budget: float = 120) -> Scaler:
+def scaler_with(patcher: Patcher, clock: FakeClock, report: Report, budget: float = 120) -> Scaler:
     return Scaler(
         min_runners=0,
         max_runners=5,
@@ -203,7 +190,7 @@ def scaler_with(patcher: Patcher, clock: Clock, report: Report, budget: float = 
 
 
 async def test_throttling_honours_retry_after_and_is_not_fatal() -> None:
-    clock, report = Clock(), Report()
+    clock, report = FakeClock(1000.0), Report()
     patcher = FlakyPatcher([throttled("3"), throttled("7")])
     scaler = scaler_with(patcher, clock, report)
     retry = asyncio.create_task(scaler.run())
@@ -212,14 +199,14 @@ async def test_throttling_honours_retry_after_and_is_not_fatal() -> None:
     async with asyncio.timeout(5):
         await scaler.wait_in_sync()
     retry.cancel()
-    assert clock.slept == [3.0, 7.0]  # what the apiserver asked for
+    assert clock.sleeps == [3.0, 7.0]  # what the apiserver asked for
     assert patcher.calls == [("set", {"spec": {"patchID": 0, "replicas": 2}})]
     assert report.failures == 2
     assert report.pending == [True, False]
 
 
 async def test_an_outage_keeps_the_newest_desired_state_and_applies_it_once_back() -> None:
-    clock, report = Clock(), Report()
+    clock, report = FakeClock(1000.0), Report()
     patcher = FlakyPatcher([REFUSED] * 6 + [NOT_READY] * 3)
     scaler = scaler_with(patcher, clock, report)
     assert await scaler.handle_desired_runner_count(1) == 1  # fails: deferred
@@ -231,8 +218,8 @@ async def test_an_outage_keeps_the_newest_desired_state_and_applies_it_once_back
     async with asyncio.timeout(5):
         await scaler.wait_in_sync()
     assert patcher.calls == [("set", {"spec": {"patchID": 2, "replicas": 4}})]
-    assert 0 < sum(clock.slept) < 120
-    assert max(clock.slept) <= PatchRetry().cap
+    assert 0 < sum(clock.sleeps) < 120
+    assert max(clock.sleeps) <= PatchRetry().cap
     # Back to normal: patches are made in line again.
     await scaler.handle_desired_runner_count(4)
     assert patcher.calls[-1] == ("set", {"spec": {"patchID": 3, "replicas": 4}})
@@ -240,7 +227,7 @@ async def test_an_outage_keeps_the_newest_desired_state_and_applies_it_once_back
 
 
 async def test_an_outage_past_the_budget_is_fatal() -> None:
-    clock, report = Clock(), Report()
+    clock, report = FakeClock(1000.0), Report()
     patcher = FlakyPatcher([REFUSED] * 1000)
     scaler = scaler_with(patcher, clock, report, budget=90)
     await scaler.handle_desired_runner_count(1)
@@ -252,7 +239,7 @@ async def test_an_outage_past_the_budget_is_fatal() -> None:
 
 
 async def test_errors_that_waiting_cannot_fix_stay_fatal() -> None:
-    clock, report = Clock(), Report()
+    clock, report = FakeClock(1000.0), Report()
     forbidden = KubeError("patch ephemeralrunnersets", 403, "Forbidden")
     scaler = scaler_with(FlakyPatcher([forbidden]), clock, report)
     with pytest.raises(KubeError, match="403"):
@@ -261,7 +248,7 @@ async def test_errors_that_waiting_cannot_fix_stay_fatal() -> None:
 
 
 async def test_job_started_status_patch_is_retried_in_line() -> None:
-    clock, report = Clock(), Report()
+    clock, report = FakeClock(1000.0), Report()
 
     class FlakyStatus(RecordingPatcher):
         def __init__(self) -> None:
@@ -277,4 +264,4 @@ async def test_job_started_status_patch_is_retried_in_line() -> None:
     scaler = scaler_with(patcher, clock, report)
     await scaler.handle_job_started(JobMessage(message_type="JobStarted", runner_name="r-1"))
     assert [name for name, _ in patcher.calls] == ["r-1"]
-    assert clock.slept[-1] == 2.0
+    assert clock.sleeps[-1] == 2.0

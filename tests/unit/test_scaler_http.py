@@ -14,6 +14,8 @@ from kubernetes_asyncio import client
 
 from base.kube import Kube, KubeError, KubeErrorKind
 from listener.scaler import KubePatcher, PatchRetry, Scaler
+from tests.support.fake_clock import FakeClock
+from tests.support.fake_http import LoopbackServer
 
 PATH = "/apis/actions.github.com/v1alpha1/namespaces/arc-runners/ephemeralrunnersets/arc-cpu"
 
@@ -41,17 +43,12 @@ async def apiserver() -> AsyncIterator[tuple[FakeApiserver, Kube]]:
     fake = FakeApiserver()
     app = web.Application()
     app.router.add_patch(PATH, fake.patch)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    configuration = client.Configuration(host=f"http://127.0.0.1:{port}")
-    configuration.api_key = {"BearerToken": "t"}
-    configuration.api_key_prefix = {"BearerToken": "Bearer"}
-    async with client.ApiClient(configuration) as api:
-        yield fake, Kube(api, request_timeout=5.0)
-    await runner.cleanup()
+    async with LoopbackServer(app) as server:
+        configuration = client.Configuration(host=server.url)
+        configuration.api_key = {"BearerToken": "t"}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        async with client.ApiClient(configuration) as api:
+            yield fake, Kube(api, request_timeout=5.0)
 
 
 async def patch(kube: Kube) -> None:
@@ -86,25 +83,20 @@ async def test_throttled_patch_is_retried_honouring_retry_after(
 ) -> None:
     fake, kube = apiserver
     fake.script = [(429, "2"), (503, "4"), (429, "1")]
-    slept: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        slept.append(seconds)
-        await asyncio.sleep(0)
-
+    fake_clock = FakeClock()
     scaler = Scaler(
         min_runners=0,
         max_runners=5,
         patcher=KubePatcher(kube, namespace="arc-runners", runner_set_name="arc-cpu"),
         retry=PatchRetry(outage_budget=60),
-        sleep=sleep,
+        sleep=fake_clock.sleep,
     )
     retries = asyncio.create_task(scaler.run())
     assert await scaler.handle_desired_runner_count(3) == 3
     async with asyncio.timeout(10):
         await scaler.wait_in_sync()
     retries.cancel()
-    assert slept == [2.0, 4.0, 1.0]
+    assert fake_clock.sleeps == [2.0, 4.0, 1.0]
     assert len(fake.bodies) == 4
     assert {json.dumps(b) for b in fake.bodies} == {
         json.dumps({"spec": {"patchID": 0, "replicas": 3}})

@@ -22,15 +22,7 @@ from prometheus_client.metrics_core import Metric
 from listener.config import parse_github_target
 from listener.metrics import ListenerMetrics
 from listener.server import Health, build_app, handler_errors, parse_addr, serve
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
+from tests.support.fake_clock import FakeClock
 
 # --------------------------------------------------------------------------- Health
 

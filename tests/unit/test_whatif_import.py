@@ -14,6 +14,7 @@ import respx
 from capacity.whatif.trace import from_github, read_lines
 from listener import whatif
 from listener.history import GitHubHistory, HistoryError
+from tests.support.fake_clock import FakeClock
 from tests.support.fake_github_rest import FakeGitHubRest
 
 PAT = "ghp_fake_pat"
@@ -175,11 +176,7 @@ async def test_bad_credentials_end_the_import_with_one_line(
 
 @respx.mock
 async def test_history_paces_on_the_rate_limit_and_waits_out_secondary_limits() -> None:
-    slept: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        slept.append(seconds)
-
+    fake_clock = FakeClock()
     now = 1_800_000_000.0
     runs = respx.get(url__startswith=f"{API}/repos/acme/app/actions/runs?created=").mock(
         side_effect=[
@@ -203,13 +200,18 @@ async def test_history_paces_on_the_rate_limit_and_waits_out_secondary_limits() 
         return PAT
 
     async with httpx.AsyncClient() as client:
-        history = GitHubHistory(client, token, API, reserve=10, sleep=sleep, clock=lambda: now)
+        history = GitHubHistory(
+            client, token, API, reserve=10, sleep=fake_clock.sleep, clock=lambda: now
+        )
         since = datetime.fromtimestamp(now, UTC) - timedelta(hours=1)
         found = [
             job async for _, job in history.jobs(["acme/app"], since, since + timedelta(hours=1))
         ]
     assert found == [{"id": 1, "status": "queued"}]
-    assert slept == [7.0, 90.0]  # the secondary limit, then the reset (10 left = the reserve)
+    assert fake_clock.sleeps == [
+        7.0,
+        90.0,
+    ]  # the secondary limit, then the reset (10 left = the reserve)
     assert history.stats.truncated_days == [f"acme/app {since.date().isoformat()}"]
     assert runs.call_count == 2
 
@@ -220,14 +222,11 @@ async def test_history_gives_up_after_repeated_rate_limits() -> None:
         return_value=httpx.Response(403, headers={"Retry-After": "1"})
     )
 
-    async def sleep(_seconds: float) -> None:
-        return None
-
     async def token() -> str:
         return PAT
 
     async with httpx.AsyncClient() as client:
-        history = GitHubHistory(client, token, API, sleep=sleep)
+        history = GitHubHistory(client, token, API, sleep=FakeClock().sleep)
         since = datetime(2026, 1, 1, tzinfo=UTC)
         with pytest.raises(HistoryError, match="still rate-limited"):
             async for _ in history.jobs(["acme/app"], since, since + timedelta(hours=1)):

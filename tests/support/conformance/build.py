@@ -8,13 +8,12 @@ workers, a developer) wait for one another, and a missing or too-old Go is one c
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tests.support.build_cache import build_once, cache_dir
+from tests.support.build_cache import build_once, cache_dir, input_key
 from tests.support.localcluster.build import (
     BuildError,
     Progress,
@@ -42,11 +41,8 @@ def cache_root() -> Path:
 
 
 def cache_key() -> str:
-    h = hashlib.sha256(f"recipe={RECIPE}\n".encode())
-    for name in INPUTS:
-        h.update(f"{name}\n".encode())
-        h.update((GO_DIR / name).read_bytes())
-    return h.hexdigest()[:16]
+    inputs = [part for name in INPUTS for part in (f"{name}\n", GO_DIR / name)]
+    return input_key(f"recipe={RECIPE}\n", *inputs)
 
 
 def binary_path() -> Path:

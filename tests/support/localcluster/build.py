@@ -19,7 +19,6 @@ itself (lock, build once) is tests/support/build_cache.py.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -33,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from tests.support.build_cache import build_once, cache_dir
+from tests.support.build_cache import build_once, cache_dir, input_key
 
 from . import arc_crds
 
@@ -95,17 +94,19 @@ def cache_root() -> Path:
 
 def cache_key() -> str:
     """Hash of every input that decides what the build produces."""
-    h = hashlib.sha256()
-    h.update(f"recipe={RECIPE}\n".encode())
-    for mod in MODULES:
-        for name in ("go.mod", "go.sum"):
-            path = GO_DIR / mod / name
-            h.update(f"{mod}/{name}\n".encode())
-            h.update(path.read_bytes())
-    h.update(f"arc={arc_crds.ARC_VERSION} {arc_crds.ARC_SUM}\n".encode())
-    h.update(repr(arc_crds.SCHEMA_DELTA).encode())
-    h.update("\n".join(KWOK_STAGE_FILES).encode())
-    return h.hexdigest()[:16]
+    pins = [
+        part
+        for mod in MODULES
+        for name in ("go.mod", "go.sum")
+        for part in (f"{mod}/{name}\n", GO_DIR / mod / name)
+    ]
+    return input_key(
+        f"recipe={RECIPE}\n",
+        *pins,
+        f"arc={arc_crds.ARC_VERSION} {arc_crds.ARC_SUM}\n",
+        repr(arc_crds.SCHEMA_DELTA),
+        "\n".join(KWOK_STAGE_FILES),
+    )
 
 
 def _manifest_path(root: Path) -> Path:
@@ -372,14 +373,11 @@ class KarpenterArtifacts:
 
 def karpenter_cache_key() -> str:
     """Hash of go/karpenter's pins and sources (our main is part of the binary)."""
-    h = hashlib.sha256()
-    h.update(f"karpenter-recipe={KARPENTER_RECIPE}\n".encode())
-    h.update("\n".join(KARPENTER_CRDS).encode())
     mod_dir = GO_DIR / KARPENTER_MODULE
-    for path in sorted([mod_dir / "go.mod", mod_dir / "go.sum", *mod_dir.glob("*.go")]):
-        h.update(f"{path.name}\n".encode())
-        h.update(path.read_bytes())
-    return f"karpenter-{h.hexdigest()[:16]}"
+    paths = sorted([mod_dir / "go.mod", mod_dir / "go.sum", *mod_dir.glob("*.go")])
+    sources = [part for path in paths for part in (f"{path.name}\n", path)]
+    key = input_key(f"karpenter-recipe={KARPENTER_RECIPE}\n", "\n".join(KARPENTER_CRDS), *sources)
+    return f"karpenter-{key}"
 
 
 def find_karpenter(root: Path | None = None) -> KarpenterArtifacts | None:
@@ -442,12 +440,11 @@ class HelmArtifacts:
 
 def helm_cache_key() -> str:
     """Hash of go/helm's pins."""
-    h = hashlib.sha256()
-    h.update(f"helm-recipe={HELM_RECIPE}\n".encode())
-    for name in ("go.mod", "go.sum"):
-        h.update(f"{name}\n".encode())
-        h.update((GO_DIR / HELM_MODULE / name).read_bytes())
-    return f"helm-{h.hexdigest()[:16]}"
+    pins = [
+        part for name in ("go.mod", "go.sum") for part in (f"{name}\n", GO_DIR / HELM_MODULE / name)
+    ]
+    key = input_key(f"helm-recipe={HELM_RECIPE}\n", *pins)
+    return f"helm-{key}"
 
 
 def find_helm(root: Path | None = None) -> HelmArtifacts | None:

@@ -39,6 +39,8 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from tests.support.waits import WaitFailed
+
 from .build import Artifacts
 from .rest import KubeError, KubeREST, wait_for
 
@@ -461,7 +463,7 @@ class LocalCluster:
 
         try:
             wait_for(probe, timeout, f"{name} to become ready")
-        except TimeoutError as exc:
+        except WaitFailed as exc:
             comp = self._component(name)
             raise ClusterError(f"{exc}; log {comp.log}:\n{comp.log_tail()}") from None
 

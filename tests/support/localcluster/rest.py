@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import base64
 import tempfile
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import yaml
+
+from tests.support.waits import eventually_sync
 
 T = TypeVar("T")
 
@@ -34,21 +35,10 @@ class KubeconfigError(ValueError):
 TRANSIENT: tuple[type[Exception], ...] = (KubeError, OSError, httpx.TransportError)
 
 
-def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1) -> T:
-    """Poll ``check`` until it returns something other than None/False, or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while True:
-        try:
-            result = check()
-            if result is not None and result is not False:
-                return result
-        except (httpx.HTTPError, KubeError) as exc:
-            last_error = exc
-        if time.monotonic() >= deadline:
-            detail = f" (last error: {last_error})" if last_error else ""
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
-        time.sleep(interval)
+def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
+    """``eventually_sync`` for the harness: this client's errors count as "not yet" (an API
+    server coming up refuses, then answers 500s); raises ``WaitFailed`` naming ``what``."""
+    return eventually_sync(check, what, timeout, ignore=(httpx.HTTPError, KubeError))
 
 
 def _current(cfg: Mapping[str, Any], kind: str, name: str) -> Mapping[str, Any]:

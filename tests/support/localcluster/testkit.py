@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
-
-T = TypeVar("T")
+from collections.abc import Mapping
+from typing import Any
 
 # Label and NoSchedule taint that reserve fake nodes for one test (value: its namespace).
 OWNER_KEY = "localcluster.test/owner"
@@ -61,21 +57,3 @@ def pod_manifest(
     if owner_references:
         metadata["ownerReferences"] = owner_references
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
-
-
-async def eventually(
-    check: Callable[[], Awaitable[T | None]],
-    what: str,
-    within: float = 30.0,
-    interval: float = 0.2,
-) -> T:
-    """Await ``check`` until it returns something truthy; fail naming ``what`` after ``within``s."""
-    deadline = time.monotonic() + within
-    last: object = None
-    while True:
-        last = await check()
-        if last:
-            return last
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {within:.0f}s waiting for {what}")
-        await asyncio.sleep(interval)

@@ -42,7 +42,7 @@ async def test_first_of_leaves_no_stop_waiter_behind() -> None:
 
 async def test_cancel_reports_a_result_that_came_first() -> None:
     task = asyncio.ensure_future(asyncio.sleep(0, result=7))
-    await asyncio.sleep(0.01)
+    await asyncio.wait([task])
     assert await cancel(task) is False
     assert task.result() == 7
 

@@ -26,21 +26,15 @@ from capacity.pods import SCALE_SET_LABEL
 from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, Resources
 from capacity.warm_pool import AdaptivePool, FixedPool, _Sums
+from tests.support.fake_clock import FakeClock
 from tests.support.memory_cluster import MemoryCluster
+from tests.support.waits import eventually
 
 NS = "arc-runners"
 SCALE_SET = "linux"
 RUNNER_SET = "linux-x7k2p"
 OWNER_UID = "ers-uid-1"
 NOW = 1_800_000_000.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def runner_set(uid: str = OWNER_UID) -> dict[str, Any]:
@@ -70,7 +64,7 @@ class Scene:
         self,
         cluster: MemoryCluster,
         monitor: CapacityMonitor,
-        clock: Clock,
+        clock: FakeClock,
         registry: CollectorRegistry,
         values: list[int],
     ) -> None:
@@ -121,7 +115,7 @@ def start(cluster: MemoryCluster | None = None, *, proactive: int = 1, **overrid
         downscale_delay=0.0,
         **overrides,
     )
-    clock = Clock()
+    clock = FakeClock(NOW)
     cluster.clock = clock
     registry = CollectorRegistry()
     scene_values: list[int] = []
@@ -362,11 +356,7 @@ async def test_nothing_is_created_without_the_runner_set() -> None:
 async def until(predicate: Callable[[], bool], what: str) -> None:
     """Re-check ``predicate`` every 10 ms (the values arrive through the signal loop's own
     coalescing timer), for at most 5 s."""
-    for _ in range(500):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+    await eventually(predicate, what, 5, interval=0.01)
 
 
 async def test_signal_loop_follows_the_view_without_a_reconcile_pass() -> None:

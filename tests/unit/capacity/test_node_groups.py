@@ -15,14 +15,13 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from base.kube import KubeError, Resource
-from capacity.metrics import CapacityMetrics
 from capacity.model import Observed, Placeholder, PodPhase, Role
 from capacity.node_group_watch import NodeGroupRoom, status_from
 from capacity.node_groups import NodeGroup, node_groups_from
 from capacity.policy import node_group_room
 from capacity.settings import ClusterAutoscalerSettings
 from tests.support.memory_cluster import MemoryCluster
-from tests.unit.capacity.test_nodepool_watch import FailingCluster, Pokes, Rechecks
+from tests.unit.capacity.test_nodepool_watch import FailingCluster, Pokes, Rechecks, optional_reader
 
 LABELS = {"name": "arc", "namespace": "ns"}
 CONFIGMAPS = Resource.configmaps("kube-system")
@@ -194,17 +193,12 @@ def test_room_never_lets_a_full_half_exceed_its_peak(
 # --- the reader ---------------------------------------------------------------------------
 
 
-def reader(cluster: MemoryCluster, rechecks: Rechecks | None = None, **settings: Any) -> Any:
-    registry = CollectorRegistry()
-    pokes = Pokes()
-    groups = NodeGroupRoom(
-        cluster,
-        ClusterAutoscalerSettings(enabled=True, **settings),
-        metrics=CapacityMetrics(registry, name="arc", namespace="ns"),
-        on_change=pokes,
-        sleep=rechecks or Rechecks(),
+def reader(
+    cluster: MemoryCluster, rechecks: Rechecks | None = None, **settings: Any
+) -> tuple[NodeGroupRoom, CollectorRegistry, Pokes]:
+    return optional_reader(
+        NodeGroupRoom, cluster, ClusterAutoscalerSettings(enabled=True, **settings), rechecks
     )
-    return groups, registry, pokes
 
 
 async def test_it_caps_nothing_until_it_knows_then_follows_the_status() -> None:

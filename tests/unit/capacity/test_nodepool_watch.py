@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import pytest
@@ -19,8 +19,10 @@ from capacity.nodepool_watch import RESOURCE, NodePoolLimits
 from capacity.settings import NodePoolSettings
 from capacity.specs import HalfShape
 from tests.support.memory_cluster import MemoryCluster
+from tests.support.waits import eventually
 
 T = TypeVar("T")
+R = TypeVar("R")
 LABELS = {"name": "arc", "namespace": "ns"}
 
 
@@ -81,10 +83,7 @@ class Pokes(list[int]):
         self.event.set()
 
     async def until(self, check: Any, within: float = 2.0) -> None:
-        async with asyncio.timeout(within):
-            while not check():
-                self.event.clear()
-                await self.event.wait()
+        await eventually(check, "a poke", within, wake=self.event)
 
 
 Reader = tuple[NodePoolLimits, CollectorRegistry, Pokes]
@@ -111,17 +110,27 @@ class Rechecks:
         self.asked.clear()
 
 
-def reader(cluster: MemoryCluster, rechecks: Rechecks | None = None, **settings: Any) -> Reader:
+def optional_reader(
+    make: Callable[..., R], cluster: MemoryCluster, settings: Any, rechecks: Rechecks | None
+) -> tuple[R, CollectorRegistry, Pokes]:
+    """An optional check (``NodePoolLimits``, ``NodeGroupRoom``) on ``cluster``, with its
+    metrics, its pokes and its sleeps between looks."""
     registry = CollectorRegistry()
     pokes = Pokes()
-    limits = NodePoolLimits(
+    check = make(
         cluster,
-        NodePoolSettings(enabled=True, **settings),
+        settings,
         metrics=CapacityMetrics(registry, name="arc", namespace="ns"),
         on_change=pokes,
         sleep=rechecks or Rechecks(),
     )
-    return limits, registry, pokes
+    return check, registry, pokes
+
+
+def reader(cluster: MemoryCluster, rechecks: Rechecks | None = None, **settings: Any) -> Reader:
+    return optional_reader(
+        NodePoolLimits, cluster, NodePoolSettings(enabled=True, **settings), rechecks
+    )
 
 
 async def test_it_caps_nothing_until_the_first_list_then_follows_the_watch() -> None:
