@@ -226,6 +226,9 @@ class _Sums:
         )
 
 
+MIN_EXPECTED_JOBS = 1e-9
+
+
 def _fill_shortfalls(mean: float, variance: float, ceiling: int) -> Iterable[float]:
     """E[(N − B)⁺] for B = 0, 1, …, ceiling, N negative binomial with the given moments
     (Poisson when the variance does not exceed the mean)."""
@@ -238,7 +241,7 @@ def _fill_shortfalls(mean: float, variance: float, ceiling: int) -> Iterable[flo
             return -mean + k * math.log(mean) - math.lgamma(k + 1)
 
     else:
-        p = mean / variance
+        p = max(mean / variance, 1e-300)  # an enormous variance must not make log(p) fail
         r = mean * p / (1 - p)
         log_p, log_q, lg_r = math.log(p), math.log1p(-p), math.lgamma(r)
 
@@ -257,7 +260,10 @@ def cover(estimate: Estimate, lead_time: float, target_ready: float, ceiling: in
     """The least B ≤ ceiling whose fill rate over `lead_time` meets `target_ready` (the
     ceiling when none does)."""
     mean, variance = estimate.over(lead_time)
-    if mean <= 0 or target_ready <= 0:
+    # Below one-in-a-billion expected jobs within the lead time nothing is coming (a rate
+    # decayed over a long quiet spell ends here), and floating point could not tell the
+    # tail apart anyway: 1 − e^(−mean) rounds to 0, and the search ran to the ceiling.
+    if mean < MIN_EXPECTED_JOBS or target_ready <= 0:
         return 0
     allowed = (1.0 - target_ready) * mean
     for b, shortfall in enumerate(_fill_shortfalls(mean, variance, ceiling)):

@@ -398,3 +398,10 @@ def test_an_unusable_profile_changes_nothing(change: Callable[[dict[str, Any]], 
     assert not fresh.load_profile(data)
     assert fresh.profile == AdaptivePool(AdaptiveConfig()).profile
     assert not fresh.load_profile("not a mapping")
+
+
+def test_a_vanishing_rate_gives_no_pool_not_the_ceiling() -> None:
+    # A rate decayed over a long quiet spell: the expected jobs round away in floating point.
+    for rate in (1e-20, 1e-63, 5e-324):
+        assert cover(Estimate(rate=rate, mean_size=1.0, second_moment=1.0), 60.0, 0.9, 10) == 0
+    assert cover(Estimate(rate=1e-3, mean_size=1.0, second_moment=1e300), 60.0, 0.9, 10) <= 10
