@@ -26,23 +26,33 @@ What is simulated, per label set (one scale set each; label sets do not share no
   starting or ending, a new demand value; changes meanwhile join that pass), and
   ``recalculate_interval`` after the last pass when nothing happened, as the reconcile loop
   does.
-* **Nodes: one pair per node.** A new pair lands on an empty node if there is one (Running
-  at once), else on a node already launching for nobody, else launches a node that is
-  ready after the next provisioning delay (drawn in order from ``delays``, cycled). A pair
-  deleted while Pending leaves its node launching: the node comes up empty. An empty node
-  is removed after ``node_idle`` seconds (Karpenter's consolidateAfter), unless a pair or a
-  job's pair lands on it first. A Pending pair moves to a node that becomes empty (the
-  scheduler binds it wherever it fits).
+* **Nodes: ``pairs_per_node`` pairs per node** (default 1; a job keeps its pair's room). A
+  new pair lands on a ready node with room if there is one (Running at once; the fullest
+  first, as consolidation packs them), else on a node already launching with room, else
+  launches a node that is ready after the next provisioning delay (drawn in order from
+  ``delays``, cycled). A pair deleted while Pending leaves its node launching: the node
+  may come up empty. An empty node is removed after ``node_idle`` seconds (Karpenter's
+  consolidateAfter), unless a pair lands on it first. A Pending pair moves to a ready node
+  that has room (the scheduler binds it wherever it fits).
+* **The window**: by default the listener starts at the first arrival and everything is
+  counted up to the last job's end. ``simulate(..., begin=, until=)`` starts the listener
+  earlier (a warm pool fills before the first job, as on a cluster started ahead) and
+  counts node- and pair-seconds up to a fixed time (also after the last job: what a pool
+  holds in a quiet tail is paid for), as a benchmark's window does.
 
-Simplified away, on purpose: nodes holding several pairs (bin packing), pod start and image
-pull times (0), the header's round trip to GitHub (a Running pair takes a waiting job at
-once), consolidation of nodes that are not empty, spot interruptions, NodePool limits,
-failed launches. Every node costs the same.
+Simplified away, on purpose: pod start and image pull times (0), the header's round trip
+to GitHub (a Running pair takes a waiting job at once), consolidation of nodes that are
+not empty (moving pairs off a half-full node), spot interruptions, NodePool limits, failed
+launches. Every node costs the same; a node's room is counted in pairs (both halves on
+one node), so with two pools (runner and workflow) a simulated node stands for one node of
+each holding ``pairs_per_node`` pods.
 
 Measured per policy: spare node-seconds (every node-second not spent running a job:
-launching, holding a placeholder, or empty before consolidation; counted up to the last
-job's end) and their ratio to OPT₀, placeholder pair-seconds, queue time p50/p90/p99/max,
-launches, pairs created.
+launching, holding a placeholder, or empty before consolidation; counted in the window)
+and their ratio to OPT₀, placeholder pair-seconds, queue time p50/p90/p99/max, launches,
+pairs created. Busy and spare are counted in a pair's room (with ``pairs_per_node`` k, a
+node-second is k of them), so they stay comparable with OPT₀; ``node_seconds`` is the
+nodes' own.
 
 PURE: no I/O, no clock, no randomness (the delays are drawn by the caller).
 
@@ -86,6 +96,7 @@ class SimConfig:
     coalesce: float = 0.15  # a change leads to a pass this much later (the view's trigger)
     node_idle: float = 30.0  # an empty node is removed after this (consolidateAfter)
     lookahead: float = 0.0  # count later stages of runs under way due within this
+    pairs_per_node: int = 1  # room of a node, in pairs (a job keeps its pair's room)
 
     def __post_init__(self) -> None:
         if not self.delays or any(d < 0 for d in self.delays):
@@ -96,6 +107,8 @@ class SimConfig:
         for name in ("demand_lag", "node_idle", "lookahead", "coalesce"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if self.pairs_per_node < 1:
+            raise ValueError(f"pairs_per_node: must be >= 1, got {self.pairs_per_node}")
 
 
 READY_WAIT = 1.0  # a job that waited less than this found a pair ready
@@ -106,13 +119,14 @@ class Outcome:
     """What one policy cost and bought on one label set's jobs."""
 
     jobs: int
-    busy: float  # node-seconds running jobs
-    spare: float  # node-seconds held without a job
+    busy: float  # room-seconds running jobs (a node's room is pairs_per_node pairs)
+    spare: float  # room-seconds held without a job
     pair_seconds: float  # placeholder pairs in existence (Pending or Running), summed
     waits: tuple[float, ...]  # queue time of each job, sorted
     launches: int
     pairs_created: int
     passes: int
+    node_seconds: float = 0.0  # nodes alive (each with pairs_per_node pairs' room)
 
     def percentile(self, p: float) -> float:
         return percentile(self.waits, p)
@@ -131,6 +145,7 @@ class Outcome:
             "busy_node_seconds": round(self.busy, 1),
             "spare_node_seconds": round(self.spare, 1),
             "spare_pct_of_busy": round(100 * self.spare / self.busy, 2) if self.busy else 0.0,
+            "node_seconds": round(self.node_seconds, 1),
             "placeholder_pair_seconds": round(self.pair_seconds, 1),
             "queue_seconds": {
                 "p50": round(self.percentile(50), 2),
@@ -168,6 +183,7 @@ def merge(outcomes: Iterable[Outcome]) -> Outcome:
         launches=sum(o.launches for o in items),
         pairs_created=sum(o.pairs_created for o in items),
         passes=sum(o.passes for o in items),
+        node_seconds=sum(o.node_seconds for o in items),
     )
 
 
@@ -183,9 +199,12 @@ _POKED = -1  # a _PASS event's argument when a change asked for it (else: the pa
 class _Node:
     launched_at: float
     ready: bool = False
-    pair: str | None = None  # slot of the pair on (or waiting for) it
-    job: bool = False  # running a job
+    pairs: set[str] = field(default_factory=set)  # slots of the pairs on (or waiting for) it
+    jobs: int = 0  # running jobs
     expires_at: float = math.inf  # when an empty node goes (inf: not empty)
+
+    def used(self) -> int:
+        return len(self.pairs) + self.jobs
 
 
 @dataclass
@@ -205,7 +224,9 @@ class _Run:
     config: SimConfig
     pool: WarmPool
     arrivals: warm_pool.ArrivalCounter = field(default_factory=warm_pool.ArrivalCounter)
-    runner_pods: dict[int, str] = field(default_factory=dict)  # node → its job's runner pod
+    runner_pods: dict[int, str] = field(default_factory=dict)  # job → its runner pod
+    job_nodes: dict[int, int] = field(default_factory=dict)  # running job → its node
+    window: tuple[float, float] = (-math.inf, math.inf)  # node- and pair-seconds counted in
     events: list[tuple[float, int, int, int]] = field(default_factory=list)
     seq: int = 0
     nodes: dict[int, _Node] = field(default_factory=dict)
@@ -217,6 +238,7 @@ class _Run:
     hud: HudState = field(default_factory=HudState)
     node_seconds: float = 0.0
     pair_seconds: float = 0.0
+    busy: float = 0.0
     launches: int = 0
     pairs_created: int = 0
     passes: int = 0
@@ -244,23 +266,26 @@ class _Run:
         self.push(now + delay, _NODE_READY, node_id)
         return node_id
 
-    def free_node(self, node_id: int, now: float) -> None:
-        """A node with nothing on it: a Pending pair moves there, else it waits to go."""
+    def settle(self, node_id: int, now: float) -> None:
+        """A ready node with room: Pending pairs move there, else, empty, it waits to go."""
         node = self.nodes[node_id]
-        node.pair, node.job = None, False
         if not node.ready:
             return
-        for pair in self.pairs.values():
+        room = self.config.pairs_per_node - node.used()
+        for pair in list(self.pairs.values()):
+            if room <= 0:
+                break
             if not pair.running and pair.node != node_id:
-                self.nodes[pair.node].pair = None  # its launching node now launches for nobody
+                self.nodes[pair.node].pairs.discard(pair.slot)  # its node launches for less
                 self.bind(pair, node_id)
-                return
-        node.expires_at = now + self.config.node_idle
-        self.push(node.expires_at, _NODE_EXPIRE, node_id)
+                room -= 1
+        if node.used() == 0:
+            node.expires_at = now + self.config.node_idle
+            self.push(node.expires_at, _NODE_EXPIRE, node_id)
 
     def bind(self, pair: _Pair, node_id: int) -> None:
         node = self.nodes[node_id]
-        node.pair = pair.slot
+        node.pairs.add(pair.slot)
         node.expires_at = math.inf
         pair.node = node_id
         if node.ready:
@@ -274,9 +299,14 @@ class _Run:
             replace(workflow, phase=PodPhase.RUNNING),
         )
 
+    def clipped(self, start: float, end: float) -> float:
+        """The part of [start, end] inside the window."""
+        low, high = self.window
+        return max(0.0, min(end, high) - max(start, low))
+
     def remove_node(self, node_id: int, now: float) -> None:
         node = self.nodes.pop(node_id)
-        self.node_seconds += now - node.launched_at
+        self.node_seconds += self.clipped(node.launched_at, now)
 
     # --- pairs ----------------------------------------------------------------------------
 
@@ -303,12 +333,13 @@ class _Run:
         pair = _Pair(slot=slot, created_at=now, halves=halves)
         self.pairs[slot] = pair
         self.pairs_created += 1
-        empty = [i for i, n in self.nodes.items() if n.pair is None and not n.job]
-        ready = [i for i in empty if self.nodes[i].ready]
+        per_node = self.config.pairs_per_node
+        roomy = [i for i, n in self.nodes.items() if n.used() < per_node]
+        ready = [i for i in roomy if self.nodes[i].ready]
         if ready:
-            node_id = ready[0]
-        elif empty:
-            node_id = empty[0]
+            node_id = max(ready, key=lambda i: self.nodes[i].used())  # fullest first
+        elif roomy:
+            node_id = roomy[0]
         else:
             node_id = self.launch(now)
         self.bind(pair, node_id)
@@ -316,7 +347,7 @@ class _Run:
     def drop_pair(self, slot: str, now: float) -> int:
         """The pair goes (deleted, or preempted by a job); returns its node."""
         pair = self.pairs.pop(slot)
-        self.pair_seconds += now - pair.created_at
+        self.pair_seconds += self.clipped(pair.created_at, now)
         return pair.node
 
     # --- jobs -----------------------------------------------------------------------------
@@ -332,12 +363,15 @@ class _Run:
             self.waiting_head += 1
             node_id = self.drop_pair(pair.slot, now)
             node = self.nodes[node_id]
-            node.pair, node.job = None, True
+            node.pairs.discard(pair.slot)
+            node.jobs += 1
             job = self.jobs[index]
             self.waits.append(now - job.queued_at)
             self.running_jobs += 1
-            self.runner_pods[node_id] = job.job or f"job-{index}"
-            self.push(now + (job.duration or 0.0), _JOB_END, node_id)
+            self.runner_pods[index] = job.job or f"job-{index}"
+            self.job_nodes[index] = node_id
+            self.busy += self.clipped(now, now + (job.duration or 0.0))
+            self.push(now + (job.duration or 0.0), _JOB_END, index)
             moved = True
         return moved
 
@@ -375,21 +409,34 @@ class _Run:
             if slot not in self.pairs:
                 continue
             node_id = self.drop_pair(slot, now)
-            if self.nodes[node_id].ready:
-                self.free_node(node_id, now)
-            else:
-                self.nodes[node_id].pair = None  # launching for nobody now
+            self.nodes[node_id].pairs.discard(slot)  # a launching node launches for less
+            self.settle(node_id, now)
         for slot in plan.creates:
             self.create_pair(slot, now)
 
 
-def simulate(jobs: Sequence[TraceJob], config: SimConfig, pool: WarmPool) -> Outcome:
-    """Run one label set's ``jobs`` (sorted by queue time) under ``pool``."""
+def simulate(
+    jobs: Sequence[TraceJob],
+    config: SimConfig,
+    pool: WarmPool,
+    *,
+    begin: float | None = None,
+    until: float | None = None,
+) -> Outcome:
+    """Run one label set's ``jobs`` (sorted by queue time) under ``pool``. The listener
+    starts at ``begin`` (default: the first arrival; not later than it); node-, pair- and
+    busy seconds are counted from then up to ``until`` (default: the last job's end; the
+    run goes on until then even when every job has ended, and past it until they have)."""
     ran = [j for j in jobs if j.duration is not None]
-    run = _Run(jobs=ran, config=config, pool=pool)
     if not ran:
         return merge(())
-    start = ran[0].queued_at
+    start = ran[0].queued_at if begin is None else begin
+    if start > ran[0].queued_at:
+        raise ValueError(f"begin: {begin} is after the first arrival ({ran[0].queued_at})")
+    stop = -math.inf if until is None else until
+    run = _Run(
+        jobs=ran, config=config, pool=pool, window=(start, math.inf if until is None else until)
+    )
     for index, job in enumerate(ran):
         run.push(job.queued_at, _ARRIVAL, index)
     run.push(start, _DEMAND_READ)
@@ -409,19 +456,20 @@ def simulate(jobs: Sequence[TraceJob], config: SimConfig, pool: WarmPool) -> Out
             if kind == _JOB_END:
                 run.running_jobs -= 1
                 del run.runner_pods[arg]
+                node_id = run.job_nodes.pop(arg)
+                run.nodes[node_id].jobs -= 1
                 remaining -= 1
-                run.free_node(arg, now)
+                run.settle(node_id, now)
                 changed = True
             elif kind == _NODE_READY:
                 node = run.nodes.get(arg)
                 if node is None:
                     continue
                 node.ready = True
-                if node.pair is not None:
-                    run.set_running(run.pairs[node.pair])
+                for slot in node.pairs:
+                    run.set_running(run.pairs[slot])
                     changed = True
-                else:
-                    run.free_node(arg, now)
+                run.settle(arg, now)
             elif kind == _NODE_EXPIRE:
                 node = run.nodes.get(arg)
                 if node is not None and node.expires_at == now:
@@ -433,7 +481,7 @@ def simulate(jobs: Sequence[TraceJob], config: SimConfig, pool: WarmPool) -> Out
                 reads += 1
                 seen[reads] = queued
                 run.push(now + config.demand_lag, _DEMAND_SEEN, reads)
-                if remaining:
+                if remaining or now < stop:
                     run.push(now + config.demand_interval, _DEMAND_READ)
             elif kind == _DEMAND_SEEN:
                 queued = seen.pop(arg)
@@ -447,7 +495,7 @@ def simulate(jobs: Sequence[TraceJob], config: SimConfig, pool: WarmPool) -> Out
             else:  # _PASS every interval when nothing else caused one
                 due = due or arg == run.passes
         changed = run.assign(now) or changed
-        if remaining == 0:
+        if remaining == 0 and now >= stop:
             end = now
             break
         if due:
@@ -463,16 +511,16 @@ def simulate(jobs: Sequence[TraceJob], config: SimConfig, pool: WarmPool) -> Out
         run.remove_node(node_id, max(end, run.nodes[node_id].launched_at))
     for slot in list(run.pairs):
         run.drop_pair(slot, max(end, run.pairs[slot].created_at))
-    busy = sum(j.duration or 0.0 for j in ran)
     return Outcome(
         jobs=len(ran),
-        busy=busy,
-        spare=run.node_seconds - busy,
+        busy=run.busy,
+        spare=run.node_seconds * config.pairs_per_node - run.busy,
         pair_seconds=run.pair_seconds,
         waits=tuple(sorted(run.waits)),
         launches=run.launches,
         pairs_created=run.pairs_created,
         passes=run.passes,
+        node_seconds=run.node_seconds,
     )
 
 

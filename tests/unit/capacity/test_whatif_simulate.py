@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -132,3 +132,50 @@ def test_bad_configurations_are_refused_with_the_field_named() -> None:
         SimConfig(params=PARAMS, demand_interval=0)
     with pytest.raises(ValueError, match="lookahead"):
         SimConfig(params=PARAMS, lookahead=-1)
+    with pytest.raises(ValueError, match="pairs_per_node"):
+        SimConfig(params=PARAMS, pairs_per_node=0)
+    with pytest.raises(ValueError, match="begin"):
+        simulate([_job(1, 0.0, 10.0)], CONFIG, FixedPool(0), begin=5.0)
+
+
+def test_two_pairs_per_node_share_one_launch_and_keep_the_room() -> None:
+    jobs = [_job(1, 0.0, 100.0), _job(2, 0.0, 100.0)]
+    one = simulate(jobs, CONFIG, FixedPool(0))
+    two = simulate(jobs, replace(CONFIG, pairs_per_node=2), FixedPool(0))
+    # Both pairs wait on the node the first one launched: the same waits, half the nodes.
+    assert two.waits == one.waits == pytest.approx((62.15, 62.15))
+    assert two.launches * 2 == one.launches
+    assert two.node_seconds == pytest.approx(one.node_seconds / 2)
+    # Spare is counted in a pair's room, so it does not change with the node size here.
+    assert two.spare == pytest.approx(one.spare)
+    assert two.busy == one.busy == pytest.approx(200.0)
+
+
+def test_a_pair_waiting_for_a_node_takes_the_free_half_of_a_busy_one() -> None:
+    # Job 1 runs from 62.15 to 1062.15 on a two-pair node; job 2, queued at 510 (a demand
+    # read), gets the node's other half at once (the pair made at 512.15 is Running).
+    jobs = [_job(1, 0.0, 1000.0), _job(2, 510.0, 10.0)]
+    out = simulate(jobs, replace(CONFIG, pairs_per_node=2), FixedPool(0))
+    assert out.waits == pytest.approx((2.15, 62.15))
+    one = simulate(jobs, CONFIG, FixedPool(0))
+    assert one.waits[0] > 60  # one pair per node: job 2 waits for its own node
+
+
+def test_the_window_starts_the_pool_early_and_counts_the_quiet_tail() -> None:
+    config = replace(CONFIG, params=replace(PARAMS, ttl=10_000.0))  # no renewals
+    jobs = [_job(1, 1.0, 10.0)]  # between two demand reads: no demand, only the pool
+    late = simulate(jobs, config, FixedPool(1))
+    early = simulate(jobs, config, FixedPool(1), begin=-300.0, until=1000.0)
+    assert late.waits == (60.0,)  # the pool's first pair comes with the job
+    assert early.waits == (0.0,)  # started 300 s ahead, the pair was ready
+    # Node 0: -300..1000 (the job's, then the next pair's: it moved there when the job
+    # ended); node 1, launched at 1.15 for the pool's next pair, came up empty at 61.15
+    # and went 30 s later. Nothing is counted past `until`.
+    assert early.node_seconds == pytest.approx(1300.0 + 90.0)
+    assert early.pair_seconds == pytest.approx(301.0 + (1000.0 - 1.15))
+    assert early.busy == pytest.approx(10.0)
+    assert early.spare == pytest.approx(1390.0 - 10.0)
+    # A window ending before the last job counts the job's part inside it.
+    cut = simulate(jobs, config, FixedPool(1), begin=-300.0, until=5.0)
+    assert cut.busy == pytest.approx(4.0)
+    assert cut.waits == (0.0,)
