@@ -157,6 +157,10 @@ class Config:
                 for name, types in zip(SITE_NAMES, SITE_TYPES, strict=True)
             },
             "requests": {"runner": RUNNER_REQUESTS, "workflow": WORKFLOW_REQUESTS},
+            # Read back by bench_agreement (the simulator replays the run with them).
+            "hud_lag_s": self.hud_lag,
+            "consolidate_after": self.consolidate_after,
+            "prepare_timeout_s": self.prepare_timeout,
             "changed_settings": self.changed_settings(),
         }
 

@@ -1,0 +1,181 @@
+"""The simulator-vs-cluster comparison: the recorded config rebuilds the run, the benchmark's
+parameters map onto the simulator's, and the differences are computed as stated."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+
+from capacity.warm_pool import FixedPool
+from tests.support.bench_agreement import (
+    AgreementError,
+    Row,
+    ShardedPool,
+    check_plan,
+    compare,
+    config_from,
+    mapping,
+    rows,
+)
+from tests.support.bench_outcomes import FULL, SMOKE, plan
+
+
+def test_the_recorded_config_rebuilds_the_benchmark_s() -> None:
+    for config in (SMOKE, FULL, replace(FULL, hud_lag=12.0, consolidate_after="1m")):
+        assert config_from(config.describe()) == config
+
+
+def test_a_run_recorded_before_the_lag_was_written_gets_the_default() -> None:
+    described = SMOKE.describe()
+    for key in ("hud_lag_s", "consolidate_after", "prepare_timeout_s"):
+        del described[key]
+    rebuilt = config_from(described)
+    assert (rebuilt.hud_lag, rebuilt.consolidate_after) == (30.0, "30s")
+    assert rebuilt.spec == SMOKE.spec
+
+
+def test_a_bad_config_is_refused_with_the_field_named() -> None:
+    described = SMOKE.describe()
+    del described["window"]["warmup_s"]
+    with pytest.raises(AgreementError, match=r"config\.window\.warmup_s: missing"):
+        config_from(described)
+    described = SMOKE.describe()
+    described["trace_spec"]["duration"]["scale"] = "fast"
+    with pytest.raises(AgreementError, match=r"config\.trace_spec\.duration\.scale"):
+        config_from(described)
+    described = SMOKE.describe()
+    described["node_provisioning_delay_s"] = [10.0]
+    with pytest.raises(AgreementError, match="node_provisioning_delay_s"):
+        config_from(described)
+
+
+def test_a_config_that_does_not_rebuild_the_seed_s_trace_is_refused() -> None:
+    seed = SMOKE.seeds[0]
+    again = plan(SMOKE, seed)
+    recorded = {"jobs": len(again.arrivals), "last_arrival_s": again.last_arrival}
+    check_plan(SMOKE, seed, recorded)
+    with pytest.raises(AgreementError, match=rf"seeds\.{seed}\.jobs"):
+        check_plan(SMOKE, seed, {**recorded, "jobs": len(again.arrivals) + 1})
+    # A different generator spec gives another trace: caught by the same check.
+    other = replace(SMOKE, spec=replace(SMOKE.spec, runs_per_minute_busy=9.0))
+    with pytest.raises(AgreementError, match=rf"seeds\.{seed}\."):
+        check_plan(other, seed, recorded)
+
+
+def test_differences_are_relative_to_the_measured_value() -> None:
+    assert Row("m", 115.0, 100.0).difference == pytest.approx(0.15)
+    assert Row("m", 115.0, 100.0).within(0.15) is True
+    assert Row("m", 116.0, 100.0).within(0.15) is False
+    assert Row("m", 80.0, 100.0).difference == pytest.approx(-0.2)
+    assert Row("m", 80.0, 100.0).within(0.15) is False
+    assert Row("m", 0.0, 0.0).within(0.15) is True
+    assert Row("m", 1.0, 0.0).difference == math.inf
+    assert Row("m", 1.0, 0.0).within(0.15) is False
+    assert Row("m", 1.0, None).within(0.15) is None
+    described = Row("m", 1.0, 0.0).describe(0.15)
+    assert described["difference"] is None  # JSON has no infinity
+    assert described["simulated_minus_measured"] == 1.0
+
+
+@dataclass
+class _Recorder:
+    size: int
+    seen: list[tuple[int, int]] = field(default_factory=list)
+
+    def observe(self, now: float, queued_jobs: int, new_jobs: int) -> None:
+        del now
+        self.seen.append((queued_jobs, new_jobs))
+
+    def target(self, now: float) -> int:
+        del now
+        return self.size
+
+
+def test_the_clusters_pools_see_their_share_and_add_up() -> None:
+    a, b = _Recorder(2), _Recorder(3)
+    pool = ShardedPool((a, b))
+    assert pool.target(0.0) == 5
+    for new in (1, 1, 3, 0, 1):
+        pool.observe(0.0, 5, new)
+    # The queue is split as policy.claim splits it (the remainder to the lower index);
+    # single arrivals go to each pool in turn, so neither sees them all.
+    assert [q for q, _ in a.seen] == [3] * 5
+    assert [q for q, _ in b.seen] == [2] * 5
+    assert [n for _, n in a.seen] == [1, 0, 2, 0, 0]
+    assert [n for _, n in b.seen] == [0, 1, 1, 0, 1]
+    assert sum(n for _, n in a.seen) == sum(n for _, n in b.seen) == 3
+
+
+def test_the_benchmark_s_parameters_map_onto_the_simulator() -> None:
+    last = plan(SMOKE, 2).last_arrival
+    warm = mapping(SMOKE, "ours_warm", 2, last)
+    assert sum(p.target(0.0) for p in warm.pools) == 2 * SMOKE.warm
+    assert all(isinstance(p, FixedPool) for p in warm.pools)
+    assert warm.sim.params.max_runners == 2 * SMOKE.max_runners
+    assert warm.sim.params.hud_failure_base_capacity == 2  # each listener's floor of 1
+    assert warm.sim.pairs_per_node == 2
+    assert warm.sim.demand_lag == SMOKE.hud_lag
+    assert warm.sim.node_idle == 30.0
+    assert all(SMOKE.launch_delay[0] <= d <= SMOKE.launch_delay[1] for d in warm.sim.delays)
+    assert warm.begin == SMOKE.spec.start - SMOKE.warmup
+    assert warm.until == SMOKE.spec.start + last + SMOKE.tail
+    demand = mapping(SMOKE, "ours_demand", 2, last)
+    assert sum(p.target(0.0) for p in demand.pools) == 0
+    adaptive = mapping(SMOKE, "ours_adaptive", 2, last)
+    assert len(adaptive.pools) == 2
+    assert adaptive.pools[0] is not adaptive.pools[1]
+    with pytest.raises(AgreementError, match="variant"):
+        mapping(SMOKE, "stock_min0", 2, last)
+
+
+def _figures(p50: float, nodes: float) -> dict[str, Any]:
+    return {
+        "queue_to_workflow_running_s": {"n": 3, "p50": p50, "p90": p50, "p99": p50},
+        "node_seconds": {"total": 2 * nodes, "runner": nodes, "workflow": nodes},
+        "placeholder_pod_seconds": 0.0,
+        "karpenter_launches": 0,
+    }
+
+
+def test_a_document_is_compared_seed_by_seed_and_variant_by_variant() -> None:
+    seed = SMOKE.seeds[0]
+    again = plan(SMOKE, seed)
+    document = {
+        "config": SMOKE.describe(),
+        "seeds": {
+            str(seed): {
+                "jobs": len(again.arrivals),
+                "last_arrival_s": again.last_arrival,
+                "variants": {"ours_warm": _figures(1.0, 1000.0), "stock_min0": {}},
+            }
+        },
+    }
+    report = compare(document, source="x.json")
+    assert list(report.seeds[str(seed)]) == ["ours_warm"]
+    assert report.skipped == {f"{seed}/ours_demand": "not run", f"{seed}/ours_adaptive": "not run"}
+    found = {row.metric: row for row in report.seeds[str(seed)]["ours_warm"]}
+    # Runner and workflow node-seconds are each the simulated nodes', the total twice them.
+    assert found["node-seconds, total"].simulated == 2 * found["node-seconds, runner"].simulated
+    assert found["node-seconds, runner"].measured == 1000.0
+    assert report.count()["compared"] == len(found)
+    assert "| ours_warm | wait p50 (s) |" in report.table()
+    with pytest.raises(AgreementError, match="seeds: missing"):
+        compare({"config": SMOKE.describe()})
+
+
+class _Outcome:
+    node_seconds = 10.0
+    pair_seconds = 5.0
+    launches = 1
+
+    def percentile(self, p: float) -> float:
+        return p / 10
+
+
+def test_a_metric_the_run_did_not_record_is_not_compared() -> None:
+    found = rows(_Outcome(), {"queue_to_workflow_running_s": {"p50": None}})  # type: ignore[arg-type]
+    assert [row.measured for row in found] == [None] * len(found)
+    assert [row.simulated for row in found][:2] == [5.0, 9.0]
