@@ -10,10 +10,13 @@ build, and any other pool are compared on the same trace.
 
 What is simulated, per label set (one scale set each; label sets do not share nodes):
 
-* **Jobs** arrive at their ``queued_at`` and run for their traced duration once they take a
-  Running pair (FIFO). A job never starts without one: the listener advertises only Running
-  pairs, so GitHub keeps the job queued. The pair's two pods are preempted by the job's
-  (both halves go at once) and the job holds the pair's node until it ends.
+* **Jobs** arrive at their ``queued_at`` and run for their traced duration once a Running
+  pair admits them (FIFO). A job never starts without one: the listener advertises only
+  Running pairs (and its busy runners), so GitHub keeps the job queued. The job's pods go
+  to free room on a ready node when there is some (the scheduler preempts only when
+  nothing fits: an empty node not yet consolidated, the other half of a two-pair node),
+  and the pair stays to admit the next job; else they preempt the pair's two pods (both
+  halves go at once) and take its room. The job holds its room until it ends.
 * **Demand**: the source is read every ``demand_interval`` seconds; a read sees the jobs
   queued at that moment and its value is used ``demand_lag`` seconds later (the read's own
   duration); in between the policy holds the last value (``policy.resolve_demand``). The pool
@@ -352,8 +355,17 @@ class _Run:
 
     # --- jobs -----------------------------------------------------------------------------
 
+    def free_room(self) -> int | None:
+        """A ready node with room beyond its pairs and jobs (the fullest first), if any."""
+        per_node = self.config.pairs_per_node
+        roomy = [i for i, n in self.nodes.items() if n.ready and n.used() < per_node]
+        return max(roomy, key=lambda i: self.nodes[i].used()) if roomy else None
+
     def assign(self, now: float) -> bool:
-        """Waiting jobs take Running pairs, oldest job first. Returns whether any did."""
+        """Waiting jobs, oldest first, each admitted by a Running pair (the header counts
+        them): the job's pods go to free room on a ready node if there is some (the
+        scheduler preempts only when nothing fits), so the pair stays and admits the next
+        job; else they preempt the pair and take its room. Returns whether any job started."""
         moved = False
         while self.waiting_head < len(self.waiting):
             pair = next((p for p in self.pairs.values() if p.running), None)
@@ -361,10 +373,15 @@ class _Run:
                 break
             index = self.waiting[self.waiting_head]
             self.waiting_head += 1
-            node_id = self.drop_pair(pair.slot, now)
+            free = self.free_room()
+            if free is None:
+                node_id = self.drop_pair(pair.slot, now)
+                self.nodes[node_id].pairs.discard(pair.slot)
+            else:
+                node_id = free
             node = self.nodes[node_id]
-            node.pairs.discard(pair.slot)
             node.jobs += 1
+            node.expires_at = math.inf
             job = self.jobs[index]
             self.waits.append(now - job.queued_at)
             self.running_jobs += 1

@@ -179,3 +179,17 @@ def test_the_window_starts_the_pool_early_and_counts_the_quiet_tail() -> None:
     cut = simulate(jobs, config, FixedPool(1), begin=-300.0, until=5.0)
     assert cut.busy == pytest.approx(4.0)
     assert cut.waits == (0.0,)
+
+
+def test_a_job_admitted_by_a_pair_runs_in_free_room_and_the_pair_stays() -> None:
+    # One warm pair on a two-pair node, two jobs at once: the first job's pods fit beside
+    # the pair (the scheduler preempts only when nothing fits), so the pair stays and
+    # admits the second job at once, which then preempts it.
+    config = replace(CONFIG, pairs_per_node=2, params=replace(PARAMS, ttl=10_000.0))
+    jobs = [_job(1, 1.0, 500.0), _job(2, 1.0, 500.0)]
+    out = simulate(jobs, config, FixedPool(1), begin=-300.0)
+    assert out.waits == (0.0, 0.0)
+    # One pair per node: no free room; the second job waits for a pair and a node.
+    one = simulate(jobs, replace(config, pairs_per_node=1), FixedPool(1), begin=-300.0)
+    assert one.waits[0] == 0.0
+    assert one.waits[1] > 40
