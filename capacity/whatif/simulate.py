@@ -37,6 +37,12 @@ What is simulated, per label set (one scale set each; label sets do not share no
   may come up empty. An empty node is removed after ``node_idle`` seconds (Karpenter's
   consolidateAfter), unless a pair lands on it first. A Pending pair moves to a ready node
   that has room (the scheduler binds it wherever it fits).
+* **Peers** (``simulate_clusters``): several clusters serving one label set, each with its
+  own listener (config, warm pool, demand reads, passes), nodes and pairs; every listener
+  reads the whole queue and plans for its claim of it (``params.cluster_index`` and
+  ``cluster_count``, as the monitor shards demand). A waiting job goes to a cluster with a
+  Running pair: job i asks cluster i mod n first, then the next ones (GitHub hands a job to
+  whichever listener's header has room; the rotation stands for its arbitrary choice).
 * **The window**: by default the listener starts at the first arrival and everything is
   counted up to the last job's end. ``simulate(..., begin=, until=)`` starts the listener
   earlier (a warm pool fills before the first job, as on a cluster started ahead) and
@@ -59,8 +65,9 @@ nodes' own.
 
 PURE: no I/O, no clock, no randomness (the delays are drawn by the caller).
 
-Size: one event loop and the simulated cluster it drives (nodes, pairs, jobs, demand reads)
-share their state on every event; the outcome and the pool interface are small.
+Size: one event loop and the simulated clusters it drives (nodes, pairs, jobs, demand reads,
+the queue they share) share their state on every event; the outcome and the pool interface
+are small.
 """
 
 from __future__ import annotations
@@ -220,22 +227,56 @@ class _Pair:
 
 
 @dataclass
-class _Run:
-    """One simulation (one policy, one label set)."""
+class _Queue:
+    """What the clusters of one simulation share: the jobs, GitHub's queue, the clock's
+    events (time, kind, sequence, cluster, argument) and the window."""
 
     jobs: Sequence[TraceJob]
+    window: tuple[float, float] = (-math.inf, math.inf)  # node- and pair-seconds counted in
+    events: list[tuple[float, int, int, int, int]] = field(default_factory=list)
+    seq: int = 0
+    waiting: list[int] = field(default_factory=list)  # jobs queued, FIFO (a deque by index)
+    waiting_head: int = 0
+    waits: list[float] = field(default_factory=list)
+
+    def push(self, t: float, kind: int, cluster: int, arg: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, cluster, arg))
+
+    def queued(self) -> int:
+        return len(self.waiting) - self.waiting_head
+
+    def assign(self, clusters: Sequence[_Run], now: float) -> set[int]:
+        """Waiting jobs, oldest first, each to a cluster with a Running pair (GitHub hands
+        a job to a listener whose header has room): job i asks cluster i mod n first, then
+        the next ones, so no cluster is always first. Returns the clusters that got one."""
+        got: set[int] = set()
+        count = len(clusters)
+        while self.waiting_head < len(self.waiting):
+            index = self.waiting[self.waiting_head]
+            order = [(index + k) % count for k in range(count)]
+            chosen = next((c for c in order if clusters[c].admitting() is not None), None)
+            if chosen is None:
+                break
+            self.waiting_head += 1
+            clusters[chosen].admit(index, now)
+            got.add(chosen)
+        return got
+
+
+@dataclass
+class _Run:
+    """One cluster of one simulation (one policy, one label set)."""
+
+    queue: _Queue
+    index: int  # this cluster's place among the simulation's clusters
     config: SimConfig
     pool: WarmPool
     arrivals: warm_pool.ArrivalCounter = field(default_factory=warm_pool.ArrivalCounter)
     runner_pods: dict[int, str] = field(default_factory=dict)  # job → its runner pod
     job_nodes: dict[int, int] = field(default_factory=dict)  # running job → its node
-    window: tuple[float, float] = (-math.inf, math.inf)  # node- and pair-seconds counted in
-    events: list[tuple[float, int, int, int]] = field(default_factory=list)
-    seq: int = 0
     nodes: dict[int, _Node] = field(default_factory=dict)
     pairs: dict[str, _Pair] = field(default_factory=dict)
-    waiting: list[int] = field(default_factory=list)  # jobs queued, FIFO (a deque by index)
-    waiting_head: int = 0
     running_jobs: int = 0
     memory: Memory = field(default_factory=Memory)
     hud: HudState = field(default_factory=HudState)
@@ -245,16 +286,18 @@ class _Run:
     launches: int = 0
     pairs_created: int = 0
     passes: int = 0
-    waits: list[float] = field(default_factory=list)
     next_delay: int = 0
     next_node: int = 0
     params_cache: dict[int, Params] = field(default_factory=dict)
+    # The reconcile loop and the demand reads of this cluster's listener.
+    poked: bool = False  # a pass is scheduled for a change
+    reads: int = 0
+    seen: dict[int, int] = field(default_factory=dict)  # read number → the jobs queued it saw
 
     # --- events ---------------------------------------------------------------------------
 
     def push(self, t: float, kind: int, arg: int = 0) -> None:
-        self.seq += 1
-        heapq.heappush(self.events, (t, kind, self.seq, arg))
+        self.queue.push(t, kind, self.index, arg)
 
     # --- nodes ----------------------------------------------------------------------------
 
@@ -304,7 +347,7 @@ class _Run:
 
     def clipped(self, start: float, end: float) -> float:
         """The part of [start, end] inside the window."""
-        low, high = self.window
+        low, high = self.queue.window
         return max(0.0, min(end, high) - max(start, low))
 
     def remove_node(self, node_id: int, now: float) -> None:
@@ -361,39 +404,33 @@ class _Run:
         roomy = [i for i, n in self.nodes.items() if n.ready and n.used() < per_node]
         return max(roomy, key=lambda i: self.nodes[i].used()) if roomy else None
 
-    def assign(self, now: float) -> bool:
-        """Waiting jobs, oldest first, each admitted by a Running pair (the header counts
-        them): the job's pods go to free room on a ready node if there is some (the
-        scheduler preempts only when nothing fits), so the pair stays and admits the next
-        job; else they preempt the pair and take its room. Returns whether any job started."""
-        moved = False
-        while self.waiting_head < len(self.waiting):
-            pair = next((p for p in self.pairs.values() if p.running), None)
-            if pair is None:
-                break
-            index = self.waiting[self.waiting_head]
-            self.waiting_head += 1
-            free = self.free_room()
-            if free is None:
-                node_id = self.drop_pair(pair.slot, now)
-                self.nodes[node_id].pairs.discard(pair.slot)
-            else:
-                node_id = free
-            node = self.nodes[node_id]
-            node.jobs += 1
-            node.expires_at = math.inf
-            job = self.jobs[index]
-            self.waits.append(now - job.queued_at)
-            self.running_jobs += 1
-            self.runner_pods[index] = job.job or f"job-{index}"
-            self.job_nodes[index] = node_id
-            self.busy += self.clipped(now, now + (job.duration or 0.0))
-            self.push(now + (job.duration or 0.0), _JOB_END, index)
-            moved = True
-        return moved
+    def admitting(self) -> _Pair | None:
+        """A Running pair: the header has room for one more job."""
+        return next((p for p in self.pairs.values() if p.running), None)
 
-    def queued(self) -> int:
-        return len(self.waiting) - self.waiting_head
+    def admit(self, index: int, now: float) -> None:
+        """Job ``index``, admitted by a Running pair (the header counts them), starts: its
+        pods go to free room on a ready node if there is some (the scheduler preempts only
+        when nothing fits), so the pair stays and admits the next job; else they preempt
+        the pair's two pods and take its room."""
+        pair = self.admitting()
+        assert pair is not None
+        free = self.free_room()
+        if free is None:
+            node_id = self.drop_pair(pair.slot, now)
+            self.nodes[node_id].pairs.discard(pair.slot)
+        else:
+            node_id = free
+        node = self.nodes[node_id]
+        node.jobs += 1
+        node.expires_at = math.inf
+        job = self.queue.jobs[index]
+        self.queue.waits.append(now - job.queued_at)
+        self.running_jobs += 1
+        self.runner_pods[index] = job.job or f"job-{index}"
+        self.job_nodes[index] = node_id
+        self.busy += self.clipped(now, now + (job.duration or 0.0))
+        self.push(now + (job.duration or 0.0), _JOB_END, index)
 
     # --- the policy -----------------------------------------------------------------------
 
@@ -422,7 +459,8 @@ class _Run:
             active_runners=self.running_jobs,
         )
         plan, self.memory = policy.plan(observed, demand, params, self.memory, now)
-        for slot in {d.name[:-1] for d in plan.deletes}:
+        # In the plan's order: a set's order of strings changes from one process to the next.
+        for slot in dict.fromkeys(d.name[:-1] for d in plan.deletes):
             if slot not in self.pairs:
                 continue
             node_id = self.drop_pair(slot, now)
@@ -444,6 +482,24 @@ def simulate(
     starts at ``begin`` (default: the first arrival; not later than it); node-, pair- and
     busy seconds are counted from then up to ``until`` (default: the last job's end; the
     run goes on until then even when every job has ended, and past it until they have)."""
+    return simulate_clusters(jobs, [config], [pool], begin=begin, until=until)
+
+
+def simulate_clusters(
+    jobs: Sequence[TraceJob],
+    configs: Sequence[SimConfig],
+    pools: Sequence[WarmPool],
+    *,
+    begin: float | None = None,
+    until: float | None = None,
+) -> Outcome:
+    """``simulate`` with several clusters serving one queue (peers sharing a label set):
+    one listener each, with its own config (``params.cluster_index``/``cluster_count``
+    shard the demand as in the monitor), warm pool, nodes and pairs; every listener reads
+    the whole queue; a job goes to a cluster with a Running pair (see ``_Queue.assign``).
+    The outcome is the clusters' sum."""
+    if len(configs) != len(pools) or not configs:
+        raise ValueError(f"pools: one per cluster ({len(configs)} configs, {len(pools)} pools)")
     ran = [j for j in jobs if j.duration is not None]
     if not ran:
         return merge(())
@@ -451,25 +507,31 @@ def simulate(
     if start > ran[0].queued_at:
         raise ValueError(f"begin: {begin} is after the first arrival ({ran[0].queued_at})")
     stop = -math.inf if until is None else until
-    run = _Run(
-        jobs=ran, config=config, pool=pool, window=(start, math.inf if until is None else until)
-    )
+    queue = _Queue(jobs=ran, window=(start, math.inf if until is None else until))
+    clusters = [
+        _Run(queue=queue, index=i, config=config, pool=pool)
+        for i, (config, pool) in enumerate(zip(configs, pools, strict=True))
+    ]
     for index, job in enumerate(ran):
-        run.push(job.queued_at, _ARRIVAL, index)
-    run.push(start, _DEMAND_READ)
-    run.push(start, _PASS, _POKED)
-    poked = True  # a pass is scheduled for a change
-    ahead = _Lookahead(ran) if config.lookahead > 0 else None
-    seen: dict[int, int] = {}  # read number → the jobs queued it saw
-    reads = 0
+        queue.push(job.queued_at, _ARRIVAL, -1, index)
+    for run in clusters:
+        run.push(start, _DEMAND_READ)
+        run.push(start, _PASS, _POKED)
+        run.poked = True
+    ahead = _Lookahead(ran) if any(c.lookahead > 0 for c in configs) else None
     end: float | None = None
     remaining = len(ran)
-    while run.events:
-        now = run.events[0][0]
-        changed = False
-        due = False
-        while run.events and run.events[0][0] == now:
-            _, kind, _, arg = heapq.heappop(run.events)
+    while queue.events:
+        now = queue.events[0][0]
+        changed = [False] * len(clusters)
+        due = [False] * len(clusters)
+        while queue.events and queue.events[0][0] == now:
+            _, kind, _, cluster, arg = heapq.heappop(queue.events)
+            if kind == _ARRIVAL:
+                queue.waiting.append(arg)
+                continue
+            run = clusters[cluster]
+            config = run.config
             if kind == _JOB_END:
                 run.running_jobs -= 1
                 del run.runner_pods[arg]
@@ -477,7 +539,7 @@ def simulate(
                 run.nodes[node_id].jobs -= 1
                 remaining -= 1
                 run.settle(node_id, now)
-                changed = True
+                changed[cluster] = True
             elif kind == _NODE_READY:
                 node = run.nodes.get(arg)
                 if node is None:
@@ -485,59 +547,71 @@ def simulate(
                 node.ready = True
                 for slot in node.pairs:
                     run.set_running(run.pairs[slot])
-                    changed = True
+                    changed[cluster] = True
                 run.settle(arg, now)
             elif kind == _NODE_EXPIRE:
                 node = run.nodes.get(arg)
                 if node is not None and node.expires_at == now:
                     run.remove_node(arg, now)
-            elif kind == _ARRIVAL:
-                run.waiting.append(arg)
             elif kind == _DEMAND_READ:
-                queued = run.queued() + (ahead.count(now, config.lookahead) if ahead else 0)
-                reads += 1
-                seen[reads] = queued
-                run.push(now + config.demand_lag, _DEMAND_SEEN, reads)
+                seen = queue.queued()
+                if ahead is not None and config.lookahead > 0:
+                    seen += ahead.count(now, config.lookahead)
+                run.reads += 1
+                run.seen[run.reads] = seen
+                run.push(now + config.demand_lag, _DEMAND_SEEN, run.reads)
                 if remaining or now < stop:
                     run.push(now + config.demand_interval, _DEMAND_READ)
             elif kind == _DEMAND_SEEN:
-                queued = seen.pop(arg)
+                seen = run.seen.pop(arg)
                 before = policy.resolve_demand(run.hud, now, run.params(0)).queued
-                outcome = HudOutcome(result=HudResult.OK, duration=0.0, queued=queued)
+                outcome = HudOutcome(result=HudResult.OK, duration=0.0, queued=seen)
                 run.hud = policy.record_hud(run.hud, outcome, now)
-                changed = changed or queued != before
+                after = policy.resolve_demand(run.hud, now, run.params(0)).queued
+                changed[cluster] = changed[cluster] or after != before
             elif arg == _POKED:  # _PASS for a change
-                poked = False
-                due = True
+                run.poked = False
+                due[cluster] = True
             else:  # _PASS every interval when nothing else caused one
-                due = due or arg == run.passes
-        changed = run.assign(now) or changed
+                due[cluster] = due[cluster] or arg == run.passes
+        for cluster in queue.assign(clusters, now):
+            changed[cluster] = True
         if remaining == 0 and now >= stop:
             end = now
             break
-        if due:
-            run.reconcile(now)
-            changed = run.assign(now)
-            run.push(now + config.recalculate_interval, _PASS, run.passes)
-        if changed and not poked:
-            # The reconcile trigger coalesces a burst of changes into one pass.
-            run.push(now + config.coalesce, _PASS, _POKED)
-            poked = True
+        for cluster, run in enumerate(clusters):
+            if due[cluster]:
+                run.reconcile(now)
+                got = queue.assign(clusters, now)
+                # The pass saw what changed before it; what it starts is a new change.
+                changed[cluster] = cluster in got
+                for other in got - {cluster}:
+                    changed[other] = True
+                run.push(now + run.config.recalculate_interval, _PASS, run.passes)
+        for cluster, run in enumerate(clusters):
+            if changed[cluster] and not run.poked:
+                # The reconcile trigger coalesces a burst of changes into one pass.
+                run.push(now + run.config.coalesce, _PASS, _POKED)
+                run.poked = True
     assert end is not None
-    for node_id in list(run.nodes):
-        run.remove_node(node_id, max(end, run.nodes[node_id].launched_at))
-    for slot in list(run.pairs):
-        run.drop_pair(slot, max(end, run.pairs[slot].created_at))
+    for run in clusters:
+        for node_id in list(run.nodes):
+            run.remove_node(node_id, max(end, run.nodes[node_id].launched_at))
+        for slot in list(run.pairs):
+            run.drop_pair(slot, max(end, run.pairs[slot].created_at))
+    busy = sum(run.busy for run in clusters)
+    node_seconds = sum(run.node_seconds for run in clusters)
+    room_seconds = sum(run.node_seconds * run.config.pairs_per_node for run in clusters)
     return Outcome(
         jobs=len(ran),
-        busy=run.busy,
-        spare=run.node_seconds * config.pairs_per_node - run.busy,
-        pair_seconds=run.pair_seconds,
-        waits=tuple(sorted(run.waits)),
-        launches=run.launches,
-        pairs_created=run.pairs_created,
-        passes=run.passes,
-        node_seconds=run.node_seconds,
+        busy=busy,
+        spare=room_seconds - busy,
+        pair_seconds=sum(run.pair_seconds for run in clusters),
+        waits=tuple(sorted(queue.waits)),
+        launches=sum(run.launches for run in clusters),
+        pairs_created=sum(run.pairs_created for run in clusters),
+        passes=sum(run.passes for run in clusters),
+        node_seconds=node_seconds,
     )
 
 

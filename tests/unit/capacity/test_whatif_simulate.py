@@ -9,7 +9,7 @@ import pytest
 from capacity.model import Params
 from capacity.warm_pool import FixedPool
 from capacity.whatif.recommend import cheapest, fixed_pools, sweep
-from capacity.whatif.simulate import SimConfig, merge, percentile, simulate
+from capacity.whatif.simulate import SimConfig, merge, percentile, simulate, simulate_clusters
 from capacity.whatif.synth import SynthSpec, generate
 from capacity.whatif.trace import TraceJob
 
@@ -193,3 +193,32 @@ def test_a_job_admitted_by_a_pair_runs_in_free_room_and_the_pair_stays() -> None
     one = simulate(jobs, replace(config, pairs_per_node=1), FixedPool(1), begin=-300.0)
     assert one.waits[0] == 0.0
     assert one.waits[1] > 40
+
+
+def test_clusters_sharing_a_queue_each_serve_it_with_their_own_pool() -> None:
+    config = replace(CONFIG, params=replace(PARAMS, ttl=10_000.0))
+    jobs = [_job(1, 1.0, 100.0), _job(2, 1.0, 100.0)]
+    # A warm pair in each of two clusters: both jobs start at once, one in each.
+    two = simulate_clusters(jobs, [config, config], [FixedPool(1), FixedPool(1)], begin=-300.0)
+    assert two.waits == (0.0, 0.0)
+    one = simulate(jobs, config, FixedPool(1), begin=-300.0)
+    assert one.waits[1] > 40
+    with pytest.raises(ValueError, match="pools"):
+        simulate_clusters(jobs, [config], [FixedPool(1), FixedPool(1)])
+
+
+def test_sharded_peers_make_pairs_for_their_claim_of_the_queue() -> None:
+    jobs = [_job(n, 1.0, 100.0) for n in (1, 2, 3)]
+    fast = replace(CONFIG, delays=(50.0,))  # the jobs start before the next read but one
+    peers = [
+        replace(fast, params=replace(PARAMS, cluster_index=i, cluster_count=2)) for i in (0, 1)
+    ]
+    out = simulate_clusters(jobs, peers, [FixedPool(0), FixedPool(0)])
+    # The first read sees three queued: peer 0 claims two, peer 1 one; no pair twice
+    # (and again when they start, for the read that still shows them: the lag's cost).
+    assert out.waits == pytest.approx((52.15,) * 3)
+    assert out.launches == 3 + 3
+    # Without sharding each peer makes a pair per queued job: six at the first read, and
+    # three more for the lag's read by the peer whose pairs the jobs took.
+    unsharded = simulate_clusters(jobs, [fast, fast], [FixedPool(0), FixedPool(0)])
+    assert unsharded.launches == 6 + 3
