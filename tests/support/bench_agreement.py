@@ -13,14 +13,12 @@ Prints a markdown table; ``--out`` writes the JSON.
 
 How the benchmark maps onto the simulator (``model()`` is printed with the results):
 
-* **Two clusters sharing GitHub's queue → one simulated cluster.** The fake Actions service
-  hands a job to whichever cluster has room, so a waiting job takes any Running pair of
-  either: the simulator's one FIFO queue over the pairs of both. ``max_runners`` is the sum;
-  the demand is the whole queue (the two sharded claims add up to it: ``policy.claim``).
-* **Each cluster's warm pool → one ``ShardedPool``** of two per-cluster pools built as the
-  listener builds them (``settings.to_warm_pool``): each is told its claim of the queue and
-  every other arrival, the target is their sum. A fixed pool N per cluster is 2N; the
-  adaptive pools each learn from half the arrivals, as on the clusters.
+* **Two clusters sharing GitHub's queue → two simulated peers** (``simulate_clusters``),
+  each with the listener's settings as the benchmark sets them (product defaults, demand
+  sharded with ``cluster_index`` 0/1 of 2, ``max_runners`` per cluster) and its warm pool
+  built as the listener builds it (``settings.to_warm_pool``): a fixed pool of N each, or
+  an adaptive pool each that learns from the jobs its cluster sees. A waiting job goes to a
+  cluster with a Running pair (the simulator's rotation for the fake's seeded choice).
 * **Nodes**: runner pods fit two to a runner node and workflow pods two to a workflow node
   (``bench_outcomes``' requests and instance types), so a simulated node has room for two
   pairs and stands for one runner node and one workflow node: runner and workflow
@@ -31,8 +29,7 @@ How the benchmark maps onto the simulator (``model()`` is printed with the resul
   listener reads it every ``recalculate_interval``: the simulator's read lagging by
   ``hud_lag``. Until its first read a listener plans for the failure floor
   (``hud.failure_base_capacity``, 1): each cluster makes that pair at start and keeps it
-  idle for ``downscale_delay``. The floor is not split between peers, so the simulated
-  floor is the clusters' sum; the simulator's first value arrives one lag after its first
+  idle for ``downscale_delay``. The simulator's first value arrives one lag after its first
   read, which makes no other difference at start (the floor's pairs are made at the first
   pass either way, and the queue is empty).
 * **Window**: the listener starts ``warmup`` seconds before the trace's t=0 (a warm pool
@@ -66,7 +63,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from capacity import policy
 from capacity.settings import (
     CapacitySettings,
     WarmPoolSettings,
@@ -75,7 +71,7 @@ from capacity.settings import (
     to_warm_pool,
 )
 from capacity.warm_pool import WarmPool
-from capacity.whatif.simulate import Outcome, SimConfig, simulate
+from capacity.whatif.simulate import Outcome, SimConfig, simulate_clusters
 from capacity.whatif.synth import LabelSet, SynthSpec, generate, provisioning_delays
 from tests.support.bench_outcomes import Config, plan
 
@@ -225,26 +221,6 @@ def check_plan(config: Config, seed: int, recorded: Mapping[str, Any]) -> None:
 # ---------------------------------------------------------------------- the mapping
 
 
-@dataclass
-class ShardedPool:
-    """The warm pools of clusters sharing one queue, as one pool: each is told its claim
-    of the queue (``policy.claim``) and its turn of the arrivals; the target is the sum."""
-
-    pools: tuple[WarmPool, ...]
-    turn: int = 0  # which pool the next odd arrival goes to
-
-    def observe(self, now: float, queued_jobs: int, new_jobs: int) -> None:
-        count = len(self.pools)
-        for index, pool in enumerate(self.pools):
-            queued = policy.claim(queued_jobs, None, index=index, count=count).share
-            rank = (index - self.turn) % count
-            pool.observe(now, queued, new_jobs // count + (1 if rank < new_jobs % count else 0))
-        self.turn = (self.turn + new_jobs) % count
-
-    def target(self, now: float) -> int:
-        return sum(pool.target(now) for pool in self.pools)
-
-
 def cluster_settings(variant: str, config: Config) -> CapacitySettings:
     """One cluster's capacity settings in the benchmark (product defaults otherwise)."""
     settings = load_capacity_settings({})
@@ -260,36 +236,40 @@ def cluster_settings(variant: str, config: Config) -> CapacitySettings:
 
 @dataclass(frozen=True)
 class Mapped:
-    """What the simulator is given for one seed and variant."""
+    """What the simulator is given for one seed and variant: one config and pool per
+    cluster, and the window (absolute, like the trace's times)."""
 
-    sim: SimConfig
-    pools: tuple[WarmPool, ...]  # one per cluster
-    begin: float  # absolute, like the trace's times
+    sims: tuple[SimConfig, ...]
+    pools: tuple[WarmPool, ...]
+    begin: float
     until: float
 
 
 def mapping(config: Config, variant: str, seed: int, last_arrival: float) -> Mapped:
     settings = cluster_settings(variant, config)
-    params = to_params(settings, max_runners=config.max_runners * CLUSTERS)
-    params = replace(
-        params,
-        max_pending_pairs=params.max_pending_pairs * CLUSTERS,
-        hud_failure_base_capacity=params.hud_failure_base_capacity * CLUSTERS,
-    )
     low, high = config.launch_delay
-    delays = provisioning_delays(random.Random(f"agreement-{seed}"), 1000, low, high)
-    sim = SimConfig(
-        params=params,
-        delays=tuple(delays),
-        demand_interval=settings.recalculate_interval,
-        demand_lag=config.hud_lag,
-        recalculate_interval=settings.recalculate_interval,
-        node_idle=_seconds(config.consolidate_after, "consolidate_after"),
-        pairs_per_node=PAIRS_PER_NODE,
-    )
+    sims = []
+    for index in range(CLUSTERS):
+        params = replace(
+            to_params(settings, max_runners=config.max_runners),
+            cluster_index=index,
+            cluster_count=CLUSTERS,
+        )
+        rng = random.Random(f"agreement-{seed}-{index}")
+        sims.append(
+            SimConfig(
+                params=params,
+                delays=tuple(provisioning_delays(rng, 1000, low, high)),
+                demand_interval=settings.recalculate_interval,
+                demand_lag=config.hud_lag,
+                recalculate_interval=settings.recalculate_interval,
+                node_idle=_seconds(config.consolidate_after, "consolidate_after"),
+                pairs_per_node=PAIRS_PER_NODE,
+            )
+        )
     start = config.spec.start
     return Mapped(
-        sim=sim,
+        sims=tuple(sims),
         pools=tuple(to_warm_pool(settings) for _ in range(CLUSTERS)),
         begin=start - config.warmup,
         until=start + last_arrival + config.tail,
@@ -299,13 +279,13 @@ def mapping(config: Config, variant: str, seed: int, last_arrival: float) -> Map
 def model(config: Config) -> dict[str, Any]:
     """The mapping in words and numbers, printed with the results."""
     return {
-        "clusters": f"{CLUSTERS} clusters sharing one queue, simulated as one cluster",
-        "max_runners": config.max_runners * CLUSTERS,
-        "warm_pool": "per cluster, as the listener builds it; the simulated pool is their sum",
+        "clusters": f"{CLUSTERS} peers sharing one queue, demand sharded between them",
+        "max_runners_per_cluster": config.max_runners,
+        "warm_pool": "per cluster, as the listener builds it from the variant's settings",
         "pairs_per_node": PAIRS_PER_NODE,
         "node_provisioning_delay_s": list(config.launch_delay),
         "demand_lag_s": config.hud_lag,
-        "failure_floor": "per cluster, summed (each listener starts on it)",
+        "failure_floor": "per cluster (each listener starts on it)",
         "node_idle_s": _seconds(config.consolidate_after, "consolidate_after"),
         "window": {"begin_s": -config.warmup, "after_last_arrival_s": config.tail},
         "node_seconds": "runner and workflow each compared with the simulated nodes' "
@@ -391,8 +371,9 @@ def replay(config: Config, variant: str, seed: int) -> Outcome:
     jobs = generate(config.spec, seed)
     last = plan(config, seed).last_arrival
     mapped = mapping(config, variant, seed, last)
-    pool = ShardedPool(mapped.pools)
-    return simulate(jobs, mapped.sim, pool, begin=mapped.begin, until=mapped.until)
+    return simulate_clusters(
+        jobs, mapped.sims, mapped.pools, begin=mapped.begin, until=mapped.until
+    )
 
 
 @dataclass

@@ -4,7 +4,7 @@ parameters map onto the simulator's, and the differences are computed as stated.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,7 +13,6 @@ from capacity.warm_pool import FixedPool
 from tests.support.bench_agreement import (
     AgreementError,
     Row,
-    ShardedPool,
     check_plan,
     compare,
     config_from,
@@ -80,53 +79,29 @@ def test_differences_are_relative_to_the_measured_value() -> None:
     assert described["simulated_minus_measured"] == 1.0
 
 
-@dataclass
-class _Recorder:
-    size: int
-    seen: list[tuple[int, int]] = field(default_factory=list)
-
-    def observe(self, now: float, queued_jobs: int, new_jobs: int) -> None:
-        del now
-        self.seen.append((queued_jobs, new_jobs))
-
-    def target(self, now: float) -> int:
-        del now
-        return self.size
-
-
-def test_the_clusters_pools_see_their_share_and_add_up() -> None:
-    a, b = _Recorder(2), _Recorder(3)
-    pool = ShardedPool((a, b))
-    assert pool.target(0.0) == 5
-    for new in (1, 1, 3, 0, 1):
-        pool.observe(0.0, 5, new)
-    # The queue is split as policy.claim splits it (the remainder to the lower index);
-    # single arrivals go to each pool in turn, so neither sees them all.
-    assert [q for q, _ in a.seen] == [3] * 5
-    assert [q for q, _ in b.seen] == [2] * 5
-    assert [n for _, n in a.seen] == [1, 0, 2, 0, 0]
-    assert [n for _, n in b.seen] == [0, 1, 1, 0, 1]
-    assert sum(n for _, n in a.seen) == sum(n for _, n in b.seen) == 3
-
-
 def test_the_benchmark_s_parameters_map_onto_the_simulator() -> None:
     last = plan(SMOKE, 2).last_arrival
     warm = mapping(SMOKE, "ours_warm", 2, last)
-    assert sum(p.target(0.0) for p in warm.pools) == 2 * SMOKE.warm
+    assert [p.target(0.0) for p in warm.pools] == [SMOKE.warm, SMOKE.warm]  # N per cluster
     assert all(isinstance(p, FixedPool) for p in warm.pools)
-    assert warm.sim.params.max_runners == 2 * SMOKE.max_runners
-    assert warm.sim.params.hud_failure_base_capacity == 2  # each listener's floor of 1
-    assert warm.sim.pairs_per_node == 2
-    assert warm.sim.demand_lag == SMOKE.hud_lag
-    assert warm.sim.node_idle == 30.0
-    assert all(SMOKE.launch_delay[0] <= d <= SMOKE.launch_delay[1] for d in warm.sim.delays)
+    for index, sim in enumerate(warm.sims):
+        # Each peer as the benchmark configures its listener: its shard of the demand, its
+        # own max_runners and failure floor (product default 1).
+        assert (sim.params.cluster_index, sim.params.cluster_count) == (index, 2)
+        assert sim.params.max_runners == SMOKE.max_runners
+        assert sim.params.hud_failure_base_capacity == 1
+        assert sim.pairs_per_node == 2
+        assert sim.demand_lag == SMOKE.hud_lag
+        assert sim.node_idle == 30.0
+        assert all(SMOKE.launch_delay[0] <= d <= SMOKE.launch_delay[1] for d in sim.delays)
+    assert warm.sims[0].delays != warm.sims[1].delays  # each cluster draws its own
     assert warm.begin == SMOKE.spec.start - SMOKE.warmup
     assert warm.until == SMOKE.spec.start + last + SMOKE.tail
     demand = mapping(SMOKE, "ours_demand", 2, last)
-    assert sum(p.target(0.0) for p in demand.pools) == 0
+    assert [p.target(0.0) for p in demand.pools] == [0, 0]
     adaptive = mapping(SMOKE, "ours_adaptive", 2, last)
     assert len(adaptive.pools) == 2
-    assert adaptive.pools[0] is not adaptive.pools[1]
+    assert adaptive.pools[0] is not adaptive.pools[1]  # each learns from its own jobs
     with pytest.raises(AgreementError, match="variant"):
         mapping(SMOKE, "stock_min0", 2, last)
 
