@@ -37,6 +37,11 @@ What is simulated, per label set (one scale set each; label sets do not share no
   may come up empty. An empty node is removed after ``node_idle`` seconds (Karpenter's
   consolidateAfter), unless a pair lands on it first. A Pending pair moves to a ready node
   that has room (the scheduler binds it wherever it fits).
+* **Hand-over** (``handover``, off by default): the header counts busy runners, and the
+  service learns of a job's end before the listener's next poll lowers the header, so it
+  hands the finished runner's slot to the oldest queued job at once (the completion and the
+  new assignment arrive in one message batch), whose pods take the room the finished job
+  leaves. Off, a waiting job needs a Running pair, as the header's round trip is left out.
 * **Peers** (``simulate_clusters``): several clusters serving one label set, each with its
   own listener (config, warm pool, demand reads, passes), nodes and pairs; every listener
   reads the whole queue and plans for its claim of it (``params.cluster_index`` and
@@ -107,6 +112,7 @@ class SimConfig:
     node_idle: float = 30.0  # an empty node is removed after this (consolidateAfter)
     lookahead: float = 0.0  # count later stages of runs under way due within this
     pairs_per_node: int = 1  # room of a node, in pairs (a job keeps its pair's room)
+    handover: bool = False  # a finishing job's room goes to the oldest waiting job
 
     def __post_init__(self) -> None:
         if not self.delays or any(d < 0 for d in self.delays):
@@ -421,6 +427,10 @@ class _Run:
             self.nodes[node_id].pairs.discard(pair.slot)
         else:
             node_id = free
+        self.start(index, node_id, now)
+
+    def start(self, index: int, node_id: int, now: float) -> None:
+        """Job ``index`` runs on ``node_id`` from ``now``."""
         node = self.nodes[node_id]
         node.jobs += 1
         node.expires_at = math.inf
@@ -538,7 +548,11 @@ def simulate_clusters(
                 node_id = run.job_nodes.pop(arg)
                 run.nodes[node_id].jobs -= 1
                 remaining -= 1
-                run.settle(node_id, now)
+                if config.handover and queue.queued():
+                    queue.waiting_head += 1  # the oldest waiting job takes the room
+                    run.start(queue.waiting[queue.waiting_head - 1], node_id, now)
+                else:
+                    run.settle(node_id, now)
                 changed[cluster] = True
             elif kind == _NODE_READY:
                 node = run.nodes.get(arg)

@@ -222,3 +222,27 @@ def test_sharded_peers_make_pairs_for_their_claim_of_the_queue() -> None:
     # three more for the lag's read by the peer whose pairs the jobs took.
     unsharded = simulate_clusters(jobs, [fast, fast], [FixedPool(0), FixedPool(0)])
     assert unsharded.launches == 6 + 3
+
+
+@dataclass
+class _BeforeStart:
+    """One warm pair before t=0, none after."""
+
+    def observe(self, now: float, queued_jobs: int, new_jobs: int) -> None:
+        del now, queued_jobs, new_jobs
+
+    def target(self, now: float) -> int:
+        return 1 if now < 0 else 0
+
+
+def test_with_hand_over_a_finishing_job_s_room_goes_to_the_oldest_waiting_job() -> None:
+    # Job 1 takes the warm pair at once (no read sees it queued, so no pair is made for
+    # it later) and ends at 101; job 2 is queued at 91, after the read at 90.
+    jobs = [_job(1, 1.0, 100.0), _job(2, 91.0, 10.0)]
+    plain = simulate(jobs, CONFIG, _BeforeStart(), begin=-300.0)
+    handed = simulate(jobs, replace(CONFIG, handover=True), _BeforeStart(), begin=-300.0)
+    # Without: the read at 120 sees job 2, used at 122; the pass at 122.15 makes a pair
+    # on job 1's node (empty, not yet consolidated).
+    assert plain.waits == pytest.approx((0.0, 31.15))
+    # With: the service hands job 1's slot to job 2 when job 1 ends.
+    assert handed.waits == pytest.approx((0.0, 10.0))
