@@ -25,6 +25,10 @@ How the benchmark maps onto the simulator (``model()`` is printed with the resul
   node-seconds are each compared with the simulated node-seconds, the total with twice
   them. Provisioning delays are drawn uniformly from the benchmark's range (the same
   distribution, not Karpenter's draws); an empty node goes after ``consolidateAfter``.
+* **Hand-over** on (``SimConfig.handover``): the fake service hands a finished job's slot
+  to a queued job in the same message batch as the completion, before the listener's next
+  poll lowers the header (seen in the listeners' logs: ``JobCompleted`` and
+  ``JobAssigned`` together), and the new job's pods take the room the finished one leaves.
 * **Demand**: the fake HUD shows the queue as it was ``hud_lag`` seconds ago and the
   listener reads it every ``recalculate_interval``: the simulator's read lagging by
   ``hud_lag``. Until its first read a listener plans for the failure floor
@@ -265,6 +269,7 @@ def mapping(config: Config, variant: str, seed: int, last_arrival: float) -> Map
                 recalculate_interval=settings.recalculate_interval,
                 node_idle=_seconds(config.consolidate_after, "consolidate_after"),
                 pairs_per_node=PAIRS_PER_NODE,
+                handover=True,
             )
         )
     start = config.spec.start
@@ -291,6 +296,7 @@ def model(config: Config) -> dict[str, Any]:
         "node_seconds": "runner and workflow each compared with the simulated nodes' "
         "(one node of each per simulated node); total with twice them",
         "placeholder_pod_seconds": "twice the simulated pair-seconds (two pods a pair)",
+        "handover": True,
         "not_modelled": [
             "the shortage of site A's workflow instance type",
             "the long poll, the header's round trip, runner and workflow pod start",

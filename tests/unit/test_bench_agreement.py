@@ -91,6 +91,7 @@ def test_the_benchmark_s_parameters_map_onto_the_simulator() -> None:
         assert sim.params.max_runners == SMOKE.max_runners
         assert sim.params.hud_failure_base_capacity == 1
         assert sim.pairs_per_node == 2
+        assert sim.handover
         assert sim.demand_lag == SMOKE.hud_lag
         assert sim.node_idle == 30.0
         assert all(SMOKE.launch_delay[0] <= d <= SMOKE.launch_delay[1] for d in sim.delays)
