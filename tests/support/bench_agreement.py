@@ -249,7 +249,17 @@ class Mapped:
     until: float
 
 
-def mapping(config: Config, variant: str, seed: int, last_arrival: float) -> Mapped:
+@dataclass(frozen=True)
+class Knobs:
+    """The mapping's two modelling choices, to switch off and see what each explains."""
+
+    handover: bool = True
+    pairs_per_node: int = PAIRS_PER_NODE
+
+
+def mapping(
+    config: Config, variant: str, seed: int, last_arrival: float, knobs: Knobs = Knobs()
+) -> Mapped:
     settings = cluster_settings(variant, config)
     low, high = config.launch_delay
     sims = []
@@ -268,8 +278,8 @@ def mapping(config: Config, variant: str, seed: int, last_arrival: float) -> Map
                 demand_lag=config.hud_lag,
                 recalculate_interval=settings.recalculate_interval,
                 node_idle=_seconds(config.consolidate_after, "consolidate_after"),
-                pairs_per_node=PAIRS_PER_NODE,
-                handover=True,
+                pairs_per_node=knobs.pairs_per_node,
+                handover=knobs.handover,
             )
         )
     start = config.spec.start
@@ -281,22 +291,23 @@ def mapping(config: Config, variant: str, seed: int, last_arrival: float) -> Map
     )
 
 
-def model(config: Config) -> dict[str, Any]:
+def model(config: Config, knobs: Knobs = Knobs()) -> dict[str, Any]:
     """The mapping in words and numbers, printed with the results."""
     return {
         "clusters": f"{CLUSTERS} peers sharing one queue, demand sharded between them",
         "max_runners_per_cluster": config.max_runners,
         "warm_pool": "per cluster, as the listener builds it from the variant's settings",
-        "pairs_per_node": PAIRS_PER_NODE,
+        "pairs_per_node": knobs.pairs_per_node,
         "node_provisioning_delay_s": list(config.launch_delay),
         "demand_lag_s": config.hud_lag,
         "failure_floor": "per cluster (each listener starts on it)",
         "node_idle_s": _seconds(config.consolidate_after, "consolidate_after"),
         "window": {"begin_s": -config.warmup, "after_last_arrival_s": config.tail},
-        "node_seconds": "runner and workflow each compared with the simulated nodes' "
-        "(one node of each per simulated node); total with twice them",
+        "node_seconds": "a simulated node holds pairs_per_node pairs, and a runner or a "
+        "workflow node two pods: runner and workflow node-seconds are each compared with "
+        "the simulated nodes' times pairs_per_node / 2, the total with twice that",
         "placeholder_pod_seconds": "twice the simulated pair-seconds (two pods a pair)",
-        "handover": True,
+        "handover": knobs.handover,
         "not_modelled": [
             "the shortage of site A's workflow instance type",
             "the long poll, the header's round trip, runner and workflow pod start",
@@ -350,9 +361,13 @@ def _measured(figures: Mapping[str, Any], *path: str) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def rows(outcome: Outcome, figures: Mapping[str, Any]) -> list[Row]:
-    """The metrics both sides have, simulated next to measured."""
-    nodes = outcome.node_seconds
+def rows(
+    outcome: Outcome, figures: Mapping[str, Any], pairs_per_node: int = PAIRS_PER_NODE
+) -> list[Row]:
+    """The metrics both sides have, simulated next to measured. A simulated node's room
+    (``pairs_per_node`` pairs) is that many pods on each side, and a runner or workflow
+    node holds two."""
+    nodes = outcome.node_seconds * pairs_per_node / 2
     return [
         Row("wait p50 (s)", outcome.percentile(50), _measured(figures, _WAIT, "p50")),
         Row("wait p90 (s)", outcome.percentile(90), _measured(figures, _WAIT, "p90")),
@@ -372,11 +387,11 @@ def rows(outcome: Outcome, figures: Mapping[str, Any]) -> list[Row]:
 _WAIT = "queue_to_workflow_running_s"
 
 
-def replay(config: Config, variant: str, seed: int) -> Outcome:
+def replay(config: Config, variant: str, seed: int, knobs: Knobs = Knobs()) -> Outcome:
     """The simulator on the seed's trace with the variant's mapping."""
     jobs = generate(config.spec, seed)
     last = plan(config, seed).last_arrival
-    mapped = mapping(config, variant, seed, last)
+    mapped = mapping(config, variant, seed, last, knobs)
     return simulate_clusters(
         jobs, mapped.sims, mapped.pools, begin=mapped.begin, until=mapped.until
     )
@@ -453,6 +468,7 @@ def compare(
     source: str = "",
     tolerance: float = TOLERANCE,
     variants: Sequence[str] = OURS,
+    knobs: Knobs = Knobs(),
 ) -> Report:
     """Every seed the document has, every one of ``variants`` it ran."""
     described = document.get("config")
@@ -462,7 +478,7 @@ def compare(
     seeds = document.get("seeds")
     if not isinstance(seeds, Mapping):
         raise AgreementError("seeds: missing (no seed written yet?)")
-    report = Report(tolerance=tolerance, source=source, model=model(config))
+    report = Report(tolerance=tolerance, source=source, model=model(config, knobs))
     for seed_text, figures in seeds.items():
         try:
             seed = int(seed_text)
@@ -476,8 +492,9 @@ def compare(
             if variant not in ran:
                 report.skipped[f"{seed}/{variant}"] = "not run"
                 continue
-            outcome = replay(config, variant, seed)
-            report.seeds.setdefault(str(seed), {})[variant] = rows(outcome, ran[variant])
+            outcome = replay(config, variant, seed, knobs)
+            found = rows(outcome, ran[variant], knobs.pairs_per_node)
+            report.seeds.setdefault(str(seed), {})[variant] = found
     return report
 
 
@@ -486,10 +503,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("outcomes", type=Path, help="an outcomes.json of bench_outcomes")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here")
     parser.add_argument("--tolerance", type=float, default=TOLERANCE)
+    parser.add_argument(
+        "--no-handover", action="store_true", help="leave out the service's hand-over"
+    )
+    parser.add_argument(
+        "--pairs-per-node", type=int, default=PAIRS_PER_NODE, help="room of a simulated node"
+    )
     args = parser.parse_args(argv)
     try:
         document = json.loads(args.outcomes.read_text())
-        report = compare(document, source=str(args.outcomes), tolerance=args.tolerance)
+        knobs = Knobs(handover=not args.no_handover, pairs_per_node=args.pairs_per_node)
+        report = compare(document, source=str(args.outcomes), tolerance=args.tolerance, knobs=knobs)
     except (OSError, ValueError) as exc:
         print(f"bench_agreement: {exc}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ import pytest
 from capacity.warm_pool import FixedPool
 from tests.support.bench_agreement import (
     AgreementError,
+    Knobs,
     Row,
     check_plan,
     compare,
@@ -155,3 +156,15 @@ def test_a_metric_the_run_did_not_record_is_not_compared() -> None:
     found = rows(_Outcome(), {"queue_to_workflow_running_s": {"p50": None}})  # type: ignore[arg-type]
     assert [row.measured for row in found] == [None] * len(found)
     assert [row.simulated for row in found][:2] == [5.0, 9.0]
+
+
+def test_node_seconds_are_compared_in_the_room_a_simulated_node_stands_for() -> None:
+    figures = _figures(1.0, 100.0)
+    two = {row.metric: row.simulated for row in rows(_Outcome(), figures)}  # type: ignore[arg-type]
+    one = {row.metric: row.simulated for row in rows(_Outcome(), figures, 1)}  # type: ignore[arg-type]
+    # Two pairs a node: one runner and one workflow node each; one pair: half of each.
+    assert (two["node-seconds, runner"], two["node-seconds, total"]) == (10.0, 20.0)
+    assert (one["node-seconds, runner"], one["node-seconds, total"]) == (5.0, 10.0)
+    knobs = Knobs(handover=False, pairs_per_node=1)
+    mapped = mapping(SMOKE, "ours_demand", 2, 100.0, knobs)
+    assert all(not s.handover and s.pairs_per_node == 1 for s in mapped.sims)
