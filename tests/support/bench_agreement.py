@@ -23,8 +23,11 @@ How the benchmark maps onto the simulator (``model()`` is printed with the resul
   (``bench_outcomes``' requests and instance types), so a simulated node has room for two
   pairs and stands for one runner node and one workflow node: runner and workflow
   node-seconds are each compared with the simulated node-seconds, the total with twice
-  them. Provisioning delays are drawn uniformly from the benchmark's range (the same
-  distribution, not Karpenter's draws); an empty node goes after ``consolidateAfter``.
+  them. Launch delays are the run's own where it recorded them (``node_ready_s``: each
+  NodeClaim's creation to its Node joining; on a loaded machine far longer than the delay
+  the cloud provider sleeps), shuffled per cluster, else drawn uniformly from the
+  configured range; ``--launch-delay LOW HIGH`` overrides both. An empty node goes after
+  ``consolidateAfter``.
 * **Hand-over** on (``SimConfig.handover``): the fake service hands a finished job's slot
   to a queued job in the same message batch as the completion, before the listener's next
   poll lowers the header (seen in the listeners' logs: ``JobCompleted`` and
@@ -255,13 +258,32 @@ class Knobs:
 
     handover: bool = True
     pairs_per_node: int = PAIRS_PER_NODE
+    # Node launch delays [low, high] s; None: the benchmark's configured range. On a loaded
+    # machine a launch takes longer than the delay Karpenter's cloud provider sleeps.
+    launch_delay: tuple[float, float] | None = None
+
+
+def launch_delays(
+    config: Config, knobs: Knobs, measured: Sequence[float], rng: random.Random
+) -> tuple[float, ...]:
+    """The launch delays one simulated cluster uses, in order: from ``--launch-delay``
+    when given, else the run's measured ones (NodeClaim created → Node joined, shuffled),
+    else the benchmark's configured range."""
+    if knobs.launch_delay is None and measured:
+        return tuple(rng.sample(list(measured), len(measured)))
+    low, high = knobs.launch_delay or config.launch_delay
+    return tuple(provisioning_delays(rng, 1000, low, high))
 
 
 def mapping(
-    config: Config, variant: str, seed: int, last_arrival: float, knobs: Knobs = Knobs()
+    config: Config,
+    variant: str,
+    seed: int,
+    last_arrival: float,
+    knobs: Knobs = Knobs(),
+    measured: Sequence[float] = (),
 ) -> Mapped:
     settings = cluster_settings(variant, config)
-    low, high = config.launch_delay
     sims = []
     for index in range(CLUSTERS):
         params = replace(
@@ -273,7 +295,7 @@ def mapping(
         sims.append(
             SimConfig(
                 params=params,
-                delays=tuple(provisioning_delays(rng, 1000, low, high)),
+                delays=launch_delays(config, knobs, measured, rng),
                 demand_interval=settings.recalculate_interval,
                 demand_lag=config.hud_lag,
                 recalculate_interval=settings.recalculate_interval,
@@ -298,7 +320,12 @@ def model(config: Config, knobs: Knobs = Knobs()) -> dict[str, Any]:
         "max_runners_per_cluster": config.max_runners,
         "warm_pool": "per cluster, as the listener builds it from the variant's settings",
         "pairs_per_node": knobs.pairs_per_node,
-        "node_provisioning_delay_s": list(config.launch_delay),
+        "node_provisioning_delay_s": (
+            list(knobs.launch_delay)
+            if knobs.launch_delay is not None
+            else "measured per variant where the run recorded them (launch_delays), else "
+            f"uniform {config.launch_delay[0]:g}–{config.launch_delay[1]:g}"
+        ),
         "demand_lag_s": config.hud_lag,
         "failure_floor": "per cluster (each listener starts on it)",
         "node_idle_s": _seconds(config.consolidate_after, "consolidate_after"),
@@ -387,11 +414,17 @@ def rows(
 _WAIT = "queue_to_workflow_running_s"
 
 
-def replay(config: Config, variant: str, seed: int, knobs: Knobs = Knobs()) -> Outcome:
+def replay(
+    config: Config,
+    variant: str,
+    seed: int,
+    knobs: Knobs = Knobs(),
+    measured: Sequence[float] = (),
+) -> Outcome:
     """The simulator on the seed's trace with the variant's mapping."""
     jobs = generate(config.spec, seed)
     last = plan(config, seed).last_arrival
-    mapped = mapping(config, variant, seed, last, knobs)
+    mapped = mapping(config, variant, seed, last, knobs, measured)
     return simulate_clusters(
         jobs, mapped.sims, mapped.pools, begin=mapped.begin, until=mapped.until
     )
@@ -404,6 +437,7 @@ class Report:
     model: dict[str, Any]
     seeds: dict[str, dict[str, list[Row]]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    delays: dict[str, str] = field(default_factory=dict)  # seed/variant → launch delays used
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -411,6 +445,7 @@ class Report:
             "tolerance": self.tolerance,
             "model": self.model,
             "skipped": self.skipped,
+            "launch_delays": self.delays,
             "seeds": {
                 seed: {
                     variant: {row.metric: row.describe(self.tolerance) for row in found}
@@ -462,6 +497,27 @@ def _percent(diff: float | None) -> str:
     return f"{diff:+.0%}"
 
 
+def _delays(figures: Mapping[str, Any], where: str) -> list[float]:
+    """The run's measured launch delays (``node_ready_s``; none in runs before it)."""
+    found = figures.get("node_ready_s", [])
+    if not isinstance(found, list) or not all(
+        isinstance(x, int | float) and not isinstance(x, bool) and x >= 0 for x in found
+    ):
+        raise AgreementError(f"{where}.node_ready_s: not a list of seconds")
+    return [float(x) for x in found]
+
+
+def _delay_source(config: Config, measured: Sequence[float]) -> str:
+    if not measured:
+        low, high = config.launch_delay
+        return f"configured, uniform {low:g}–{high:g} s (the run did not record its own)"
+    ordered = sorted(measured)
+    middle = ordered[len(ordered) // 2]
+    return (
+        f"measured, {len(ordered)} launches: {ordered[0]:g}–{ordered[-1]:g} s, median {middle:g} s"
+    )
+
+
 def compare(
     document: Mapping[str, Any],
     *,
@@ -492,7 +548,10 @@ def compare(
             if variant not in ran:
                 report.skipped[f"{seed}/{variant}"] = "not run"
                 continue
-            outcome = replay(config, variant, seed, knobs)
+            measured = _delays(ran[variant], f"seeds.{seed}.variants.{variant}")
+            if knobs.launch_delay is None:
+                report.delays[f"{seed}/{variant}"] = _delay_source(config, measured)
+            outcome = replay(config, variant, seed, knobs, measured)
             found = rows(outcome, ran[variant], knobs.pairs_per_node)
             report.seeds.setdefault(str(seed), {})[variant] = found
     return report
@@ -509,10 +568,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pairs-per-node", type=int, default=PAIRS_PER_NODE, help="room of a simulated node"
     )
+    parser.add_argument(
+        "--launch-delay",
+        type=float,
+        nargs=2,
+        metavar=("LOW", "HIGH"),
+        default=None,
+        help="node launch delays to draw from (default: the run's measured ones if it "
+        "recorded them, else its configured range)",
+    )
     args = parser.parse_args(argv)
     try:
         document = json.loads(args.outcomes.read_text())
-        knobs = Knobs(handover=not args.no_handover, pairs_per_node=args.pairs_per_node)
+        knobs = Knobs(
+            handover=not args.no_handover,
+            pairs_per_node=args.pairs_per_node,
+            launch_delay=None if args.launch_delay is None else tuple(args.launch_delay),
+        )
         report = compare(document, source=str(args.outcomes), tolerance=args.tolerance, knobs=knobs)
     except (OSError, ValueError) as exc:
         print(f"bench_agreement: {exc}", file=sys.stderr)

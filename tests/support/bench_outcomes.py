@@ -660,6 +660,9 @@ def _figures(run: VariantRun, config: Config, window: float) -> dict[str, Any]:
         },
         "placeholder_pod_seconds": _r(placeholder + _pause_seconds(run.pause_samples, window)),
         "karpenter_launches": sum(v["launches"] for v in per_pool.values()),
+        # NodeClaim creation → Node joined, every launch of the window (bench_agreement
+        # draws the simulator's launch delays from these).
+        "node_ready_s": [_r(x) for x in log.ready_after(start, end)],
         "karpenter_launch_attempts": sum(v["launch_attempts"] for v in per_pool.values()),
         "jobs_per_site": {
             site.spec.name: sum(j.scale_set_id == site.scale_set_id for j in jobs)

@@ -4,6 +4,7 @@ parameters map onto the simulator's, and the differences are computed as stated.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +18,7 @@ from tests.support.bench_agreement import (
     check_plan,
     compare,
     config_from,
+    launch_delays,
     mapping,
     rows,
 )
@@ -168,3 +170,30 @@ def test_node_seconds_are_compared_in_the_room_a_simulated_node_stands_for() -> 
     knobs = Knobs(handover=False, pairs_per_node=1)
     mapped = mapping(SMOKE, "ours_demand", 2, 100.0, knobs)
     assert all(not s.handover and s.pairs_per_node == 1 for s in mapped.sims)
+
+
+def test_launch_delays_are_the_run_s_own_when_it_recorded_them() -> None:
+    rng = random.Random(1)
+    measured = [100.0, 120.0, 140.0]
+    assert sorted(launch_delays(SMOKE, Knobs(), measured, rng)) == measured
+    override = launch_delays(SMOKE, Knobs(launch_delay=(5.0, 6.0)), measured, rng)
+    assert all(5.0 <= d <= 6.0 for d in override)
+    configured = launch_delays(SMOKE, Knobs(), [], rng)
+    assert all(SMOKE.launch_delay[0] <= d <= SMOKE.launch_delay[1] for d in configured)
+    seed = SMOKE.seeds[0]
+    again = plan(SMOKE, seed)
+    figures = _figures(1.0, 100.0)
+    document = {
+        "config": SMOKE.describe(),
+        "seeds": {
+            str(seed): {
+                "jobs": len(again.arrivals),
+                "variants": {"ours_demand": {**figures, "node_ready_s": measured}},
+            }
+        },
+    }
+    report = compare(document)
+    assert report.delays == {f"{seed}/ours_demand": "measured, 3 launches: 100–140 s, median 120 s"}
+    document["seeds"][str(seed)]["variants"]["ours_demand"]["node_ready_s"] = ["slow"]
+    with pytest.raises(AgreementError, match=r"ours_demand\.node_ready_s"):
+        compare(document)

@@ -125,3 +125,14 @@ def test_a_seed_plan_is_repeatable_and_its_shortage_falls_in_the_arrivals() -> N
     assert 0.1 * first.last_arrival <= start <= 0.6 * first.last_arrival
     assert 240 <= end - start <= 480
     assert plan(FULL, 4).shortage != first.shortage
+
+
+def test_launch_delays_are_creation_to_node_of_claims_created_in_the_window() -> None:
+    log = NodeClaimLog(cluster=None, pools=["a"])  # type: ignore[arg-type]
+    log.claims = {
+        "1": Claim("1", "a", created=10.0, last_seen=300.0, registered_at=130.0),
+        "2": Claim("2", "a", created=20.0, last_seen=300.0, registered_at=95.0),
+        "3": Claim("3", "a", created=30.0, last_seen=40.0),  # never joined (ICE)
+        "4": Claim("4", "a", created=500.0, last_seen=600.0, registered_at=560.0),  # after
+    }
+    assert log.ready_after(0.0, 400.0) == [75.0, 120.0]
