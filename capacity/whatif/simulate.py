@@ -54,12 +54,16 @@ What is simulated, per label set (one scale set each; label sets do not share no
   counts node- and pair-seconds up to a fixed time (also after the last job: what a pool
   holds in a quiet tail is paid for), as a benchmark's window does.
 
+* **Outages** (``outages``): a launch asked for while the cloud is out of capacity is
+  retried and comes up one provisioning delay after the outage ends; the node is counted
+  from the first try (a NodeClaim exists all along).
+
 Simplified away, on purpose: pod start and image pull times (0), the header's round trip
-to GitHub (a Running pair takes a waiting job at once), consolidation of nodes that are
-not empty (moving pairs off a half-full node), spot interruptions, NodePool limits, failed
-launches. Every node costs the same; a node's room is counted in pairs (both halves on
-one node), so with two pools (runner and workflow) a simulated node stands for one node of
-each holding ``pairs_per_node`` pods.
+to GitHub (a Running pair takes a waiting job at once; see hand-over), consolidation of
+nodes that are not empty (moving pairs off a half-full node), spot interruptions,
+NodePool limits, failed launches outside an outage. Every node costs the same; a node's
+room is counted in pairs (both halves on one node), so with two pools (runner and
+workflow) a simulated node stands for one node of each holding ``pairs_per_node`` pods.
 
 Measured per policy: spare node-seconds (every node-second not spent running a job:
 launching, holding a placeholder, or empty before consolidation; counted in the window)
@@ -113,6 +117,9 @@ class SimConfig:
     lookahead: float = 0.0  # count later stages of runs under way due within this
     pairs_per_node: int = 1  # room of a node, in pairs (a job keeps its pair's room)
     handover: bool = False  # a finishing job's room goes to the oldest waiting job
+    # [from, to) spans when launches fail (the cloud is out of the instance type): a launch
+    # asked for then is retried and comes up one delay after the span ends.
+    outages: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.delays or any(d < 0 for d in self.delays):
@@ -125,6 +132,8 @@ class SimConfig:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
         if self.pairs_per_node < 1:
             raise ValueError(f"pairs_per_node: must be >= 1, got {self.pairs_per_node}")
+        if any(not low < high for low, high in self.outages):
+            raise ValueError(f"outages: each a [from, to) span with from < to, got {self.outages}")
 
 
 READY_WAIT = 1.0  # a job that waited less than this found a pair ready
@@ -311,6 +320,9 @@ class _Run:
         delays = self.config.delays
         delay = delays[self.next_delay % len(delays)]
         self.next_delay += 1
+        for low, high in self.config.outages:
+            if low <= now < high:
+                delay += high - now  # retried until the capacity is back
         node_id = self.next_node
         self.next_node += 1
         self.nodes[node_id] = _Node(launched_at=now)

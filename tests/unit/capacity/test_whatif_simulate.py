@@ -246,3 +246,14 @@ def test_with_hand_over_a_finishing_job_s_room_goes_to_the_oldest_waiting_job() 
     assert plain.waits == pytest.approx((0.0, 31.15))
     # With: the service hands job 1's slot to job 2 when job 1 ends.
     assert handed.waits == pytest.approx((0.0, 10.0))
+
+
+def test_a_launch_during_an_outage_comes_up_one_delay_after_it() -> None:
+    jobs = [_job(1, 0.0, 10.0)]
+    out = simulate(jobs, replace(CONFIG, outages=((0.0, 100.0),)), FixedPool(0))
+    # Read at 0, pair at 2.15: retried until 100, then the 60 s launch.
+    assert out.waits == pytest.approx((160.0,))
+    after = simulate(jobs, replace(CONFIG, outages=((-50.0, 1.0),)), FixedPool(0))
+    assert after.waits == pytest.approx((62.15,))  # asked for after it ended
+    with pytest.raises(ValueError, match="outages"):
+        SimConfig(params=PARAMS, outages=((5.0, 5.0),))
