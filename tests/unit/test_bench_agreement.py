@@ -99,6 +99,12 @@ def test_the_benchmark_s_parameters_map_onto_the_simulator() -> None:
         assert sim.node_idle == 30.0
         assert all(SMOKE.launch_delay[0] <= d <= SMOKE.launch_delay[1] for d in sim.delays)
     assert warm.sims[0].delays != warm.sims[1].delays  # each cluster draws its own
+    low, high = plan(SMOKE, 2).shortage
+    start = SMOKE.spec.start
+    assert warm.sims[0].outages == ((start + low, start + high),)  # site A runs out
+    assert warm.sims[1].outages == ()
+    unshort = mapping(SMOKE, "ours_warm", 2, last, Knobs(shortage=False))
+    assert unshort.sims[0].outages == ()
     assert warm.begin == SMOKE.spec.start - SMOKE.warmup
     assert warm.until == SMOKE.spec.start + last + SMOKE.tail
     demand = mapping(SMOKE, "ours_demand", 2, last)
