@@ -12,6 +12,8 @@ import pytest
 from tests.support.bench_outcomes import (
     FULL,
     SMOKE,
+    VariantRun,
+    _figures,
     _pause_seconds,
     _placeholder_seconds,
     plan,
@@ -136,3 +138,12 @@ def test_launch_delays_are_creation_to_node_of_claims_created_in_the_window() ->
         "4": Claim("4", "a", created=500.0, last_seen=600.0, registered_at=560.0),  # after
     }
     assert log.ready_after(0.0, 400.0) == [75.0, 120.0]
+
+
+def test_the_figures_carry_each_launch_s_delay() -> None:
+    log = NodeClaimLog(cluster=None, pools=["p-runner"])  # type: ignore[arg-type]
+    log.claims = {"1": Claim("1", "p-runner", created=10.0, last_seen=200.0, registered_at=75.5)}
+    run = VariantRun("ours_demand", stage=None, log=log, window=(0.0, 300.0))  # type: ignore[arg-type]
+    figures = _figures(run, SMOKE, 300.0)
+    assert figures["node_ready_s"] == [65.5]
+    assert figures["node_seconds"]["runner"] == 190.0
