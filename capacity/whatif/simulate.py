@@ -10,10 +10,13 @@ build, and any other pool are compared on the same trace.
 
 What is simulated, per label set (one scale set each; label sets do not share nodes):
 
-* **Jobs** arrive at their ``queued_at`` and run for their traced duration once they take a
-  Running pair (FIFO). A job never starts without one: the listener advertises only Running
-  pairs, so GitHub keeps the job queued. The pair's two pods are preempted by the job's
-  (both halves go at once) and the job holds the pair's node until it ends.
+* **Jobs** arrive at their ``queued_at`` and run for their traced duration once a Running
+  pair admits them (FIFO). A job never starts without one: the listener advertises only
+  Running pairs (and its busy runners), so GitHub keeps the job queued. The job's pods go
+  to free room on a ready node when there is some (the scheduler preempts only when
+  nothing fits: an empty node not yet consolidated, the other half of a two-pair node),
+  and the pair stays to admit the next job; else they preempt the pair's two pods (both
+  halves go at once) and take its room. The job holds its room until it ends.
 * **Demand**: the source is read every ``demand_interval`` seconds; a read sees the jobs
   queued at that moment and its value is used ``demand_lag`` seconds later (the read's own
   duration); in between the policy holds the last value (``policy.resolve_demand``). The pool
@@ -26,28 +29,54 @@ What is simulated, per label set (one scale set each; label sets do not share no
   starting or ending, a new demand value; changes meanwhile join that pass), and
   ``recalculate_interval`` after the last pass when nothing happened, as the reconcile loop
   does.
-* **Nodes: one pair per node.** A new pair lands on an empty node if there is one (Running
-  at once), else on a node already launching for nobody, else launches a node that is
-  ready after the next provisioning delay (drawn in order from ``delays``, cycled). A pair
-  deleted while Pending leaves its node launching: the node comes up empty. An empty node
-  is removed after ``node_idle`` seconds (Karpenter's consolidateAfter), unless a pair or a
-  job's pair lands on it first. A Pending pair moves to a node that becomes empty (the
-  scheduler binds it wherever it fits).
+* **Nodes: ``pairs_per_node`` pairs per node** (default 1; a job keeps its pair's room). A
+  new pair lands on a ready node with room if there is one (Running at once; the fullest
+  first, as consolidation packs them), else on a node already launching with room, else
+  launches a node that is ready after the next provisioning delay (drawn in order from
+  ``delays``, cycled). A pair deleted while Pending leaves its node launching: the node
+  may come up empty. An empty node is removed after ``node_idle`` seconds (Karpenter's
+  consolidateAfter), unless a pair lands on it first. A Pending pair moves to a ready node
+  that has room (the scheduler binds it wherever it fits).
+* **Hand-over** (``handover``, off by default): the header counts busy runners, and the
+  service learns of a job's end before the listener's next poll lowers the header, so it
+  hands the finished runner's slot to the oldest queued job at once (the completion and the
+  new assignment arrive in one message batch), whose pods take the room the finished job
+  leaves. Off, a waiting job needs a Running pair, as the header's round trip is left out.
+* **Peers** (``simulate_clusters``): several clusters serving one label set, each with its
+  own listener (config, warm pool, demand reads, passes), nodes and pairs; every listener
+  reads the whole queue and plans for its claim of it (``params.cluster_index`` and
+  ``cluster_count``, as the monitor shards demand). A waiting job goes to a cluster with a
+  Running pair: job i asks cluster i mod n first, then the next ones (GitHub hands a job to
+  whichever listener's header has room; the rotation stands for its arbitrary choice).
+* **The window**: by default the listener starts at the first arrival and everything is
+  counted up to the last job's end. ``simulate(..., begin=, until=)`` starts the listener
+  earlier (a warm pool fills before the first job, as on a cluster started ahead) and
+  counts node- and pair-seconds up to a fixed time (also after the last job: what a pool
+  holds in a quiet tail is paid for), as a benchmark's window does.
 
-Simplified away, on purpose: nodes holding several pairs (bin packing), pod start and image
-pull times (0), the header's round trip to GitHub (a Running pair takes a waiting job at
-once), consolidation of nodes that are not empty, spot interruptions, NodePool limits,
-failed launches. Every node costs the same.
+* **Outages** (``outages``): a launch asked for while the cloud is out of capacity is
+  retried and comes up one provisioning delay after the outage ends; the node is counted
+  from the first try (a NodeClaim exists all along).
+
+Simplified away, on purpose: pod start and image pull times (0), the header's round trip
+to GitHub (a Running pair takes a waiting job at once; see hand-over), consolidation of
+nodes that are not empty (moving pairs off a half-full node), spot interruptions,
+NodePool limits, failed launches outside an outage. Every node costs the same; a node's
+room is counted in pairs (both halves on one node), so with two pools (runner and
+workflow) a simulated node stands for one node of each holding ``pairs_per_node`` pods.
 
 Measured per policy: spare node-seconds (every node-second not spent running a job:
-launching, holding a placeholder, or empty before consolidation; counted up to the last
-job's end) and their ratio to OPT₀, placeholder pair-seconds, queue time p50/p90/p99/max,
-launches, pairs created.
+launching, holding a placeholder, or empty before consolidation; counted in the window)
+and their ratio to OPT₀, placeholder pair-seconds, queue time p50/p90/p99/max, launches,
+pairs created. Busy and spare are counted in a pair's room (with ``pairs_per_node`` k, a
+node-second is k of them), so they stay comparable with OPT₀; ``node_seconds`` is the
+nodes' own.
 
 PURE: no I/O, no clock, no randomness (the delays are drawn by the caller).
 
-Size: one event loop and the simulated cluster it drives (nodes, pairs, jobs, demand reads)
-share their state on every event; the outcome and the pool interface are small.
+Size: one event loop and the simulated clusters it drives (nodes, pairs, jobs, demand reads,
+the queue they share) share their state on every event; the outcome and the pool interface
+are small.
 """
 
 from __future__ import annotations
@@ -86,6 +115,11 @@ class SimConfig:
     coalesce: float = 0.15  # a change leads to a pass this much later (the view's trigger)
     node_idle: float = 30.0  # an empty node is removed after this (consolidateAfter)
     lookahead: float = 0.0  # count later stages of runs under way due within this
+    pairs_per_node: int = 1  # room of a node, in pairs (a job keeps its pair's room)
+    handover: bool = False  # a finishing job's room goes to the oldest waiting job
+    # [from, to) spans when launches fail (the cloud is out of the instance type): a launch
+    # asked for then is retried and comes up one delay after the span ends.
+    outages: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.delays or any(d < 0 for d in self.delays):
@@ -96,6 +130,10 @@ class SimConfig:
         for name in ("demand_lag", "node_idle", "lookahead", "coalesce"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if self.pairs_per_node < 1:
+            raise ValueError(f"pairs_per_node: must be >= 1, got {self.pairs_per_node}")
+        if any(not low < high for low, high in self.outages):
+            raise ValueError(f"outages: each a [from, to) span with from < to, got {self.outages}")
 
 
 READY_WAIT = 1.0  # a job that waited less than this found a pair ready
@@ -106,13 +144,14 @@ class Outcome:
     """What one policy cost and bought on one label set's jobs."""
 
     jobs: int
-    busy: float  # node-seconds running jobs
-    spare: float  # node-seconds held without a job
+    busy: float  # room-seconds running jobs (a node's room is pairs_per_node pairs)
+    spare: float  # room-seconds held without a job
     pair_seconds: float  # placeholder pairs in existence (Pending or Running), summed
     waits: tuple[float, ...]  # queue time of each job, sorted
     launches: int
     pairs_created: int
     passes: int
+    node_seconds: float = 0.0  # nodes alive (each with pairs_per_node pairs' room)
 
     def percentile(self, p: float) -> float:
         return percentile(self.waits, p)
@@ -131,6 +170,7 @@ class Outcome:
             "busy_node_seconds": round(self.busy, 1),
             "spare_node_seconds": round(self.spare, 1),
             "spare_pct_of_busy": round(100 * self.spare / self.busy, 2) if self.busy else 0.0,
+            "node_seconds": round(self.node_seconds, 1),
             "placeholder_pair_seconds": round(self.pair_seconds, 1),
             "queue_seconds": {
                 "p50": round(self.percentile(50), 2),
@@ -168,6 +208,7 @@ def merge(outcomes: Iterable[Outcome]) -> Outcome:
         launches=sum(o.launches for o in items),
         pairs_created=sum(o.pairs_created for o in items),
         passes=sum(o.passes for o in items),
+        node_seconds=sum(o.node_seconds for o in items),
     )
 
 
@@ -183,9 +224,12 @@ _POKED = -1  # a _PASS event's argument when a change asked for it (else: the pa
 class _Node:
     launched_at: float
     ready: bool = False
-    pair: str | None = None  # slot of the pair on (or waiting for) it
-    job: bool = False  # running a job
+    pairs: set[str] = field(default_factory=set)  # slots of the pairs on (or waiting for) it
+    jobs: int = 0  # running jobs
     expires_at: float = math.inf  # when an empty node goes (inf: not empty)
+
+    def used(self) -> int:
+        return len(self.pairs) + self.jobs
 
 
 @dataclass
@@ -198,38 +242,77 @@ class _Pair:
 
 
 @dataclass
-class _Run:
-    """One simulation (one policy, one label set)."""
+class _Queue:
+    """What the clusters of one simulation share: the jobs, GitHub's queue, the clock's
+    events (time, kind, sequence, cluster, argument) and the window."""
 
     jobs: Sequence[TraceJob]
+    window: tuple[float, float] = (-math.inf, math.inf)  # node- and pair-seconds counted in
+    events: list[tuple[float, int, int, int, int]] = field(default_factory=list)
+    seq: int = 0
+    waiting: list[int] = field(default_factory=list)  # jobs queued, FIFO (a deque by index)
+    waiting_head: int = 0
+    waits: list[float] = field(default_factory=list)
+
+    def push(self, t: float, kind: int, cluster: int, arg: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, cluster, arg))
+
+    def queued(self) -> int:
+        return len(self.waiting) - self.waiting_head
+
+    def assign(self, clusters: Sequence[_Run], now: float) -> set[int]:
+        """Waiting jobs, oldest first, each to a cluster with a Running pair (GitHub hands
+        a job to a listener whose header has room): job i asks cluster i mod n first, then
+        the next ones, so no cluster is always first. Returns the clusters that got one."""
+        got: set[int] = set()
+        count = len(clusters)
+        while self.waiting_head < len(self.waiting):
+            index = self.waiting[self.waiting_head]
+            order = [(index + k) % count for k in range(count)]
+            chosen = next((c for c in order if clusters[c].admitting() is not None), None)
+            if chosen is None:
+                break
+            self.waiting_head += 1
+            clusters[chosen].admit(index, now)
+            got.add(chosen)
+        return got
+
+
+@dataclass
+class _Run:
+    """One cluster of one simulation (one policy, one label set)."""
+
+    queue: _Queue
+    index: int  # this cluster's place among the simulation's clusters
     config: SimConfig
     pool: WarmPool
     arrivals: warm_pool.ArrivalCounter = field(default_factory=warm_pool.ArrivalCounter)
-    runner_pods: dict[int, str] = field(default_factory=dict)  # node → its job's runner pod
-    events: list[tuple[float, int, int, int]] = field(default_factory=list)
-    seq: int = 0
+    runner_pods: dict[int, str] = field(default_factory=dict)  # job → its runner pod
+    job_nodes: dict[int, int] = field(default_factory=dict)  # running job → its node
     nodes: dict[int, _Node] = field(default_factory=dict)
     pairs: dict[str, _Pair] = field(default_factory=dict)
-    waiting: list[int] = field(default_factory=list)  # jobs queued, FIFO (a deque by index)
-    waiting_head: int = 0
     running_jobs: int = 0
     memory: Memory = field(default_factory=Memory)
     hud: DemandState = field(default_factory=DemandState)
     node_seconds: float = 0.0
     pair_seconds: float = 0.0
+    busy: float = 0.0
     launches: int = 0
     pairs_created: int = 0
     passes: int = 0
-    waits: list[float] = field(default_factory=list)
     next_delay: int = 0
     next_node: int = 0
     params_cache: dict[int, Params] = field(default_factory=dict)
+    # The reconcile loop and the demand reads of this cluster's listener.
+    poked: bool = False  # a pass is scheduled for a change
+    reads: int = 0
+    seen: dict[int, int] = field(default_factory=dict)  # read number → the jobs queued it saw
 
     # --- events ---------------------------------------------------------------------------
 
     def push(self, t: float, kind: int, arg: int = 0) -> None:
-        self.seq += 1
-        heapq.heappush(self.events, (t, kind, self.seq, arg))
+        self.queue.push(t, kind, self.index, arg)
 
     # --- nodes ----------------------------------------------------------------------------
 
@@ -237,6 +320,9 @@ class _Run:
         delays = self.config.delays
         delay = delays[self.next_delay % len(delays)]
         self.next_delay += 1
+        for low, high in self.config.outages:
+            if low <= now < high:
+                delay += high - now  # retried until the capacity is back
         node_id = self.next_node
         self.next_node += 1
         self.nodes[node_id] = _Node(launched_at=now)
@@ -244,23 +330,26 @@ class _Run:
         self.push(now + delay, _NODE_READY, node_id)
         return node_id
 
-    def free_node(self, node_id: int, now: float) -> None:
-        """A node with nothing on it: a Pending pair moves there, else it waits to go."""
+    def settle(self, node_id: int, now: float) -> None:
+        """A ready node with room: Pending pairs move there, else, empty, it waits to go."""
         node = self.nodes[node_id]
-        node.pair, node.job = None, False
         if not node.ready:
             return
-        for pair in self.pairs.values():
+        room = self.config.pairs_per_node - node.used()
+        for pair in list(self.pairs.values()):
+            if room <= 0:
+                break
             if not pair.running and pair.node != node_id:
-                self.nodes[pair.node].pair = None  # its launching node now launches for nobody
+                self.nodes[pair.node].pairs.discard(pair.slot)  # its node launches for less
                 self.bind(pair, node_id)
-                return
-        node.expires_at = now + self.config.node_idle
-        self.push(node.expires_at, _NODE_EXPIRE, node_id)
+                room -= 1
+        if node.used() == 0:
+            node.expires_at = now + self.config.node_idle
+            self.push(node.expires_at, _NODE_EXPIRE, node_id)
 
     def bind(self, pair: _Pair, node_id: int) -> None:
         node = self.nodes[node_id]
-        node.pair = pair.slot
+        node.pairs.add(pair.slot)
         node.expires_at = math.inf
         pair.node = node_id
         if node.ready:
@@ -274,9 +363,14 @@ class _Run:
             replace(workflow, phase=PodPhase.RUNNING),
         )
 
+    def clipped(self, start: float, end: float) -> float:
+        """The part of [start, end] inside the window."""
+        low, high = self.queue.window
+        return max(0.0, min(end, high) - max(start, low))
+
     def remove_node(self, node_id: int, now: float) -> None:
         node = self.nodes.pop(node_id)
-        self.node_seconds += now - node.launched_at
+        self.node_seconds += self.clipped(node.launched_at, now)
 
     # --- pairs ----------------------------------------------------------------------------
 
@@ -303,12 +397,13 @@ class _Run:
         pair = _Pair(slot=slot, created_at=now, halves=halves)
         self.pairs[slot] = pair
         self.pairs_created += 1
-        empty = [i for i, n in self.nodes.items() if n.pair is None and not n.job]
-        ready = [i for i in empty if self.nodes[i].ready]
+        per_node = self.config.pairs_per_node
+        roomy = [i for i, n in self.nodes.items() if n.used() < per_node]
+        ready = [i for i in roomy if self.nodes[i].ready]
         if ready:
-            node_id = ready[0]
-        elif empty:
-            node_id = empty[0]
+            node_id = max(ready, key=lambda i: self.nodes[i].used())  # fullest first
+        elif roomy:
+            node_id = roomy[0]
         else:
             node_id = self.launch(now)
         self.bind(pair, node_id)
@@ -316,33 +411,48 @@ class _Run:
     def drop_pair(self, slot: str, now: float) -> int:
         """The pair goes (deleted, or preempted by a job); returns its node."""
         pair = self.pairs.pop(slot)
-        self.pair_seconds += now - pair.created_at
+        self.pair_seconds += self.clipped(pair.created_at, now)
         return pair.node
 
     # --- jobs -----------------------------------------------------------------------------
 
-    def assign(self, now: float) -> bool:
-        """Waiting jobs take Running pairs, oldest job first. Returns whether any did."""
-        moved = False
-        while self.waiting_head < len(self.waiting):
-            pair = next((p for p in self.pairs.values() if p.running), None)
-            if pair is None:
-                break
-            index = self.waiting[self.waiting_head]
-            self.waiting_head += 1
-            node_id = self.drop_pair(pair.slot, now)
-            node = self.nodes[node_id]
-            node.pair, node.job = None, True
-            job = self.jobs[index]
-            self.waits.append(now - job.queued_at)
-            self.running_jobs += 1
-            self.runner_pods[node_id] = job.job or f"job-{index}"
-            self.push(now + (job.duration or 0.0), _JOB_END, node_id)
-            moved = True
-        return moved
+    def free_room(self) -> int | None:
+        """A ready node with room beyond its pairs and jobs (the fullest first), if any."""
+        per_node = self.config.pairs_per_node
+        roomy = [i for i, n in self.nodes.items() if n.ready and n.used() < per_node]
+        return max(roomy, key=lambda i: self.nodes[i].used()) if roomy else None
 
-    def queued(self) -> int:
-        return len(self.waiting) - self.waiting_head
+    def admitting(self) -> _Pair | None:
+        """A Running pair: the header has room for one more job."""
+        return next((p for p in self.pairs.values() if p.running), None)
+
+    def admit(self, index: int, now: float) -> None:
+        """Job ``index``, admitted by a Running pair (the header counts them), starts: its
+        pods go to free room on a ready node if there is some (the scheduler preempts only
+        when nothing fits), so the pair stays and admits the next job; else they preempt
+        the pair's two pods and take its room."""
+        pair = self.admitting()
+        assert pair is not None
+        free = self.free_room()
+        if free is None:
+            node_id = self.drop_pair(pair.slot, now)
+            self.nodes[node_id].pairs.discard(pair.slot)
+        else:
+            node_id = free
+        self.start(index, node_id, now)
+
+    def start(self, index: int, node_id: int, now: float) -> None:
+        """Job ``index`` runs on ``node_id`` from ``now``."""
+        node = self.nodes[node_id]
+        node.jobs += 1
+        node.expires_at = math.inf
+        job = self.queue.jobs[index]
+        self.queue.waits.append(now - job.queued_at)
+        self.running_jobs += 1
+        self.runner_pods[index] = job.job or f"job-{index}"
+        self.job_nodes[index] = node_id
+        self.busy += self.clipped(now, now + (job.duration or 0.0))
+        self.push(now + (job.duration or 0.0), _JOB_END, index)
 
     # --- the policy -----------------------------------------------------------------------
 
@@ -371,108 +481,163 @@ class _Run:
             active_runners=self.running_jobs,
         )
         plan, self.memory = policy.plan(observed, demand, params, self.memory, now)
-        for slot in {d.name[:-1] for d in plan.deletes}:
+        # In the plan's order: a set's order of strings changes from one process to the next.
+        for slot in dict.fromkeys(d.name[:-1] for d in plan.deletes):
             if slot not in self.pairs:
                 continue
             node_id = self.drop_pair(slot, now)
-            if self.nodes[node_id].ready:
-                self.free_node(node_id, now)
-            else:
-                self.nodes[node_id].pair = None  # launching for nobody now
+            self.nodes[node_id].pairs.discard(slot)  # a launching node launches for less
+            self.settle(node_id, now)
         for slot in plan.creates:
             self.create_pair(slot, now)
 
 
-def simulate(jobs: Sequence[TraceJob], config: SimConfig, pool: WarmPool) -> Outcome:
-    """Run one label set's ``jobs`` (sorted by queue time) under ``pool``."""
+def simulate(
+    jobs: Sequence[TraceJob],
+    config: SimConfig,
+    pool: WarmPool,
+    *,
+    begin: float | None = None,
+    until: float | None = None,
+) -> Outcome:
+    """Run one label set's ``jobs`` (sorted by queue time) under ``pool``. The listener
+    starts at ``begin`` (default: the first arrival; not later than it); node-, pair- and
+    busy seconds are counted from then up to ``until`` (default: the last job's end; the
+    run goes on until then even when every job has ended, and past it until they have)."""
+    return simulate_clusters(jobs, [config], [pool], begin=begin, until=until)
+
+
+def simulate_clusters(
+    jobs: Sequence[TraceJob],
+    configs: Sequence[SimConfig],
+    pools: Sequence[WarmPool],
+    *,
+    begin: float | None = None,
+    until: float | None = None,
+) -> Outcome:
+    """``simulate`` with several clusters serving one queue (peers sharing a label set):
+    one listener each, with its own config (``params.cluster_index``/``cluster_count``
+    shard the demand as in the monitor), warm pool, nodes and pairs; every listener reads
+    the whole queue; a job goes to a cluster with a Running pair (see ``_Queue.assign``).
+    The outcome is the clusters' sum."""
+    if len(configs) != len(pools) or not configs:
+        raise ValueError(f"pools: one per cluster ({len(configs)} configs, {len(pools)} pools)")
     ran = [j for j in jobs if j.duration is not None]
-    run = _Run(jobs=ran, config=config, pool=pool)
     if not ran:
         return merge(())
-    start = ran[0].queued_at
+    start = ran[0].queued_at if begin is None else begin
+    if start > ran[0].queued_at:
+        raise ValueError(f"begin: {begin} is after the first arrival ({ran[0].queued_at})")
+    stop = -math.inf if until is None else until
+    queue = _Queue(jobs=ran, window=(start, math.inf if until is None else until))
+    clusters = [
+        _Run(queue=queue, index=i, config=config, pool=pool)
+        for i, (config, pool) in enumerate(zip(configs, pools, strict=True))
+    ]
     for index, job in enumerate(ran):
-        run.push(job.queued_at, _ARRIVAL, index)
-    run.push(start, _DEMAND_READ)
-    run.push(start, _PASS, _POKED)
-    poked = True  # a pass is scheduled for a change
-    ahead = _Lookahead(ran) if config.lookahead > 0 else None
-    seen: dict[int, int] = {}  # read number → the jobs queued it saw
-    reads = 0
+        queue.push(job.queued_at, _ARRIVAL, -1, index)
+    for run in clusters:
+        run.push(start, _DEMAND_READ)
+        run.push(start, _PASS, _POKED)
+        run.poked = True
+    ahead = _Lookahead(ran) if any(c.lookahead > 0 for c in configs) else None
     end: float | None = None
     remaining = len(ran)
-    while run.events:
-        now = run.events[0][0]
-        changed = False
-        due = False
-        while run.events and run.events[0][0] == now:
-            _, kind, _, arg = heapq.heappop(run.events)
+    while queue.events:
+        now = queue.events[0][0]
+        changed = [False] * len(clusters)
+        due = [False] * len(clusters)
+        while queue.events and queue.events[0][0] == now:
+            _, kind, _, cluster, arg = heapq.heappop(queue.events)
+            if kind == _ARRIVAL:
+                queue.waiting.append(arg)
+                continue
+            run = clusters[cluster]
+            config = run.config
             if kind == _JOB_END:
                 run.running_jobs -= 1
                 del run.runner_pods[arg]
+                node_id = run.job_nodes.pop(arg)
+                run.nodes[node_id].jobs -= 1
                 remaining -= 1
-                run.free_node(arg, now)
-                changed = True
+                if config.handover and queue.queued():
+                    queue.waiting_head += 1  # the oldest waiting job takes the room
+                    run.start(queue.waiting[queue.waiting_head - 1], node_id, now)
+                else:
+                    run.settle(node_id, now)
+                changed[cluster] = True
             elif kind == _NODE_READY:
                 node = run.nodes.get(arg)
                 if node is None:
                     continue
                 node.ready = True
-                if node.pair is not None:
-                    run.set_running(run.pairs[node.pair])
-                    changed = True
-                else:
-                    run.free_node(arg, now)
+                for slot in node.pairs:
+                    run.set_running(run.pairs[slot])
+                    changed[cluster] = True
+                run.settle(arg, now)
             elif kind == _NODE_EXPIRE:
                 node = run.nodes.get(arg)
                 if node is not None and node.expires_at == now:
                     run.remove_node(arg, now)
-            elif kind == _ARRIVAL:
-                run.waiting.append(arg)
             elif kind == _DEMAND_READ:
-                queued = run.queued() + (ahead.count(now, config.lookahead) if ahead else 0)
-                reads += 1
-                seen[reads] = queued
-                run.push(now + config.demand_lag, _DEMAND_SEEN, reads)
-                if remaining:
+                seen = queue.queued()
+                if ahead is not None and config.lookahead > 0:
+                    seen += ahead.count(now, config.lookahead)
+                run.reads += 1
+                run.seen[run.reads] = seen
+                run.push(now + config.demand_lag, _DEMAND_SEEN, run.reads)
+                if remaining or now < stop:
                     run.push(now + config.demand_interval, _DEMAND_READ)
             elif kind == _DEMAND_SEEN:
-                queued = seen.pop(arg)
+                seen = run.seen.pop(arg)
                 before = policy.resolve_demand(run.hud, now, run.params(0)).queued
-                outcome = DemandOutcome(result=DemandResult.OK, duration=0.0, queued=queued)
+                outcome = DemandOutcome(result=DemandResult.OK, duration=0.0, queued=seen)
                 run.hud = policy.record_demand(run.hud, outcome, now)
-                changed = changed or queued != before
+                after = policy.resolve_demand(run.hud, now, run.params(0)).queued
+                changed[cluster] = changed[cluster] or after != before
             elif arg == _POKED:  # _PASS for a change
-                poked = False
-                due = True
+                run.poked = False
+                due[cluster] = True
             else:  # _PASS every interval when nothing else caused one
-                due = due or arg == run.passes
-        changed = run.assign(now) or changed
-        if remaining == 0:
+                due[cluster] = due[cluster] or arg == run.passes
+        for cluster in queue.assign(clusters, now):
+            changed[cluster] = True
+        if remaining == 0 and now >= stop:
             end = now
             break
-        if due:
-            run.reconcile(now)
-            changed = run.assign(now)
-            run.push(now + config.recalculate_interval, _PASS, run.passes)
-        if changed and not poked:
-            # The reconcile trigger coalesces a burst of changes into one pass.
-            run.push(now + config.coalesce, _PASS, _POKED)
-            poked = True
+        for cluster, run in enumerate(clusters):
+            if due[cluster]:
+                run.reconcile(now)
+                got = queue.assign(clusters, now)
+                # The pass saw what changed before it; what it starts is a new change.
+                changed[cluster] = cluster in got
+                for other in got - {cluster}:
+                    changed[other] = True
+                run.push(now + run.config.recalculate_interval, _PASS, run.passes)
+        for cluster, run in enumerate(clusters):
+            if changed[cluster] and not run.poked:
+                # The reconcile trigger coalesces a burst of changes into one pass.
+                run.push(now + run.config.coalesce, _PASS, _POKED)
+                run.poked = True
     assert end is not None
-    for node_id in list(run.nodes):
-        run.remove_node(node_id, max(end, run.nodes[node_id].launched_at))
-    for slot in list(run.pairs):
-        run.drop_pair(slot, max(end, run.pairs[slot].created_at))
-    busy = sum(j.duration or 0.0 for j in ran)
+    for run in clusters:
+        for node_id in list(run.nodes):
+            run.remove_node(node_id, max(end, run.nodes[node_id].launched_at))
+        for slot in list(run.pairs):
+            run.drop_pair(slot, max(end, run.pairs[slot].created_at))
+    busy = sum(run.busy for run in clusters)
+    node_seconds = sum(run.node_seconds for run in clusters)
+    room_seconds = sum(run.node_seconds * run.config.pairs_per_node for run in clusters)
     return Outcome(
         jobs=len(ran),
         busy=busy,
-        spare=run.node_seconds - busy,
-        pair_seconds=run.pair_seconds,
-        waits=tuple(sorted(run.waits)),
-        launches=run.launches,
-        pairs_created=run.pairs_created,
-        passes=run.passes,
+        spare=room_seconds - busy,
+        pair_seconds=sum(run.pair_seconds for run in clusters),
+        waits=tuple(sorted(queue.waits)),
+        launches=sum(run.launches for run in clusters),
+        pairs_created=sum(run.pairs_created for run in clusters),
+        passes=sum(run.passes for run in clusters),
+        node_seconds=node_seconds,
     )
 
 

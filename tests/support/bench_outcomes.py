@@ -158,6 +158,10 @@ class Config:
                 for name, types in zip(SITE_NAMES, SITE_TYPES, strict=True)
             },
             "requests": {"runner": RUNNER_REQUESTS, "workflow": WORKFLOW_REQUESTS},
+            # Read back by bench_agreement (the simulator replays the run with them).
+            "hud_lag_s": self.hud_lag,
+            "consolidate_after": self.consolidate_after,
+            "prepare_timeout_s": self.prepare_timeout,
             "changed_settings": self.changed_settings(),
         }
 
@@ -658,6 +662,9 @@ def _figures(run: VariantRun, config: Config, window: float) -> dict[str, Any]:
         },
         "placeholder_pod_seconds": _r(placeholder + _pause_seconds(run.pause_samples, window)),
         "karpenter_launches": sum(v["launches"] for v in per_pool.values()),
+        # NodeClaim creation → Node joined, every launch of the window (bench_agreement
+        # draws the simulator's launch delays from these).
+        "node_ready_s": [_r(x) for x in log.ready_after(start, end)],
         "karpenter_launch_attempts": sum(v["launch_attempts"] for v in per_pool.values()),
         "jobs_per_site": {
             site.spec.name: sum(j.scale_set_id == site.scale_set_id for j in jobs)

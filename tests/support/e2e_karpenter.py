@@ -170,6 +170,12 @@ class Claim:
     launched: bool = False  # the cloud returned an instance (providerID set)
     registered: bool = False  # a Node joined for it
     gone: bool = False
+    registered_at: float | None = None  # the first sample that saw its Node
+
+    @property
+    def ready_after(self) -> float | None:
+        """Seconds from creation to its Node joining (to the sample's precision)."""
+        return None if self.registered_at is None else self.registered_at - self.created
 
     def seconds_within(self, start: float, end: float) -> float:
         """Lifetime inside [start, end]: from creation (launch is billed from then) to the
@@ -216,6 +222,8 @@ class NodeClaimLog(Sampler):
             claim.last_seen = now
             claim.launched |= bool(status.get("providerID"))
             claim.registered |= bool(status.get("nodeName"))
+            if claim.registered and claim.registered_at is None:
+                claim.registered_at = now
             per_pool[pool] = per_pool.get(pool, 0) + 1
         for claim in self.claims.values():
             if claim.name not in listed:
@@ -227,6 +235,17 @@ class NodeClaimLog(Sampler):
         for claim in self.claims.values():
             totals[claim.pool] = totals.get(claim.pool, 0.0) + claim.seconds_within(start, end)
         return totals
+
+    def ready_after(self, start: float, end: float) -> list[float]:
+        """Creation to Node, of every NodeClaim created in [start, end] whose Node joined:
+        the launch delays the cluster really had (a loaded machine adds to the configured
+        ones), sorted."""
+        found = []
+        for claim in self.claims.values():
+            after = claim.ready_after
+            if start <= claim.created <= end and after is not None:
+                found.append(after)
+        return sorted(found)
 
     def launches(self, start: float, end: float) -> dict[str, dict[str, int]]:
         """NodeClaims created in [start, end] per pool: attempted and launched."""

@@ -15,6 +15,8 @@ from tests.support.bench_outcomes import (
     SMOKE,
     Arrival,
     SeedPlan,
+    VariantRun,
+    _figures,
     _pause_seconds,
     _placeholder_seconds,
     config_of,
@@ -162,3 +164,23 @@ def test_summary_and_table_carry_the_reference_column() -> None:
     text = table({"summary": summary})
     assert text.splitlines()[0].endswith(f"| {REFERENCE} |")
     assert "| – |" in text  # no launches for the bound
+
+
+def test_launch_delays_are_creation_to_node_of_claims_created_in_the_window() -> None:
+    log = NodeClaimLog(cluster=None, pools=["a"])  # type: ignore[arg-type]
+    log.claims = {
+        "1": Claim("1", "a", created=10.0, last_seen=300.0, registered_at=130.0),
+        "2": Claim("2", "a", created=20.0, last_seen=300.0, registered_at=95.0),
+        "3": Claim("3", "a", created=30.0, last_seen=40.0),  # never joined (ICE)
+        "4": Claim("4", "a", created=500.0, last_seen=600.0, registered_at=560.0),  # after
+    }
+    assert log.ready_after(0.0, 400.0) == [75.0, 120.0]
+
+
+def test_the_figures_carry_each_launch_s_delay() -> None:
+    log = NodeClaimLog(cluster=None, pools=["p-runner"])  # type: ignore[arg-type]
+    log.claims = {"1": Claim("1", "p-runner", created=10.0, last_seen=200.0, registered_at=75.5)}
+    run = VariantRun("ours_demand", stage=None, log=log, window=(0.0, 300.0))  # type: ignore[arg-type]
+    figures = _figures(run, SMOKE, 300.0)
+    assert figures["node_ready_s"] == [65.5]
+    assert figures["node_seconds"]["runner"] == 190.0

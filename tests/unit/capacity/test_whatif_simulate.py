@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
 from capacity.model import Params
 from capacity.warm_pool import FixedPool
 from capacity.whatif.recommend import cheapest, fixed_pools, sweep
-from capacity.whatif.simulate import SimConfig, merge, percentile, simulate
+from capacity.whatif.simulate import SimConfig, merge, percentile, simulate, simulate_clusters
 from capacity.whatif.synth import SynthSpec, generate
 from capacity.whatif.trace import TraceJob
 
@@ -132,3 +132,128 @@ def test_bad_configurations_are_refused_with_the_field_named() -> None:
         SimConfig(params=PARAMS, demand_interval=0)
     with pytest.raises(ValueError, match="lookahead"):
         SimConfig(params=PARAMS, lookahead=-1)
+    with pytest.raises(ValueError, match="pairs_per_node"):
+        SimConfig(params=PARAMS, pairs_per_node=0)
+    with pytest.raises(ValueError, match="begin"):
+        simulate([_job(1, 0.0, 10.0)], CONFIG, FixedPool(0), begin=5.0)
+
+
+def test_two_pairs_per_node_share_one_launch_and_keep_the_room() -> None:
+    jobs = [_job(1, 0.0, 100.0), _job(2, 0.0, 100.0)]
+    one = simulate(jobs, CONFIG, FixedPool(0))
+    two = simulate(jobs, replace(CONFIG, pairs_per_node=2), FixedPool(0))
+    # Both pairs wait on the node the first one launched: the same waits, half the nodes.
+    assert two.waits == one.waits == pytest.approx((62.15, 62.15))
+    assert two.launches * 2 == one.launches
+    assert two.node_seconds == pytest.approx(one.node_seconds / 2)
+    # Spare is counted in a pair's room, so it does not change with the node size here.
+    assert two.spare == pytest.approx(one.spare)
+    assert two.busy == one.busy == pytest.approx(200.0)
+
+
+def test_a_pair_waiting_for_a_node_takes_the_free_half_of_a_busy_one() -> None:
+    # Job 1 runs from 62.15 to 1062.15 on a two-pair node; job 2, queued at 510 (a demand
+    # read), gets the node's other half at once (the pair made at 512.15 is Running).
+    jobs = [_job(1, 0.0, 1000.0), _job(2, 510.0, 10.0)]
+    out = simulate(jobs, replace(CONFIG, pairs_per_node=2), FixedPool(0))
+    assert out.waits == pytest.approx((2.15, 62.15))
+    one = simulate(jobs, CONFIG, FixedPool(0))
+    assert one.waits[0] > 60  # one pair per node: job 2 waits for its own node
+
+
+def test_the_window_starts_the_pool_early_and_counts_the_quiet_tail() -> None:
+    config = replace(CONFIG, params=replace(PARAMS, ttl=10_000.0))  # no renewals
+    jobs = [_job(1, 1.0, 10.0)]  # between two demand reads: no demand, only the pool
+    late = simulate(jobs, config, FixedPool(1))
+    early = simulate(jobs, config, FixedPool(1), begin=-300.0, until=1000.0)
+    assert late.waits == (60.0,)  # the pool's first pair comes with the job
+    assert early.waits == (0.0,)  # started 300 s ahead, the pair was ready
+    # Node 0: -300..1000 (the job's, then the next pair's: it moved there when the job
+    # ended); node 1, launched at 1.15 for the pool's next pair, came up empty at 61.15
+    # and went 30 s later. Nothing is counted past `until`.
+    assert early.node_seconds == pytest.approx(1300.0 + 90.0)
+    assert early.pair_seconds == pytest.approx(301.0 + (1000.0 - 1.15))
+    assert early.busy == pytest.approx(10.0)
+    assert early.spare == pytest.approx(1390.0 - 10.0)
+    # A window ending before the last job counts the job's part inside it.
+    cut = simulate(jobs, config, FixedPool(1), begin=-300.0, until=5.0)
+    assert cut.busy == pytest.approx(4.0)
+    assert cut.waits == (0.0,)
+
+
+def test_a_job_admitted_by_a_pair_runs_in_free_room_and_the_pair_stays() -> None:
+    # One warm pair on a two-pair node, two jobs at once: the first job's pods fit beside
+    # the pair (the scheduler preempts only when nothing fits), so the pair stays and
+    # admits the second job at once, which then preempts it.
+    config = replace(CONFIG, pairs_per_node=2, params=replace(PARAMS, ttl=10_000.0))
+    jobs = [_job(1, 1.0, 500.0), _job(2, 1.0, 500.0)]
+    out = simulate(jobs, config, FixedPool(1), begin=-300.0)
+    assert out.waits == (0.0, 0.0)
+    # One pair per node: no free room; the second job waits for a pair and a node.
+    one = simulate(jobs, replace(config, pairs_per_node=1), FixedPool(1), begin=-300.0)
+    assert one.waits[0] == 0.0
+    assert one.waits[1] > 40
+
+
+def test_clusters_sharing_a_queue_each_serve_it_with_their_own_pool() -> None:
+    config = replace(CONFIG, params=replace(PARAMS, ttl=10_000.0))
+    jobs = [_job(1, 1.0, 100.0), _job(2, 1.0, 100.0)]
+    # A warm pair in each of two clusters: both jobs start at once, one in each.
+    two = simulate_clusters(jobs, [config, config], [FixedPool(1), FixedPool(1)], begin=-300.0)
+    assert two.waits == (0.0, 0.0)
+    one = simulate(jobs, config, FixedPool(1), begin=-300.0)
+    assert one.waits[1] > 40
+    with pytest.raises(ValueError, match="pools"):
+        simulate_clusters(jobs, [config], [FixedPool(1), FixedPool(1)])
+
+
+def test_sharded_peers_make_pairs_for_their_claim_of_the_queue() -> None:
+    jobs = [_job(n, 1.0, 100.0) for n in (1, 2, 3)]
+    fast = replace(CONFIG, delays=(50.0,))  # the jobs start before the next read but one
+    peers = [
+        replace(fast, params=replace(PARAMS, cluster_index=i, cluster_count=2)) for i in (0, 1)
+    ]
+    out = simulate_clusters(jobs, peers, [FixedPool(0), FixedPool(0)])
+    # The first read sees three queued: peer 0 claims two, peer 1 one; no pair twice
+    # (and again when they start, for the read that still shows them: the lag's cost).
+    assert out.waits == pytest.approx((52.15,) * 3)
+    assert out.launches == 3 + 3
+    # Without sharding each peer makes a pair per queued job: six at the first read, and
+    # three more for the lag's read by the peer whose pairs the jobs took.
+    unsharded = simulate_clusters(jobs, [fast, fast], [FixedPool(0), FixedPool(0)])
+    assert unsharded.launches == 6 + 3
+
+
+@dataclass
+class _BeforeStart:
+    """One warm pair before t=0, none after."""
+
+    def observe(self, now: float, queued_jobs: int, new_jobs: int) -> None:
+        del now, queued_jobs, new_jobs
+
+    def target(self, now: float) -> int:
+        return 1 if now < 0 else 0
+
+
+def test_with_hand_over_a_finishing_job_s_room_goes_to_the_oldest_waiting_job() -> None:
+    # Job 1 takes the warm pair at once (no read sees it queued, so no pair is made for
+    # it later) and ends at 101; job 2 is queued at 91, after the read at 90.
+    jobs = [_job(1, 1.0, 100.0), _job(2, 91.0, 10.0)]
+    plain = simulate(jobs, CONFIG, _BeforeStart(), begin=-300.0)
+    handed = simulate(jobs, replace(CONFIG, handover=True), _BeforeStart(), begin=-300.0)
+    # Without: the read at 120 sees job 2, used at 122; the pass at 122.15 makes a pair
+    # on job 1's node (empty, not yet consolidated).
+    assert plain.waits == pytest.approx((0.0, 31.15))
+    # With: the service hands job 1's slot to job 2 when job 1 ends.
+    assert handed.waits == pytest.approx((0.0, 10.0))
+
+
+def test_a_launch_during_an_outage_comes_up_one_delay_after_it() -> None:
+    jobs = [_job(1, 0.0, 10.0)]
+    out = simulate(jobs, replace(CONFIG, outages=((0.0, 100.0),)), FixedPool(0))
+    # Read at 0, pair at 2.15: retried until 100, then the 60 s launch.
+    assert out.waits == pytest.approx((160.0,))
+    after = simulate(jobs, replace(CONFIG, outages=((-50.0, 1.0),)), FixedPool(0))
+    assert after.waits == pytest.approx((62.15,))  # asked for after it ended
+    with pytest.raises(ValueError, match="outages"):
+        SimConfig(params=PARAMS, outages=((5.0, 5.0),))

@@ -1,0 +1,205 @@
+"""The simulator-vs-cluster comparison: the recorded config rebuilds the run, the benchmark's
+parameters map onto the simulator's, and the differences are computed as stated."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from capacity.warm_pool import FixedPool
+from tests.support.bench_agreement import (
+    AgreementError,
+    Knobs,
+    Row,
+    check_plan,
+    compare,
+    config_from,
+    launch_delays,
+    mapping,
+    rows,
+)
+from tests.support.bench_outcomes import FULL, SMOKE, plan
+
+
+def test_the_recorded_config_rebuilds_the_benchmark_s() -> None:
+    for config in (SMOKE, FULL, replace(FULL, hud_lag=12.0, consolidate_after="1m")):
+        assert config_from(config.describe()) == config
+
+
+def test_a_run_recorded_before_the_lag_was_written_gets_the_default() -> None:
+    described = SMOKE.describe()
+    for key in ("hud_lag_s", "consolidate_after", "prepare_timeout_s"):
+        del described[key]
+    rebuilt = config_from(described)
+    assert (rebuilt.hud_lag, rebuilt.consolidate_after) == (30.0, "30s")
+    assert rebuilt.spec == SMOKE.spec
+
+
+def test_a_bad_config_is_refused_with_the_field_named() -> None:
+    described = SMOKE.describe()
+    del described["window"]["warmup_s"]
+    with pytest.raises(AgreementError, match=r"config\.window\.warmup_s: missing"):
+        config_from(described)
+    described = SMOKE.describe()
+    described["trace_spec"]["duration"]["scale"] = "fast"
+    with pytest.raises(AgreementError, match=r"config\.trace_spec\.duration\.scale"):
+        config_from(described)
+    described = SMOKE.describe()
+    described["node_provisioning_delay_s"] = [10.0]
+    with pytest.raises(AgreementError, match="node_provisioning_delay_s"):
+        config_from(described)
+
+
+def test_a_config_that_does_not_rebuild_the_seed_s_trace_is_refused() -> None:
+    seed = SMOKE.seeds[0]
+    again = plan(SMOKE, seed)
+    recorded = {"jobs": len(again.arrivals), "last_arrival_s": again.last_arrival}
+    check_plan(SMOKE, seed, recorded)
+    with pytest.raises(AgreementError, match=rf"seeds\.{seed}\.jobs"):
+        check_plan(SMOKE, seed, {**recorded, "jobs": len(again.arrivals) + 1})
+    # A different generator spec gives another trace: caught by the same check.
+    other = replace(SMOKE, spec=replace(SMOKE.spec, runs_per_minute_busy=9.0))
+    with pytest.raises(AgreementError, match=rf"seeds\.{seed}\."):
+        check_plan(other, seed, recorded)
+
+
+def test_differences_are_relative_to_the_measured_value() -> None:
+    assert Row("m", 115.0, 100.0).difference == pytest.approx(0.15)
+    assert Row("m", 115.0, 100.0).within(0.15) is True
+    assert Row("m", 116.0, 100.0).within(0.15) is False
+    assert Row("m", 80.0, 100.0).difference == pytest.approx(-0.2)
+    assert Row("m", 80.0, 100.0).within(0.15) is False
+    assert Row("m", 0.0, 0.0).within(0.15) is True
+    assert Row("m", 1.0, 0.0).difference == math.inf
+    assert Row("m", 1.0, 0.0).within(0.15) is False
+    assert Row("m", 1.0, None).within(0.15) is None
+    described = Row("m", 1.0, 0.0).describe(0.15)
+    assert described["difference"] is None  # JSON has no infinity
+    assert described["simulated_minus_measured"] == 1.0
+
+
+def test_the_benchmark_s_parameters_map_onto_the_simulator() -> None:
+    last = plan(SMOKE, 2).last_arrival
+    warm = mapping(SMOKE, "ours_warm", 2, last)
+    assert [p.target(0.0) for p in warm.pools] == [SMOKE.warm, SMOKE.warm]  # N per cluster
+    assert all(isinstance(p, FixedPool) for p in warm.pools)
+    for index, sim in enumerate(warm.sims):
+        # Each peer as the benchmark configures its listener: its shard of the demand, its
+        # own max_runners and failure floor (product default 1).
+        assert (sim.params.cluster_index, sim.params.cluster_count) == (index, 2)
+        assert sim.params.max_runners == SMOKE.max_runners
+        assert sim.params.demand_failure_base_capacity == 1
+        assert sim.pairs_per_node == 2
+        assert sim.handover
+        assert sim.demand_lag == SMOKE.hud_lag
+        assert sim.node_idle == 30.0
+        assert all(SMOKE.launch_delay[0] <= d <= SMOKE.launch_delay[1] for d in sim.delays)
+    assert warm.sims[0].delays != warm.sims[1].delays  # each cluster draws its own
+    low, high = plan(SMOKE, 2).shortage
+    start = SMOKE.spec.start
+    assert warm.sims[0].outages == ((start + low, start + high),)  # site A runs out
+    assert warm.sims[1].outages == ()
+    unshort = mapping(SMOKE, "ours_warm", 2, last, Knobs(shortage=False))
+    assert unshort.sims[0].outages == ()
+    assert warm.begin == SMOKE.spec.start - SMOKE.warmup
+    assert warm.until == SMOKE.spec.start + last + SMOKE.tail
+    demand = mapping(SMOKE, "ours_demand", 2, last)
+    assert [p.target(0.0) for p in demand.pools] == [0, 0]
+    adaptive = mapping(SMOKE, "ours_adaptive", 2, last)
+    assert len(adaptive.pools) == 2
+    assert adaptive.pools[0] is not adaptive.pools[1]  # each learns from its own jobs
+    with pytest.raises(AgreementError, match="variant"):
+        mapping(SMOKE, "stock_min0", 2, last)
+
+
+def _figures(p50: float, nodes: float) -> dict[str, Any]:
+    return {
+        "queue_to_workflow_running_s": {"n": 3, "p50": p50, "p90": p50, "p99": p50},
+        "node_seconds": {"total": 2 * nodes, "runner": nodes, "workflow": nodes},
+        "placeholder_pod_seconds": 0.0,
+        "karpenter_launches": 0,
+    }
+
+
+def test_a_document_is_compared_seed_by_seed_and_variant_by_variant() -> None:
+    seed = SMOKE.seeds[0]
+    again = plan(SMOKE, seed)
+    document = {
+        "config": SMOKE.describe(),
+        "seeds": {
+            str(seed): {
+                "jobs": len(again.arrivals),
+                "last_arrival_s": again.last_arrival,
+                "variants": {"ours_warm": _figures(1.0, 1000.0), "stock_min0": {}},
+            }
+        },
+    }
+    report = compare(document, source="x.json")
+    assert list(report.seeds[str(seed)]) == ["ours_warm"]
+    assert report.skipped == {f"{seed}/ours_demand": "not run", f"{seed}/ours_adaptive": "not run"}
+    found = {row.metric: row for row in report.seeds[str(seed)]["ours_warm"]}
+    # Runner and workflow node-seconds are each the simulated nodes', the total twice them.
+    assert found["node-seconds, total"].simulated == 2 * found["node-seconds, runner"].simulated
+    assert found["node-seconds, runner"].measured == 1000.0
+    assert report.count()["compared"] == len(found)
+    assert "| ours_warm | wait p50 (s) |" in report.table()
+    with pytest.raises(AgreementError, match="seeds: missing"):
+        compare({"config": SMOKE.describe()})
+
+
+class _Outcome:
+    node_seconds = 10.0
+    pair_seconds = 5.0
+    launches = 1
+
+    def percentile(self, p: float) -> float:
+        return p / 10
+
+
+def test_a_metric_the_run_did_not_record_is_not_compared() -> None:
+    found = rows(_Outcome(), {"queue_to_workflow_running_s": {"p50": None}})  # type: ignore[arg-type]
+    assert [row.measured for row in found] == [None] * len(found)
+    assert [row.simulated for row in found][:2] == [5.0, 9.0]
+
+
+def test_node_seconds_are_compared_in_the_room_a_simulated_node_stands_for() -> None:
+    figures = _figures(1.0, 100.0)
+    two = {row.metric: row.simulated for row in rows(_Outcome(), figures)}  # type: ignore[arg-type]
+    one = {row.metric: row.simulated for row in rows(_Outcome(), figures, 1)}  # type: ignore[arg-type]
+    # Two pairs a node: one runner and one workflow node each; one pair: half of each.
+    assert (two["node-seconds, runner"], two["node-seconds, total"]) == (10.0, 20.0)
+    assert (one["node-seconds, runner"], one["node-seconds, total"]) == (5.0, 10.0)
+    knobs = Knobs(handover=False, pairs_per_node=1)
+    mapped = mapping(SMOKE, "ours_demand", 2, 100.0, knobs)
+    assert all(not s.handover and s.pairs_per_node == 1 for s in mapped.sims)
+
+
+def test_launch_delays_are_the_run_s_own_when_it_recorded_them() -> None:
+    rng = random.Random(1)
+    measured = [100.0, 120.0, 140.0]
+    assert sorted(launch_delays(SMOKE, Knobs(), measured, rng)) == measured
+    override = launch_delays(SMOKE, Knobs(launch_delay=(5.0, 6.0)), measured, rng)
+    assert all(5.0 <= d <= 6.0 for d in override)
+    configured = launch_delays(SMOKE, Knobs(), [], rng)
+    assert all(SMOKE.launch_delay[0] <= d <= SMOKE.launch_delay[1] for d in configured)
+    seed = SMOKE.seeds[0]
+    again = plan(SMOKE, seed)
+    figures = _figures(1.0, 100.0)
+    document = {
+        "config": SMOKE.describe(),
+        "seeds": {
+            str(seed): {
+                "jobs": len(again.arrivals),
+                "variants": {"ours_demand": {**figures, "node_ready_s": measured}},
+            }
+        },
+    }
+    report = compare(document)
+    assert report.delays == {f"{seed}/ours_demand": "measured, 3 launches: 100–140 s, median 120 s"}
+    document["seeds"][str(seed)]["variants"]["ours_demand"]["node_ready_s"] = ["slow"]
+    with pytest.raises(AgreementError, match=r"ours_demand\.node_ready_s"):
+        compare(document)
