@@ -427,6 +427,7 @@ async def _play(run: SeedRun, trace: Sequence[tuple[float, float]]) -> dict[str,
     events += [(f.at, 1, f) for f in run.faults]
     events.sort(key=lambda e: (e[0], e[1]))
     jobs_added = 0
+    said = -1
     while True:
         now = time.monotonic() - origin
         while events and events[0][0] <= now:
@@ -439,7 +440,8 @@ async def _play(run: SeedRun, trace: Sequence[tuple[float, float]]) -> dict[str,
         await _expire_lasting(run)
         if now >= config.duration and not events:
             break
-        if int(now) % 30 == 0:
+        if int(now) // 30 != said:
+            said = int(now) // 30
             done = sum(j.state is JobState.COMPLETED for j in run.stage.fake.jobs.values())
             _say(f"t={now:5.0f}s: {jobs_added} jobs queued, {done} done")
         await asyncio.sleep(0.5)
@@ -452,9 +454,11 @@ async def _play(run: SeedRun, trace: Sequence[tuple[float, float]]) -> dict[str,
     run.short.clear()
     await asyncio.to_thread(run.karpenter.set_capacity)
     for task in list(run.background):
-        if task is not sampler:
-            with contextlib.suppress(BaseException):
-                await task  # an apiserver restart in progress
+        if task.get_name() == "apiserver-restart":
+            with contextlib.suppress(Exception):
+                await task  # the apiserver must be back before the drain
+        elif task is not sampler:
+            task.cancel()  # a HUD outage's end: already cleared
     fake = run.stage.fake
     deadline = time.monotonic() + config.drain
     while time.monotonic() < deadline:
@@ -495,7 +499,9 @@ async def _apply(run: SeedRun, fault: Fault, now: float) -> None:
             note = "skipped: the control plane was not started by this process"
         else:
             run.background.append(
-                asyncio.get_running_loop().create_task(_restart_apiserver(run, fault.seconds))
+                asyncio.get_running_loop().create_task(
+                    _restart_apiserver(run, fault.seconds), name="apiserver-restart"
+                )
             )
     elif kind == APISERVER_THROTTLE:
         run.proxy.throttled_until = time.monotonic() + fault.seconds
