@@ -710,28 +710,40 @@ def _document(
 
 
 async def soak(
-    cluster: LocalCluster, workdir: Path, config: Config, seeds: Sequence[int]
+    cluster: LocalCluster,
+    workdir: Path,
+    config: Config,
+    seeds: Sequence[int],
+    out: Path | None = None,
 ) -> dict[str, Any]:
-    """Every seed one after the other, each on fresh state; one document."""
+    """Every seed one after the other, each on fresh state; one document (also written to
+    ``out`` after every seed, so a long run that fails later keeps what it measured)."""
     karpenter = await asyncio.to_thread(ensure_karpenter, cluster, _say)
     karpenter.set_registration_delay("0s")  # the launch delay replaces it
     started = time.monotonic()
     results: dict[str, Any] = {}
+
+    def document() -> dict[str, Any]:
+        return {
+            "config": config.describe(),
+            "seeds": results,
+            "summary": summarize([r["invariants"] for r in results.values()]),
+            "ok": all(r["ok"] for r in results.values()),
+            "run_seconds": round(time.monotonic() - started, 1),
+            "load_average_end": list(os.getloadavg()),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+
     try:
         for seed in seeds:
             results[str(seed)] = await run_seed(cluster, karpenter, workdir, config, seed)
             _say(f"seed {seed}: ok={results[str(seed)]['ok']} {results[str(seed)]['failed']}")
+            if out is not None:
+                text = json.dumps(document(), indent=1) + "\n"
+                await asyncio.to_thread(out.write_text, text)
     finally:
         await asyncio.to_thread(reset_cloud, karpenter)
-    return {
-        "config": config.describe(),
-        "seeds": results,
-        "summary": summarize([r["invariants"] for r in results.values()]),
-        "ok": all(r["ok"] for r in results.values()),
-        "run_seconds": round(time.monotonic() - started, 1),
-        "load_average_end": list(os.getloadavg()),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    return document()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -758,14 +770,11 @@ def main(argv: list[str] | None = None) -> int:
 
     async def go() -> dict[str, Any]:
         with local_control_plane(workdir / "cluster", progress=_say) as cluster:
-            return await soak(cluster, workdir, config, seeds)
+            return await soak(cluster, workdir, config, seeds, args.out)
 
     document = asyncio.run(go())
-    text = json.dumps(document, indent=1)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
     with contextlib.suppress(BrokenPipeError):
-        print(text)
+        print(json.dumps(document, indent=1))
     return 0 if document["ok"] else 1
 
 
