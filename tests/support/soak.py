@@ -664,7 +664,7 @@ def _document(
             header[name] = (
                 max(header.get(name, 0.0), value)
                 if name.endswith("longest_s")
-                else header.get(name, 0.0) + value
+                else int(header.get(name, 0) + value)  # a count, summed over the sites
             )
     invariants.update(header)
     invariants["placeholders_leaked"] = leaked + unowned
