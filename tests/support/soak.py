@@ -79,6 +79,7 @@ from tests.support.soak_model import (
     confirmed_capacity,
     header_over_capacity,
     job_invariants,
+    over_polls,
     restart_figures,
     schedule,
     summarize,
@@ -330,6 +331,7 @@ class SeedRun:
     applied: list[dict[str, Any]] = field(default_factory=list)
     short: dict[int, float] = field(default_factory=dict)  # site -> insufficient until
     background: list[asyncio.Task[None]] = field(default_factory=list)
+    origin: float = 0.0  # monotonic time of the run's t=0
 
 
 async def run_seed(
@@ -418,7 +420,7 @@ def _listener_args(site: Site, index: int, config: Config, kubeconfig: Path) -> 
 
 async def _play(run: SeedRun, trace: Sequence[tuple[float, float]]) -> dict[str, Any]:
     config = run.config
-    origin = time.monotonic()
+    origin = run.origin = time.monotonic()
     for supervisor in run.supervisors:
         supervisor.start()
     sampler = asyncio.get_running_loop().create_task(_sample_forever(run), name="sampler")
@@ -595,12 +597,14 @@ async def _sample_forever(run: SeedRun) -> None:
     while True:
         for index, site in enumerate(run.sites):
             with contextlib.suppress(*TRANSIENT):
+                asked = time.monotonic()
                 pods = await asyncio.to_thread(
                     rest.request, "GET", f"/api/v1/namespaces/{site.namespace}/pods"
                 )
+                # The list shows the state at some moment between asking and the answer.
                 run.samples[index].append(
                     Sample(
-                        time.monotonic(),
+                        (asked + time.monotonic()) / 2,
                         confirmed_capacity(pods.get("items", []), run.config.max_runners),
                     )
                 )
@@ -659,7 +663,14 @@ def _document(
             if p.scale_set_id == site.scale_set_id
         ]
         figures = header_over_capacity(polls, run.samples[index], run.config.tolerance)
-        per_site_header.append(figures)
+        over = over_polls(polls, run.samples[index], run.config.tolerance)
+        per_site_header.append(
+            {
+                **figures,
+                # [t since the start, header, largest confirmed capacity within tolerance]
+                "over": [[round(t - run.origin, 2), h, c] for t, h, c in over[:20]],
+            }
+        )
         for name, value in figures.items():
             header[name] = (
                 max(header.get(name, 0.0), value)

@@ -247,6 +247,20 @@ class Sample:
     confirmed: int
 
 
+def over_polls(
+    polls: Sequence[Poll], samples: Sequence[Sample], tolerance: float
+) -> list[tuple[float, int | None, int]]:
+    """(start, header, largest confirmed capacity within ``tolerance`` of the start) of every
+    poll whose header was above it (an absent header is above any); unobserved polls left
+    out."""
+    found = []
+    for poll in sorted(polls, key=lambda p: p.start):
+        near = [s.confirmed for s in samples if abs(s.t - poll.start) <= tolerance]
+        if near and (poll.header is None or poll.header > max(near)):
+            found.append((poll.start, poll.header, max(near)))
+    return found
+
+
 def header_over_capacity(
     polls: Sequence[Poll], samples: Sequence[Sample], tolerance: float
 ) -> dict[str, float]:
@@ -267,13 +281,8 @@ def header_over_capacity(
     def above(header: int | None, bound: int) -> bool:
         return header is None or header > bound
 
-    over = unobserved = 0
-    for poll in polls:
-        bound = most(poll.start)
-        if bound is None:
-            unobserved += 1
-        elif above(poll.header, bound):
-            over += 1
+    over = len(over_polls(polls, samples, tolerance))
+    unobserved = sum(most(poll.start) is None for poll in polls)
     by_start = sorted(polls, key=lambda p: p.start)
     longest = 0.0
     run_start: float | None = None

@@ -22,6 +22,7 @@ from tests.support.soak_model import (
     confirmed_capacity,
     header_over_capacity,
     job_invariants,
+    over_polls,
     restart_figures,
     schedule,
     summarize,
@@ -149,6 +150,7 @@ def test_a_header_above_confirmed_capacity_is_counted_with_its_longest_stretch()
     assert figures["header_over_capacity_longest_s"] == pytest.approx(4.0)  # t=12 to t=16
     late = header_over_capacity([*polls, Poll(14.0, 15.0, 3)], samples, tolerance=2.0)
     assert late["header_over_capacity_polls"] == 1
+    assert over_polls([*polls, Poll(14.0, 15.0, 3)], samples, tolerance=2.0) == [(14.0, 3, 0)]
 
 
 def test_a_header_within_the_tolerance_of_a_capacity_change_is_not_counted() -> None:
