@@ -771,6 +771,9 @@ def main(argv: list[str] | None = None) -> int:
     run_cmd.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     run_cmd.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
+    # A shell starts background jobs with SIGINT ignored; a long soak must still stop
+    # cleanly on it (the clusters' processes and NodePools are removed on the way out).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     seeds = args.seeds or [args.seed if args.seed is not None else 1]
     kinds = tuple(k for k in args.faults if k not in set(args.no_faults))
     unknown = sorted(set(kinds) - set(KINDS))
