@@ -76,6 +76,7 @@ from tests.support.soak_model import (
     Restart,
     Sample,
     acks_duplicated,
+    after_restart,
     confirmed_capacity,
     header_over_capacity,
     job_invariants,
@@ -655,7 +656,7 @@ def _document(
     invariants: dict[str, Any] = job_invariants(facts)
     invariants["acks_duplicated"] = acks_duplicated(fake.acks)
     header: dict[str, float] = {}
-    per_site_header = []
+    per_site_header: list[dict[str, Any]] = []
     for index, site in enumerate(run.sites):
         polls = [
             Poll(p.monotonic, p.ended, p.capacity)
@@ -663,12 +664,18 @@ def _document(
             if p.scale_set_id == site.scale_set_id
         ]
         figures = header_over_capacity(polls, run.samples[index], run.config.tolerance)
-        over = over_polls(polls, run.samples[index], run.config.tolerance)
+        over = [
+            (round(t - run.origin, 2), h, c)
+            for t, h, c in over_polls(polls, run.samples[index], run.config.tolerance)
+        ]
+        restarts_at = [a["t"] for a in run.applied if a["kind"] == APISERVER_RESTART]
+        unexplained = [o for o in over if not after_restart(o[0], restarts_at)]
         per_site_header.append(
             {
                 **figures,
                 # [t since the start, header, largest confirmed capacity within tolerance]
-                "over": [[round(t - run.origin, 2), h, c] for t, h, c in over[:20]],
+                "over": [list(o) for o in over[:20]],
+                "over_not_after_apiserver_restart": len(unexplained),
             }
         )
         for name, value in figures.items():
@@ -678,6 +685,9 @@ def _document(
                 else int(header.get(name, 0) + value)  # a count, summed over the sites
             )
     invariants.update(header)
+    invariants["header_over_capacity_polls_not_after_apiserver_restart"] = sum(
+        int(h["over_not_after_apiserver_restart"]) for h in per_site_header
+    )
     invariants["placeholders_leaked"] = leaked + unowned
     invariants["sessions_leaked"] = sessions_leaked
     exits = [e for s in run.supervisors for e in s.exits]

@@ -307,6 +307,17 @@ def header_over_capacity(
     }
 
 
+# How long after an apiserver restart an over-capacity poll is put down to it: the downtime
+# (at most 8 s), the apiserver's start (about 10 s on a busy machine) and the listener's
+# watch back-off until every stream has relisted (docs/soak.md, "Known").
+AFTER_RESTART = 40.0
+
+
+def after_restart(t: float, restarts: Iterable[float], within: float = AFTER_RESTART) -> bool:
+    """Whether ``t`` falls within ``within`` seconds after one of the ``restarts``."""
+    return any(0.0 <= t - r <= within for r in restarts)
+
+
 # ---------------------------------------------------------------------- restarts
 
 

@@ -19,6 +19,7 @@ from tests.support.soak_model import (
     Restart,
     Sample,
     acks_duplicated,
+    after_restart,
     confirmed_capacity,
     header_over_capacity,
     job_invariants,
@@ -197,3 +198,10 @@ def test_the_summary_gives_min_median_and_max_per_invariant() -> None:
     summary = summarize([{"a": 1, "b": None}, {"a": 5, "b": 2.0}, {"a": 3, "b": 4.0}])
     assert summary["a"] == {"min": 1, "median": 3, "max": 5}
     assert summary["b"] == {"min": 2.0, "median": 3.0, "max": 4.0}
+
+
+def test_an_over_capacity_poll_is_put_down_to_an_apiserver_restart_only_just_after_it() -> None:
+    assert after_restart(120.0, [100.0])
+    assert not after_restart(99.0, [100.0])  # before it
+    assert not after_restart(141.0, [100.0])  # long after it
+    assert not after_restart(120.0, [])
