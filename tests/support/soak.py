@@ -767,6 +767,35 @@ async def soak(
     return document()
 
 
+def merge(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several runs (e.g. two soaks run side by side over different seeds) as one document:
+    the seeds together, the summary and ``ok`` computed again, each run's configuration kept.
+    A seed recorded before the count of over-capacity polls not after an apiserver restart
+    existed gets it from its own ``over`` lists and fault log, by the same rule."""
+    seeds: dict[str, Any] = {}
+    for document in documents:
+        for seed, run in document["seeds"].items():
+            invariants = run["invariants"]
+            name = "header_over_capacity_polls_not_after_apiserver_restart"
+            if name not in invariants:
+                restarts = [a["t"] for a in run["applied"] if a["kind"] == APISERVER_RESTART]
+                invariants[name] = sum(
+                    not after_restart(over[0], restarts)
+                    for site in run["header_per_site"]
+                    for over in site["over"]
+                )
+            seeds[seed] = run
+    return {
+        "configs": [document["config"] for document in documents],
+        "seeds": dict(sorted(seeds.items(), key=lambda item: int(item[0]))),
+        "summary": summarize([run["invariants"] for run in seeds.values()]),
+        "ok": all(run["ok"] for run in seeds.values()),
+        "failed_by_seed": {seed: run["failed"] for seed, run in seeds.items() if run["failed"]},
+        "run_seconds": [document["run_seconds"] for document in documents],
+        "date": max(document["date"] for document in documents),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     from tests.support.control_plane import local_control_plane, new_workdir
 
@@ -780,7 +809,18 @@ def main(argv: list[str] | None = None) -> int:
     run_cmd.add_argument("--no-faults", nargs="*", default=[], help="kinds to leave out")
     run_cmd.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     run_cmd.add_argument("--workdir", type=Path, default=None)
+    merge_cmd = sub.add_parser("merge", help="one document from several runs' JSON files")
+    merge_cmd.add_argument("json", type=Path, nargs="+")
+    merge_cmd.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.command == "merge":
+        merged = merge([json.loads(path.read_text()) for path in args.json])
+        text = json.dumps(merged, indent=1)
+        if args.out is not None:
+            args.out.write_text(text + "\n")
+        with contextlib.suppress(BrokenPipeError):
+            print(text)
+        return 0 if merged["ok"] else 1
     # A shell starts background jobs with SIGINT ignored; a long soak must still stop
     # cleanly on it (the clusters' processes and NodePools are removed on the way out).
     signal.signal(signal.SIGINT, signal.default_int_handler)

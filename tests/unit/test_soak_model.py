@@ -205,3 +205,47 @@ def test_an_over_capacity_poll_is_put_down_to_an_apiserver_restart_only_just_aft
     assert not after_restart(99.0, [100.0])  # before it
     assert not after_restart(141.0, [100.0])  # long after it
     assert not after_restart(120.0, [])
+
+
+def _seed_document(seed: str, invariants: dict[str, Any], over: list[list[float]]) -> Any:
+    return {
+        "config": {"seeds": seed},
+        "seeds": {
+            seed: {
+                "ok": invariants.get("header_over_capacity_polls", 0) == 0,
+                "failed": [] if not over else ["header_over_capacity_polls"],
+                "invariants": invariants,
+                "applied": [{"t": 100.0, "kind": "apiserver_restart"}],
+                "header_per_site": [{"over": over}],
+            }
+        },
+        "run_seconds": 1.0,
+        "date": "2026-01-01T00:00:00Z",
+    }
+
+
+def test_merged_runs_give_one_summary_and_fill_the_count_older_runs_lack() -> None:
+    from tests.support.soak import merge
+
+    older = _seed_document(
+        "1", {"jobs_lost": 0, "header_over_capacity_polls": 2}, [[110.0, 3, 1], [300.0, 2, 1]]
+    )
+    newer = _seed_document(
+        "11",
+        {
+            "jobs_lost": 0,
+            "header_over_capacity_polls": 0,
+            "header_over_capacity_polls_not_after_apiserver_restart": 0,
+        },
+        [],
+    )
+    merged = merge([newer, older])
+    assert list(merged["seeds"]) == ["1", "11"]
+    # 110 s is 10 s after the restart at 100 s; 300 s is not.
+    assert (
+        merged["seeds"]["1"]["invariants"]["header_over_capacity_polls_not_after_apiserver_restart"]
+        == 1
+    )
+    assert merged["summary"]["header_over_capacity_polls"] == {"min": 0, "median": 1, "max": 2}
+    assert not merged["ok"]
+    assert merged["failed_by_seed"] == {"1": ["header_over_capacity_polls"]}
