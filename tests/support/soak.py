@@ -465,7 +465,12 @@ async def _play(run: SeedRun, trace: Sequence[tuple[float, float]]) -> dict[str,
     fake = run.stage.fake
     deadline = time.monotonic() + config.drain
     while time.monotonic() < deadline:
-        if all(j.state is JobState.COMPLETED for j in fake.jobs.values()):
+        # Also until every site's listener holds a session again: a listener restarted after
+        # a late SIGKILL waits out the old session's lease, and is stopped only once it has
+        # taken over (adopted or swept its predecessor's placeholders), as in a steady state.
+        if all(j.state is JobState.COMPLETED for j in fake.jobs.values()) and all(
+            fake.session(site.scale_set_id) is not None for site in run.sites
+        ):
             break
         await asyncio.sleep(1.0)
     drained_after = round(time.monotonic() - origin - config.duration, 1)
