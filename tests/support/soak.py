@@ -753,7 +753,9 @@ async def soak(
         return {
             "config": config.describe(),
             "seeds": results,
-            "summary": summarize([r["invariants"] for r in results.values()]),
+            "summary": summarize(
+                [r["invariants"] for r in results.values() if "environment_failed" not in r]
+            ),
             "ok": all(r["ok"] for r in results.values()),
             "run_seconds": round(time.monotonic() - started, 1),
             "load_average_end": list(os.getloadavg()),
@@ -762,21 +764,36 @@ async def soak(
 
     try:
         for seed in seeds:
-            results[str(seed)] = await run_seed(cluster, karpenter, workdir, config, seed)
-            _say(f"seed {seed}: ok={results[str(seed)]['ok']} {results[str(seed)]['failed']}")
+            result = results[str(seed)] = await run_seed(cluster, karpenter, workdir, config, seed)
+            # A control-plane process that exited (kube-scheduler has, after an apiserver
+            # restart) is not restarted here as a kubelet would: the seed measured a broken
+            # cluster, not the listener, and so would every later one.
+            dead = [c.name for c in cluster.components if c.proc and c.proc.poll() is not None]
+            if dead:
+                result["environment_failed"] = dead
+                result["ok"] = False
+                result["failed"] = [*result["failed"], "environment"]
+            _say(f"seed {seed}: ok={result['ok']} {result['failed']}")
             if out is not None:
                 text = json.dumps(document(), indent=1) + "\n"
                 await asyncio.to_thread(out.write_text, text)
+            if dead:
+                _say(f"control-plane process(es) exited: {', '.join(dead)}; stopping")
+                break
     finally:
         await asyncio.to_thread(reset_cloud, karpenter)
     return document()
 
 
-def merge(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def merge(
+    documents: Sequence[Mapping[str, Any]], broken: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Several runs (e.g. two soaks run side by side over different seeds) as one document:
     the seeds together, the summary and ``ok`` computed again, each run's configuration kept.
     A seed recorded before the count of over-capacity polls not after an apiserver restart
-    existed gets it from its own ``over`` lists and fault log, by the same rule."""
+    existed gets it from its own ``over`` lists and fault log, by the same rule. ``broken``:
+    seed -> why its cluster broke (as ``environment_failed`` records it in later runs); such
+    seeds are kept, marked, and left out of the summary."""
     seeds: dict[str, Any] = {}
     for document in documents:
         for seed, run in document["seeds"].items():
@@ -789,11 +806,20 @@ def merge(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                     for site in run["header_per_site"]
                     for over in site["over"]
                 )
+            if seed in (broken or {}):
+                run["environment_failed"] = [(broken or {})[seed]]
             seeds[seed] = run
+    valid = [run for run in seeds.values() if "environment_failed" not in run]
     return {
         "configs": [document["config"] for document in documents],
         "seeds": dict(sorted(seeds.items(), key=lambda item: int(item[0]))),
-        "summary": summarize([run["invariants"] for run in seeds.values()]),
+        "summary": summarize([run["invariants"] for run in valid]),
+        "seeds_summarized": len(valid),
+        "environment_failed": {
+            seed: run["environment_failed"]
+            for seed, run in seeds.items()
+            if "environment_failed" in run
+        },
         "ok": all(run["ok"] for run in seeds.values()),
         "failed_by_seed": {seed: run["failed"] for seed, run in seeds.items() if run["failed"]},
         "run_seconds": [document["run_seconds"] for document in documents],
@@ -817,9 +843,17 @@ def main(argv: list[str] | None = None) -> int:
     merge_cmd = sub.add_parser("merge", help="one document from several runs' JSON files")
     merge_cmd.add_argument("json", type=Path, nargs="+")
     merge_cmd.add_argument("--out", type=Path, default=None)
+    merge_cmd.add_argument(
+        "--broken",
+        nargs="*",
+        default=[],
+        metavar="SEED=WHY",
+        help="seeds whose cluster broke (kept, marked, left out of the summary)",
+    )
     args = parser.parse_args(argv)
     if args.command == "merge":
-        merged = merge([json.loads(path.read_text()) for path in args.json])
+        broken = dict(item.partition("=")[::2] for item in args.broken)
+        merged = merge([json.loads(path.read_text()) for path in args.json], broken)
         text = json.dumps(merged, indent=1)
         if args.out is not None:
             args.out.write_text(text + "\n")

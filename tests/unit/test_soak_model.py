@@ -249,3 +249,7 @@ def test_merged_runs_give_one_summary_and_fill_the_count_older_runs_lack() -> No
     assert merged["summary"]["header_over_capacity_polls"] == {"min": 0, "median": 1, "max": 2}
     assert not merged["ok"]
     assert merged["failed_by_seed"] == {"1": ["header_over_capacity_polls"]}
+    # A seed whose cluster broke is kept and marked, and left out of the summary.
+    marked = merge([newer, older], {"1": "kube-scheduler exited"})
+    assert marked["environment_failed"] == {"1": ["kube-scheduler exited"]}
+    assert marked["summary"]["header_over_capacity_polls"] == {"min": 0, "median": 0, "max": 0}
