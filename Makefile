@@ -7,7 +7,7 @@ CLUSTER := $(PY) -m tests.support.localcluster
 .PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
         typecheck check coverage lint-only cluster-build cluster-up cluster-down cluster-status \
         bench bench-outcomes clean conformance-build test-conformance chart-package bench-footprint \
-        test-cluster-autoscaler test-chart
+        test-cluster-autoscaler test-chart soak
 
 help:
 	@echo "make demo          run the local demo (builds the local cluster on first use)"
@@ -20,6 +20,7 @@ help:
 	@echo "make chart-package package charts/capacity-listener into dist/ (chart = image version)"
 	@echo "make bench-footprint  RSS of one listener beside ARC's Go listener (prints JSON)"
 	@echo "make bench-outcomes  the outcome benchmark: JSON + figures into OUTCOMES_DIR"
+	@echo "make soak          the fault soak: SEED=1 (or \"1 2 3\") DURATION=240; JSON invariants"
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -125,6 +126,12 @@ bench-footprint: venv cluster-build conformance-build
 OUTCOMES_DIR ?= docs/img
 bench-outcomes: venv cluster-build
 	$(PY) -m tests.support.bench_outcomes run --out $(OUTCOMES_DIR)
+
+# The fault soak (docs/soak.md): seeded faults over two Karpenter sites, invariants as JSON.
+SEED ?= 1
+DURATION ?= 240
+soak: venv cluster-build
+	$(PY) -m tests.support.soak run --seeds $(SEED) --duration $(DURATION)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache .coverage

@@ -347,6 +347,8 @@ class FakeActions(LoopbackFake):
         self.admin_tokens_issued = 0
         self.installation_tokens_issued = 0
         self.sessions_created = 0
+        self.session_log: list[FakeSession] = []  # every session created, in order
+        self.claims: list[tuple[int, str]] = []  # (runner request id, runner) per claim
         self.expired_sessions: list[FakeSession] = []
         self._evicted_queues: set[str] = set()
 
@@ -533,6 +535,7 @@ class FakeActions(LoopbackFake):
         job.runner_name = runner_name
         job.runner_assign_time = datetime.now(UTC)
         job.claimed_at = time.monotonic()
+        self.claims.append((job.runner_request_id, runner_name))
         self._set_state(job, JobState.RUNNING)
         scale_set.counters["started"] += 1
         self._emit(scale_set, job, "JobStarted")
@@ -1037,6 +1040,7 @@ class FakeActions(LoopbackFake):
         )
         scale_set.session = session
         self.sessions_created += 1
+        self.session_log.append(session)
         self._changed.set()
         return json_response(self._session_json(scale_set, session))
 
