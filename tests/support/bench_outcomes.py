@@ -800,6 +800,38 @@ def with_reference(document: Mapping[str, Any]) -> dict[str, Any]:
     return {**document, "seeds": seeds, "summary": summarize(seeds, config)}
 
 
+def merge(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One document from runs of the same configuration on different seeds (a long benchmark
+    run in parts): seeds together, the summary computed again. The first run's figures and
+    load averages are kept; each seed keeps its own. ValueError if the runs differ in
+    anything but their seeds, or share a seed."""
+    if not documents:
+        raise ValueError("merge: no documents")
+    first = documents[0]
+    base = {k: v for k, v in first["config"].items() if k != "seeds"}
+    seeds: dict[str, Any] = {}
+    for number, document in enumerate(documents):
+        other = {k: v for k, v in document["config"].items() if k != "seeds"}
+        if other != base:
+            raise ValueError(f"merge: run {number + 1} has another configuration than run 1")
+        for key, figures in document["seeds"].items():
+            if key in seeds:
+                raise ValueError(f"merge: seed {key} is in more than one run")
+            seeds[key] = figures
+    config_doc = {**first["config"], "seeds": sorted(int(k) for k in seeds)}
+    merged = {
+        **first,
+        "config": config_doc,
+        "seeds": seeds,
+        "run_seconds": round(sum(float(d.get("run_seconds") or 0.0) for d in documents), 1),
+        "parts": [
+            {"seeds": list(d["seeds"]), "date": d.get("date"), "run_seconds": d.get("run_seconds")}
+            for d in documents
+        ],
+    }
+    return with_reference(merged)
+
+
 def table(document: Mapping[str, Any]) -> str:
     """The README table: median (min–max) over seeds, and the median ratio to stock; the
     offline optimum's bound as the last column."""
@@ -962,10 +994,22 @@ def main(argv: list[str] | None = None) -> int:
     run_cmd.add_argument("--workdir", type=Path, default=None)
     table_cmd = sub.add_parser("table", help="print the README table from a saved JSON")
     table_cmd.add_argument("json", type=Path)
+    merge_cmd = sub.add_parser("merge", help="one JSON from runs of the same config on other seeds")
+    merge_cmd.add_argument("json", type=Path, nargs="+")
+    merge_cmd.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "table":
         with contextlib.suppress(BrokenPipeError):
             print(table(with_reference(json.loads(args.json.read_text()))))
+        return 0
+    if args.command == "merge":
+        try:
+            merged = merge([json.loads(path.read_text()) for path in args.json])
+        except ValueError as exc:
+            print(f"bench: {exc}", file=sys.stderr)
+            return 2
+        _write(args.out, merged)
+        print(table(merged))
         return 0
     config = SMOKE if args.smoke else FULL
     if args.seeds:

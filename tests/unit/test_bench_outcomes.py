@@ -20,6 +20,7 @@ from tests.support.bench_outcomes import (
     _pause_seconds,
     _placeholder_seconds,
     config_of,
+    merge,
     plan,
     reference,
     summarize,
@@ -184,3 +185,27 @@ def test_the_figures_carry_each_launch_s_delay() -> None:
     figures = _figures(run, SMOKE, 300.0)
     assert figures["node_ready_s"] == [65.5]
     assert figures["node_seconds"]["runner"] == 190.0
+
+
+def test_runs_on_other_seeds_merge_into_one_document() -> None:
+    config = replace(SMOKE, variants=("stock_min0",))
+
+    def run(seed: int, p90: float) -> dict[str, Any]:
+        return {
+            "config": replace(config, seeds=(seed,)).describe(),
+            "seeds": {str(seed): {"variants": {"stock_min0": _variant(0, p90, 100.0)}}},
+            "run_seconds": 10.0,
+        }
+
+    merged = merge([run(2, 40.0), run(3, 60.0)])
+    assert merged["config"]["seeds"] == [2, 3]
+    assert merged["run_seconds"] == 20.0
+    p90 = merged["summary"]["stock_min0"]["queue_to_workflow_running_s.p90"]["value"]
+    assert (p90["min"], p90["max"]) == (40.0, 60.0)
+    assert REFERENCE in merged["summary"]  # the bound, planned again for each seed
+    with pytest.raises(ValueError, match="seed 2 is in more than one run"):
+        merge([run(2, 40.0), run(2, 50.0)])
+    other = run(3, 60.0)
+    other["config"]["N"] = 5
+    with pytest.raises(ValueError, match="another configuration"):
+        merge([run(2, 40.0), other])
