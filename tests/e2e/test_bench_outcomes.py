@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.bench_outcomes import SMOKE, benchmark
+from tests.support.bench_outcomes import REFERENCE, SMOKE, benchmark
 from tests.support.localcluster import LocalCluster
 from tests.support.localcluster.karpenter import Karpenter
 
@@ -35,7 +35,8 @@ async def test_the_outcome_benchmark_runs_and_accounts_every_job(
         assert figures["node_seconds"]["runner"] > 0, name
         assert figures["node_seconds"]["workflow"] > 0, name
         assert figures["karpenter_launches"] > 0, name
-    assert set(document["summary"]) == set(SMOKE.variants)
+    assert set(document["summary"]) == {*SMOKE.variants, REFERENCE}
+    assert seed["reference"]["node_seconds"]["total"] > 0  # the offline optimum's bound
     assert len(document["load_average"]["start"]) == 3
     assert document["config"]["changed_settings"]
     for image in document["images"]:
