@@ -178,9 +178,12 @@ async def test_hud_outage_falls_back_to_the_floor(stage: Stage) -> None:
     site.start_listener(capacity=capacity, max_runners=8)
     await site.wait_session()
     # Until HUD first answers the floor applies; a healthy empty queue then shrinks to 0
-    # (after the downscale delay).
+    # (after the downscale delay). Two answers at least: right after the start, before the
+    # first pass has made the floor's pairs, there are none either.
     await site.wait_for(
-        lambda: site.advertised() == 0 and not site.placeholders, "no pairs while HUD is empty", 40
+        lambda: len(hud.requests) >= 2 and site.advertised() == 0 and not site.placeholders,
+        "no pairs while HUD is empty",
+        40,
     )
     assert all(r.status == 200 for r in hud.requests)
 
