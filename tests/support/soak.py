@@ -811,7 +811,12 @@ def merge(
             seeds[seed] = run
     valid = [run for run in seeds.values() if "environment_failed" not in run]
     return {
-        "configs": [document["config"] for document in documents],
+        # A merged document may be merged again: it carries its parts' configs and times.
+        "configs": [
+            config
+            for document in documents
+            for config in document.get("configs", [document.get("config")])
+        ],
         "seeds": dict(sorted(seeds.items(), key=lambda item: int(item[0]))),
         "summary": summarize([run["invariants"] for run in valid]),
         "seeds_summarized": len(valid),
@@ -822,7 +827,15 @@ def merge(
         },
         "ok": all(run["ok"] for run in seeds.values()),
         "failed_by_seed": {seed: run["failed"] for seed, run in seeds.items() if run["failed"]},
-        "run_seconds": [document["run_seconds"] for document in documents],
+        "run_seconds": [
+            seconds
+            for document in documents
+            for seconds in (
+                document["run_seconds"]
+                if isinstance(document["run_seconds"], list)
+                else [document["run_seconds"]]
+            )
+        ],
         "date": max(document["date"] for document in documents),
     }
 

@@ -253,3 +253,13 @@ def test_merged_runs_give_one_summary_and_fill_the_count_older_runs_lack() -> No
     marked = merge([newer, older], {"1": "kube-scheduler exited"})
     assert marked["environment_failed"] == {"1": ["kube-scheduler exited"]}
     assert marked["summary"]["header_over_capacity_polls"] == {"min": 0, "median": 0, "max": 0}
+
+
+def test_a_merged_document_merges_again_with_a_newer_run() -> None:
+    from tests.support.soak import merge
+
+    first = merge([_seed_document("1", {"jobs_lost": 0}, []), _seed_document("2", {}, [])])
+    again = merge([first, _seed_document("3", {"jobs_lost": 0}, [])])
+    assert list(again["seeds"]) == ["1", "2", "3"]
+    assert len(again["configs"]) == 3
+    assert len(again["run_seconds"]) == 3
