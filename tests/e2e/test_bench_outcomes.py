@@ -28,9 +28,13 @@ async def test_the_outcome_benchmark_runs_and_accounts_every_job(
     assert windows.pop() == pytest.approx(seed["window_s"], abs=0.02)
     for name, figures in seed["variants"].items():
         assert figures["jobs"] == seed["jobs"], name
-        # Every job either succeeded or failed by the prepare-job timeout; none is left.
-        assert figures["succeeded"] + figures["failed_by_timeout"] == figures["jobs"], name
-        assert (figures["unfinished"], figures["failed_other"]) == (0, 0), name
+        # Every job is in exactly one bucket. Whether all finish within the overtime is an
+        # outcome (on a loaded machine a stock job may still be queued), not the harness's
+        # structure, so unfinished ones are allowed; failures of another kind are not.
+        counts = {k: figures[k] for k in ("succeeded", "failed_by_timeout", "unfinished")}
+        assert sum(counts.values()) == figures["jobs"], (name, counts)
+        assert figures["failed_other"] == 0, (name, figures["failed_other"])
+        assert figures["succeeded"] > 0, name
         assert figures["node_seconds"]["total"] > 0, name
         assert figures["node_seconds"]["runner"] > 0, name
         assert figures["node_seconds"]["workflow"] > 0, name
