@@ -1,10 +1,11 @@
 """Running work until something makes it unnecessary: the one way a task races anything.
 
-Every place that must stop waiting when something else happens (SIGTERM's stop event, a
-change of the advertised capacity, the patch going through, a keep-alive interval running
-out) awaits :func:`run_until`, so the rules below hold everywhere and are written once:
-waiting next to other work needs throwaway tasks that must always end, and cancelling the
-work must still honour a result that arrived first; both are easy to get subtly wrong inline.
+Every place in the listener that must stop waiting when something else happens (SIGTERM's
+stop event, a change of the advertised capacity, the patch going through, a keep-alive
+interval running out) awaits :func:`run_until`, so the rules below hold everywhere and are
+written once: waiting next to other work needs throwaway tasks that must always end, and
+cancelling the work must still honour a result that arrived first; both are easy to get
+subtly wrong inline.
 
 A deadline whose expiry is a *failure* (a network call's, a shutdown step's budget) is not a
 race in this sense: it is ``asyncio.timeout`` around the call, and its ``TimeoutError`` is
@@ -79,33 +80,3 @@ async def _end(tasks: list[asyncio.Future[Any]]) -> None:
             task.exception()  # retrieved: an outcome nobody reads is not logged as lost
     if cancelled:
         raise asyncio.CancelledError
-
-
-async def first_of(
-    stop: asyncio.Event, *tasks: asyncio.Future[Any], within: float | None = None
-) -> bool:
-    """Wait until one of ``tasks`` is done, ``stop`` is set or ``within`` seconds pass.
-    Returns whether ``stop`` is set; the tasks are left as they are."""
-    stopping = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({*tasks, stopping}, timeout=within, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopping.cancel()
-    return stop.is_set()
-
-
-async def cancel(task: asyncio.Future[Any]) -> bool:
-    """Cancel ``task`` and wait until it has ended. False when it finished first (its result
-    or exception is then still there to be read)."""
-    task.cancel()
-    await asyncio.wait({task})
-    return task.cancelled()
-
-
-async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
-    """Await ``work`` unless ``stop`` is set first (then cancel it and return None)."""
-    task = asyncio.ensure_future(work)
-    await first_of(stop, task)
-    if not task.done() and await cancel(task):
-        return None
-    return task.result()
