@@ -1,45 +1,82 @@
-"""Racing work against a stop event: the one way a task waits for "done or stopping".
+"""Running work until something makes it unnecessary: the one way a task races anything.
 
-A stop event is how every long-running part of the process learns of SIGTERM. Waiting on
-``stop.wait()`` next to other work needs a throwaway task that must always be cancelled
-afterwards, and cancelling the work must still honour a result that arrived first; both
-are easy to get subtly wrong when written inline.
+Every place in the listener that must stop waiting when something else happens (SIGTERM's
+stop event, a change of the advertised capacity, the patch going through, a keep-alive
+interval running out) awaits :func:`run_until`, so the rules below hold everywhere and are
+written once: waiting next to other work needs throwaway tasks that must always end, and
+cancelling the work must still honour a result that arrived first; both are easy to get
+subtly wrong inline.
+
+A deadline whose expiry is a *failure* (a network call's, a shutdown step's budget) is not a
+race in this sense: it is ``asyncio.timeout`` around the call, and its ``TimeoutError`` is
+handled like any other error of that call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 T = TypeVar("T")
 
 
-async def first_of(
-    stop: asyncio.Event, *tasks: asyncio.Future[Any], within: float | None = None
-) -> bool:
-    """Wait until one of ``tasks`` is done, ``stop`` is set or ``within`` seconds pass.
-    Returns whether ``stop`` is set; the tasks are left as they are."""
-    stopping = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({*tasks, stopping}, timeout=within, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopping.cancel()
-    return stop.is_set()
+class Interrupted(enum.Enum):
+    """The type of :data:`INTERRUPTED` (an enum so that ``is`` narrows a result's type)."""
+
+    INTERRUPTED = "interrupted"
 
 
-async def cancel(task: asyncio.Future[Any]) -> bool:
-    """Cancel ``task`` and wait until it has ended. False when it finished first (its result
-    or exception is then still there to be read)."""
-    task.cancel()
-    await asyncio.wait({task})
-    return task.cancelled()
+INTERRUPTED: Final = Interrupted.INTERRUPTED
+"""What :func:`run_until` returns when an interrupt ended the work."""
 
 
-async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
-    """Await ``work`` unless ``stop`` is set first (then cancel it and return None)."""
+async def run_until(work: Awaitable[T], *interrupts: Awaitable[object]) -> T | Interrupted:
+    """Run ``work`` until the first of ``interrupts`` completes (e.g. ``stop.wait()``,
+    ``asyncio.sleep(t)``, any coroutine that returns when the work should end).
+
+    - ``work`` ends first: its result is returned, or its exception raised.
+    - An interrupt completes first: ``work`` is cancelled and awaited, and
+      :data:`INTERRUPTED` is returned. A work that finished before the cancel landed still
+      counts: its result is returned (or its exception raised), never dropped.
+    - An interrupt raises first: ``work`` is cancelled and awaited, and that exception is
+      raised.
+    - The caller is cancelled: ``work`` and the interrupts are cancelled and awaited, then
+      ``CancelledError`` propagates.
+
+    No task started here outlives the call, whichever way it ends (also when the caller is
+    cancelled again while the work winds down).
+    """
     task = asyncio.ensure_future(work)
-    await first_of(stop, task)
-    if not task.done() and await cancel(task):
-        return None
-    return task.result()
+    watchers = [asyncio.ensure_future(interrupt) for interrupt in interrupts]
+    try:
+        await asyncio.wait([task, *watchers], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await _end([task, *watchers])
+    if not task.cancelled():
+        return task.result()
+    for watcher in watchers:
+        error = None if watcher.cancelled() else watcher.exception()
+        if error is not None:
+            raise error
+    return INTERRUPTED
+
+
+async def _end(tasks: list[asyncio.Future[Any]]) -> None:
+    """Cancel ``tasks`` and wait until every one has ended; re-raise a cancellation of the
+    caller that arrived meanwhile only then, so nothing is left running behind it."""
+    pending = {task for task in tasks if not task.done()}
+    for task in pending:
+        task.cancel()
+    cancelled = False
+    while pending:
+        try:
+            _, pending = await asyncio.wait(pending)
+        except asyncio.CancelledError:
+            cancelled = True
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: an outcome nobody reads is not logged as lost
+    if cancelled:
+        raise asyncio.CancelledError

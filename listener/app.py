@@ -31,7 +31,7 @@ from base import kube as kube_mod
 from base.exposition import Registry, new_registry
 from base.http.client import Client, make_client, product_user_agent
 from base.kube import KubeError
-from base.tasks import unless_stopped
+from base.tasks import INTERRUPTED, run_until
 from listener import github_auth, http, signals, vault
 from listener.actions import ActionsClient
 from listener.advertised import AdvertisedCapacity
@@ -303,16 +303,17 @@ async def _listen(
 ) -> None:
     """Session → loop (+ monitor) → session deleted, whatever happens."""
     cfg = p.cfg
-    session = await unless_stopped(
+    # A SIGTERM during a long 409 wait ends the wait: no session, nothing to delete.
+    session = await run_until(
         p.actions.create_session(
             _owner_name(),
             conflict_timeout=p.options.session_conflict_timeout,
             lease=p.options.session_lease,
             gone_timeout=p.options.scale_set_gone_timeout,
         ),
-        stop,
+        stop.wait(),
     )
-    if session is None:
+    if session is INTERRUPTED:
         return
     log.info("session created", extra={"session_id": session.session_id})
     try:
@@ -348,10 +349,9 @@ async def _listen(
         )
         async with asyncio.TaskGroup() as tg:
             tg.create_task(_guard("loop", loop.run(session, stop), stop))
-            # Re-applies a runner-set patch that failed transiently; ends the process only
-            # when the apiserver stays unusable past LISTENER_KUBE_OUTAGE_TIMEOUT.
-            patches = tg.create_task(scaler.run(), name="patch-retry")
-            tg.create_task(_cancel_when(stop, patches))
+            # Re-applies a runner-set patch that failed transiently, until stopping; ends the
+            # process only when the apiserver stays unusable past LISTENER_KUBE_OUTAGE_TIMEOUT.
+            tg.create_task(run_until(scaler.run(), stop.wait()), name="patch-retry")
             if capacity_settings is not None:
                 from capacity.monitor import CapacityMonitor
 
@@ -399,11 +399,6 @@ async def _note_stop(stop: asyncio.Event, budget: ShutdownBudget) -> None:
     """Start the shutdown clock the moment ``stop`` is set, whatever set it."""
     await stop.wait()
     budget.begin(time.monotonic())
-
-
-async def _cancel_when(stop: asyncio.Event, task: asyncio.Task[None]) -> None:
-    await stop.wait()
-    task.cancel()
 
 
 def _capacity_settings(env: Mapping[str, str]) -> CapacitySettings | None:

@@ -34,7 +34,11 @@ again from the same ``lastMessageId`` every ``keepalive_interval`` so the sessio
 expire; the answer (the same message) is dropped and comes again later.
 
 Shutdown: ``stop`` ends the loop between messages; a message being handled is finished first
-(every call in it has its own deadline), like ARC's ``context.WithoutCancel``.
+(every call in it has its own deadline), like ARC's ``context.WithoutCancel``. A held poll
+(or the wait for the patch) is cut short by it.
+
+Every wait here that something else may cut short (``stop``, a capacity change, the patch
+going through, the keep-alive interval) is one :func:`base.tasks.run_until`.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from base.tasks import cancel, first_of
+from base.tasks import INTERRUPTED, run_until
 from listener.advertised import AdvertisedCapacity
 from listener.wire import JobMessage, Message, Session, Statistics
 
@@ -103,15 +107,15 @@ class NoMetrics:
     def record_job_completed(self, job: JobMessage) -> None: ...
 
 
-class _Abandoned:
-    """Marker: the poll was cancelled before it produced anything."""
+class _Stopping:
+    """Marker: ``stop`` was set while the poll was held; it was cancelled unanswered."""
 
 
 class _Quiet:
     """Marker: polls were re-issued for a whole hold period without a message (a 202)."""
 
 
-_ABANDONED = _Abandoned()
+_STOPPING = _Stopping()
 _QUIET = _Quiet()
 
 
@@ -156,10 +160,11 @@ class Listener:
         )
         self._metrics.record_desired_runners(desired)
         self._last_sync = self._clock()
+        # ``stop`` is looked at between messages only: a message being handled is finished.
         while not stop.is_set():
             outcome = await self._poll(stop)
-            if outcome is _ABANDONED:
-                return  # stopping
+            if outcome is _STOPPING:
+                return
             self._on_poll()
             if outcome is None or outcome is _QUIET:
                 # 202 (or as long without a message, polls re-issued): re-apply the last
@@ -185,24 +190,22 @@ class Listener:
         (or nothing); it is dropped here, as it will be delivered again once acting is safe.
         """
         log.warning("holding a message until the runner set can be patched")
-        done = asyncio.create_task(self._scaler.wait_in_sync(), name="wait-in-sync")
-        try:
-            while not await first_of(stop, done, within=self._keepalive_interval):
-                if done.done():
-                    break
-                poll = asyncio.create_task(
-                    self._session.get_message(self._last_message_id, self._header),
-                    name="keepalive-poll",
-                )
-                await first_of(stop, poll, done)
-                if poll.done():
-                    poll.result()  # an error here is as fatal as on any poll
-                    self._on_poll()
-                else:
-                    await _abandon(poll)
-        finally:
-            done.cancel()
-        return not stop.is_set()
+        while True:
+            synced = await run_until(
+                self._scaler.wait_in_sync(), stop.wait(), asyncio.sleep(self._keepalive_interval)
+            )
+            if stop.is_set():
+                return False
+            if synced is not INTERRUPTED:
+                return True
+            # A keep-alive poll; it is not needed any more once the patch goes through.
+            answer = await run_until(
+                self._session.get_message(self._last_message_id, self._header),
+                stop.wait(),
+                self._scaler.wait_in_sync(),
+            )
+            if answer is not INTERRUPTED:
+                self._on_poll()  # an error above is as fatal as on any poll
 
     async def _handle(self, message: Message) -> None:
         stats = message.statistics
@@ -253,56 +256,56 @@ class Listener:
         self._sent = self._capacity.value
         return self._sent
 
-    async def _poll(self, stop: asyncio.Event) -> Message | _Abandoned | _Quiet | None:
-        """One long poll, re-issued whenever the advertised value changes under it."""
+    async def _poll(self, stop: asyncio.Event) -> Message | _Stopping | _Quiet | None:
+        """One long poll, re-issued whenever the advertised value moves away from the header
+        it carries: a message, None for a 202, :data:`_QUIET` or :data:`_STOPPING`."""
         while True:
+            # 1. Issue the poll with the value of now. (The header is read again as each
+            #    request is built, so a transport retry or a token refresh sends the newest.)
             self._sent = self._capacity.value
             issued_at = self._clock()
-            poll = asyncio.create_task(
-                self._session.get_message(self._last_message_id, self._header), name="get-message"
+            # 2. Wait for its answer, unless SIGTERM comes or the poll must be re-issued.
+            #    Cancelling it is safe: an answer that is never processed is not acked, so the
+            #    service delivers it again; one that came first is processed (run_until).
+            outcome = await run_until(
+                self._session.get_message(self._last_message_id, self._header),
+                stop.wait(),
+                self._reissue_due(issued_at),
             )
-            while True:
-                current = self._capacity.value
-                wait: float | None = None
-                if current != self._sent:
-                    if current < self._sent:
-                        break  # a drop goes out at once
-                    # A rise waits out the rate limit, so a flapping value cannot turn into
-                    # a request storm.
-                    wait = issued_at + self._reissue_interval - self._clock()
-                    if wait <= 0:
-                        break
-                changed = asyncio.create_task(
-                    self._capacity.wait_changed(self._capacity.version), name="capacity-wait"
-                )
-                try:
-                    stopped = await first_of(stop, poll, changed, within=wait)
-                finally:
-                    changed.cancel()
-                if poll.done():
-                    return poll.result()
-                if stopped:
-                    return await _abandon(poll)
-                # Otherwise the value changed (or a rise's wait is over): look again. A value
-                # that changed back to what is in flight keeps the poll.
-            outcome = await _abandon(poll)
-            if outcome is not _ABANDONED:
-                return outcome
+            if outcome is not INTERRUPTED:
+                return outcome  # a message or a 202 (an error has been raised)
+            if stop.is_set():
+                return _STOPPING
+            # 3. Re-issue with the new value (the loop goes round).
             self.reissued_polls += 1
             log.debug(
                 "capacity changed, re-issuing poll",
                 extra={"old": self._sent, "new": self._capacity.value},
             )
             # The abandoned poll was held by the service without an error: the session works,
-            # which is what readiness reports. And a capacity that changes faster than a poll
-            # completes must not starve the 202 path (the scale-down patch).
+            # which is what readiness reports.
             self._on_poll()
+            # 4. A capacity that changes faster than a poll completes must not starve the 202
+            #    path (the scale-down patch): after a hold period without a message, take it.
             if self._clock() - self._last_sync >= self._quiet_interval:
                 return _QUIET
 
-
-async def _abandon(poll: asyncio.Task[Message | None]) -> Message | _Abandoned | None:
-    """Cancel an in-flight poll; if it finished first, its result still counts."""
-    if await cancel(poll):
-        return _ABANDONED
-    return poll.result()
+    async def _reissue_due(self, issued_at: float) -> None:
+        """Return once the poll issued at ``issued_at`` should be re-issued: at once when the
+        advertised value drops below the header in flight, and when it rises, once
+        ``reissue_interval`` has passed since the poll was issued. A value that changes back
+        to the one in flight keeps the poll."""
+        while True:
+            version, current = self._capacity.version, self._capacity.value
+            if current < self._sent:
+                # Capacity the scheduler no longer confirms must stop attracting jobs now.
+                return
+            if current == self._sent:
+                await self._capacity.wait_changed(version)
+                continue
+            # A rise waits out the rate limit, so a flapping value cannot turn into a request
+            # storm; a change meanwhile (a drop below the value in flight) is looked at at once.
+            left = issued_at + self._reissue_interval - self._clock()
+            if left <= 0:
+                return
+            await run_until(self._capacity.wait_changed(version), asyncio.sleep(left))
