@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-CLUSTER := $(PY) -m tests.support.localcluster
+CLUSTER := $(PY) -m tools.localcluster
 
 .PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
         typecheck check coverage lint-only cluster-build cluster-up cluster-down cluster-status \

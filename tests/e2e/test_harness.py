@@ -12,8 +12,8 @@ from kubernetes_asyncio import client
 from tests.support.capacity_kit import restart_apiserver
 from tests.support.e2e_site import PLACEHOLDER_SCALE_SET_LABEL, Site, SiteSpec, Stage
 from tests.support.fake_actions import JobState
-from tests.support.localcluster import LocalCluster
 from tests.support.runner_standin import ARC_GROUP, ARC_VERSION, ERS_PLURAL, MERGE_PATCH
+from tools.localcluster import LocalCluster
 
 
 async def scale(site: Site, replicas: int, patch_id: int) -> None:

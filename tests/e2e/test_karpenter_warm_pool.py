@@ -17,7 +17,7 @@ from tests.e2e.test_karpenter_capacity import MakePools, pools, settings, spec, 
 from tests.support.e2e_site import Site, Stage
 from tests.support.fake_actions import JobState
 from tests.support.listener_process import metric_value
-from tests.support.localcluster.karpenter import Karpenter
+from tools.localcluster.karpenter import Karpenter
 
 __all__ = ["pools"]  # the fixture, used by name
 

@@ -47,7 +47,7 @@ from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeJob, JobState
 from tests.support.listener_process import free_port
 from tests.support.prometheus import TIME_SCALE, Prometheus, seconds, shortened_rules
-from tests.support.waits import eventually, exited
+from tools.waits import eventually, exited
 
 pytestmark = pytest.mark.skipif(
     Prometheus.binary() is None and not os.environ.get("CI"),

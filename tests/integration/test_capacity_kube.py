@@ -23,9 +23,9 @@ from base.kube import (
     WatchEvent,
 )
 from tests.support.capacity_kit import compact_etcd, restart_apiserver
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import pod_manifest
-from tests.support.waits import eventually
+from tools.localcluster import LocalCluster
+from tools.localcluster.testkit import pod_manifest
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -38,9 +38,9 @@ from tests.support.capacity_kit import (
     workflow_pod,
 )
 from tests.support.fake_hud import FakeHUD, Outage
-from tests.support.localcluster import LocalCluster
 from tests.support.monitor_scene import MonitorScene, ScaleSet
-from tests.support.waits import eventually
+from tools.localcluster import LocalCluster
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -33,9 +33,9 @@ from tests.support.deploy_cluster_kit import (
     impersonating,
 )
 from tests.support.helm_chart import CHART, helm, notes_overlay, scale_set, write_values
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.build import BuildError, ensure_helm_built
-from tests.support.waits import eventually
+from tools.localcluster import LocalCluster
+from tools.localcluster.build import BuildError, ensure_helm_built
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -30,14 +30,14 @@ from tests.support.capacity_kit import (
     runner_pod_spec,
 )
 from tests.support.cluster_autoscaler import GROUP_LABEL, TO_BE_DELETED, ClusterAutoscaler, Group
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import (
+from tests.support.monitor_scene import MonitorScene, ScaleSet
+from tools.localcluster import LocalCluster
+from tools.localcluster.testkit import (
     OWNER_KEY,
     node_reservation,
     pod_manifest,
 )
-from tests.support.monitor_scene import MonitorScene, ScaleSet
-from tests.support.waits import eventually
+from tools.waits import eventually
 
 pytestmark = [
     pytest.mark.cluster,

@@ -23,9 +23,9 @@ from tests.support.deploy_cluster_kit import (
     status_of,
     watch_status,
 )
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import PAUSE_IMAGE
-from tests.support.waits import eventually
+from tools.localcluster import LocalCluster
+from tools.localcluster.testkit import PAUSE_IMAGE
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

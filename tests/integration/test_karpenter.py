@@ -34,7 +34,7 @@ from tests.support.karpenter_kit import (
     runner_template,
     settings,
 )
-from tests.support.localcluster.karpenter import (
+from tools.localcluster.karpenter import (
     DISRUPTED_TAINT,
     GENERAL_TYPES,
     NODECLAIMS,
@@ -42,7 +42,7 @@ from tests.support.localcluster.karpenter import (
     Karpenter,
     nodepool_manifest,
 )
-from tests.support.waits import eventually
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -27,8 +27,8 @@ import yaml
 from kubernetes_asyncio import client
 
 from tests.support.capacity_kit import apply_ladder, read_pod
-from tests.support.localcluster.testkit import pod_manifest
-from tests.support.waits import eventually
+from tools.localcluster.testkit import pod_manifest
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

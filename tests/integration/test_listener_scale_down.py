@@ -24,7 +24,7 @@ from listener.loop import Listener
 from listener.scaler import KubePatcher, Scaler
 from listener.wire import JobMessage, Message, Session, Statistics
 from tests.support.e2e_site import SiteSpec, Stage
-from tests.support.localcluster import LocalCluster
+from tools.localcluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.e2e_site import SiteSpec, Stage
 from tests.support.fake_http import Fault
-from tests.support.localcluster import LocalCluster
+from tools.localcluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -17,8 +17,8 @@ from tests.support.deploy_files import (
     dashboard_queries,
     read_metric_list,
 )
-from tests.support.localcluster import LocalCluster
-from tests.support.waits import eventually
+from tools.localcluster import LocalCluster
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -33,9 +33,9 @@ from tests.support.deploy_cluster_kit import (
     with_verbs,
 )
 from tests.support.deploy_files import DEPLOY, yaml_docs
-from tests.support.localcluster import LocalCluster
-from tests.support.waits import eventually, running
 from tests.unit.capacity.test_node_groups import STATUS
+from tools.localcluster import LocalCluster
+from tools.waits import eventually, running
 
 pytestmark = pytest.mark.cluster
 

@@ -58,15 +58,15 @@ from capacity.github_demand import GitHubDemand, GitHubScope
 from capacity.settings import GitHubDemandSettings
 from tests.support.bench_footprint import create_foreign_pods, footprint, sample_memory
 from tests.support.bench_outcomes import benchmark
-from tests.support.control_plane import local_control_plane, new_workdir
 from tests.support.counting_proxy import CountingProxy, proxied_kubeconfig
 from tests.support.e2e_site import PodEvent, Pool, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
 from tests.support.fake_github_rest import FakeGitHubRest
 from tests.support.listener_process import PAT, metric_value
-from tests.support.localcluster import LocalCluster
-from tests.support.stats import percentile
-from tests.support.waits import WaitFailed, wait_until
+from tools.control_plane import local_control_plane, new_workdir
+from tools.localcluster import LocalCluster
+from tools.stats import percentile
+from tools.waits import WaitFailed, wait_until
 
 LONG_POLL = 50.0
 RECONCILE_HISTOGRAM = "gha_capacity_reconcile_duration_seconds"

@@ -55,7 +55,7 @@ from capacity.pods import RunnerSet, WorkflowPod, placeholder_from
 from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, Resources, to_params
 from capacity.view import View
-from tests.support.waits import eventually
+from tools.waits import eventually
 
 SCALE_SET = "bench-cpu"
 RUNNER_SET = "bench-cpu-q8w2z"
@@ -383,8 +383,8 @@ def bench_cluster(pairs: int, unrelated: int, idle_pairs: int, idle_seconds: flo
     from kubernetes_asyncio import client, config
 
     from tests.support.capacity_kit import apply_ladder, create_runner_set, runner_pod_spec
-    from tests.support.localcluster import LocalCluster, ensure_built
-    from tests.support.localcluster.testkit import node_reservation
+    from tools.localcluster import LocalCluster, ensure_built
+    from tools.localcluster.testkit import node_reservation
 
     art = ensure_built()
     workdir = Path(tempfile.mkdtemp(prefix="bench-capacity-"))

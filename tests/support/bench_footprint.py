@@ -42,7 +42,6 @@ import httpx
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.support.build_cache import build_once, cache_dir, input_key
 from tests.support.conformance import build, harness
 from tests.support.conformance.harness import (
     SCALE_SET_ID,
@@ -52,12 +51,13 @@ from tests.support.conformance.harness import (
     config_json,
 )
 from tests.support.conformance.scenarios import by_name
-from tests.support.control_plane import local_control_plane, new_workdir
 from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions
 from tests.support.listener_process import PAT, REPO_ROOT, ListenerProcess, metric_value
-from tests.support.localcluster import LocalCluster
-from tests.support.waits import WaitFailed, eventually, wait_until
+from tools.build_cache import build_once, cache_dir, input_key
+from tools.control_plane import local_control_plane, new_workdir
+from tools.localcluster import LocalCluster
+from tools.waits import WaitFailed, eventually, wait_until
 
 SCENARIO = "happy"
 FOREIGN_SCALE_SET = "other-set"

@@ -71,10 +71,10 @@ from tests.support.e2e_karpenter import (
 )
 from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.karpenter import WORKFLOW_TYPE, Karpenter
-from tests.support.localcluster.rest import TRANSIENT, KubeError
-from tests.support.stats import percentile
+from tools.localcluster import LocalCluster
+from tools.localcluster.karpenter import WORKFLOW_TYPE, Karpenter
+from tools.localcluster.rest import TRANSIENT, KubeError
+from tools.stats import percentile
 
 PAT = "ghp_e2e_fake_token"
 LONG_POLL = 50.0  # the real service holds a long poll about 50 s
@@ -982,7 +982,7 @@ def _draw_summary(seeds: Mapping[str, Any], config: Config, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tests.support.control_plane import local_control_plane, new_workdir
+    from tools.control_plane import local_control_plane, new_workdir
 
     parser = argparse.ArgumentParser(prog="python -m tests.support.bench_outcomes")
     sub = parser.add_subparsers(dest="command", required=True)

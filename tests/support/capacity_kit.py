@@ -21,9 +21,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from base.arc import ARC_GROUP, ARC_VERSION
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import PAUSE_IMAGE, placement
-from tests.support.waits import WaitFailed, eventually, eventually_sync
+from tools.localcluster import LocalCluster
+from tools.localcluster.testkit import PAUSE_IMAGE, placement
+from tools.waits import WaitFailed, eventually, eventually_sync
 
 ROOT = Path(__file__).resolve().parents[2]
 

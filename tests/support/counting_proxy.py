@@ -16,7 +16,7 @@ import yaml
 from aiohttp import web
 
 from tests.support.fake_http import LoopbackServer
-from tests.support.localcluster import LocalCluster
+from tools.localcluster import LocalCluster
 
 
 class CountingProxy:

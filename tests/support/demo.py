@@ -33,10 +33,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.support import demo_karpenter
-from tests.support.control_plane import local_control_plane, new_workdir
 from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
-from tests.support.waits import WaitFailed, wait_until
+from tools.control_plane import local_control_plane, new_workdir
+from tools.waits import WaitFailed, wait_until
 
 PAT = "ghp_e2e_fake_token"
 WORKFLOW_SLOTS = 8  # 2 workflow nodes x 4 CPU, workflow pods request 1 CPU

@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.control_plane import local_control_plane
 from tests.support.e2e_karpenter import (
     NodeClaimLog,
     create_site_nodepools,
@@ -37,13 +36,14 @@ from tests.support.e2e_karpenter import (
 )
 from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
-from tests.support.localcluster.karpenter import (
+from tools.control_plane import local_control_plane
+from tools.localcluster.karpenter import (
     NODECLAIMS,
     NODEPOOL_LABEL,
     WORKFLOW_TYPE,
     Karpenter,
 )
-from tests.support.waits import wait_until
+from tools.waits import wait_until
 
 PAT = "ghp_e2e_fake_token"
 REGISTRATION_DELAY = "10s"

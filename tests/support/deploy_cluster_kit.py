@@ -41,8 +41,8 @@ from tests.support.capacity_kit import (
     workflow_pod,
 )
 from tests.support.deploy_files import DEPLOY, yaml_docs
-from tests.support.localcluster import LocalCluster
-from tests.support.waits import eventually
+from tools.localcluster import LocalCluster
+from tools.waits import eventually
 
 FIELD_MANAGER = "capacity-listener-tests"
 SHIPPED_CONTROLLER_NAMESPACE = "arc-systems"

@@ -7,7 +7,7 @@ types, with the node-registration delay of the KWOKNodeClass. ``NodeClaimLog`` s
 NodeClaims of those pools, which is where launches and node-seconds are measured.
 
 Karpenter is started on a control plane this process started, or found on one started with
-``python -m tests.support.localcluster up --karpenter``.
+``python -m tools.localcluster up --karpenter``.
 """
 
 from __future__ import annotations
@@ -21,17 +21,17 @@ from datetime import datetime
 from typing import Any
 
 from tests.support.e2e_site import POOL_KEY, Site
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.build import ensure_karpenter_built
-from tests.support.localcluster.karpenter import (
+from tools.localcluster import LocalCluster
+from tools.localcluster.build import ensure_karpenter_built
+from tools.localcluster.karpenter import (
     NODECLAIMS,
     NODEPOOL_LABEL,
     Karpenter,
     attach_karpenter,
     start_karpenter,
 )
-from tests.support.localcluster.rest import TRANSIENT, KubeError
-from tests.support.sampling import Sampler
+from tools.localcluster.rest import TRANSIENT, KubeError
+from tools.sampling import Sampler
 
 POOLS = ("runner", "workflow")
 
@@ -48,7 +48,7 @@ def ensure_karpenter(cluster: LocalCluster, progress: Callable[[str], None]) -> 
         if attached is None:
             raise RuntimeError(
                 "the running control plane has no Karpenter: stop it "
-                "(python -m tests.support.localcluster down) or start it with `up --karpenter`"
+                "(python -m tools.localcluster down) or start it with `up --karpenter`"
             )
         return attached
     artifacts = ensure_karpenter_built(progress)

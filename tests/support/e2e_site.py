@@ -4,7 +4,7 @@ GitHub REST endpoints (served by the Actions fake) and a Kubernetes client; each
 one "cluster" of a scale set — its own namespace, a runner node pool and a workflow node pool
 (fake kwok nodes, reserved by label and taint), the EphemeralRunnerSet, the runner stand-in
 and, when started, a listener process (tests/support/listener_process.py). The control plane
-comes from tests/support/control_plane.py.
+comes from tools/control_plane.py.
 
 Everything async runs on one event loop, the one serving the fakes. Blocking control-plane
 helpers (node create/delete wait with ``time.sleep``) are pushed to threads.
@@ -28,11 +28,9 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.support.control_plane import install_priority_classes, kube_client
 from tests.support.fake_actions import FakeActions, JobState
 from tests.support.fake_github_rest import FakeGitHubRest
 from tests.support.fake_hud import FakeHUD
-from tests.support.kube_calls import watch_objects
 from tests.support.listener_process import (
     HUD_TOKEN,
     PAT,
@@ -40,7 +38,6 @@ from tests.support.listener_process import (
     free_port,
     listener_config,
 )
-from tests.support.localcluster import LocalCluster
 from tests.support.runner_standin import (
     ARC_GROUP,
     ARC_VERSION,
@@ -50,7 +47,10 @@ from tests.support.runner_standin import (
     StandInSpec,
     ephemeral_runner_set_manifest,
 )
-from tests.support.waits import eventually, exited
+from tools.control_plane import install_priority_classes, kube_client
+from tools.kube_calls import watch_objects
+from tools.localcluster import LocalCluster
+from tools.waits import eventually, exited
 
 # Placeholder labels (capacity/contract.py); repeated here so this module does not import the
 # product to observe it.

@@ -67,7 +67,7 @@ from tests.support.fake_http import (
     Reject,
     json_response,
 )
-from tests.support.waits import eventually
+from tools.waits import eventually
 
 API_VERSION = "6.0-preview"
 MESSAGE_TYPE = "RunnerScaleSetJobMessages"

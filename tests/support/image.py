@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.build_cache import build_once, cache_dir, input_key, locked
+from tools.build_cache import build_once, cache_dir, input_key, locked
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUITE = "trixie"

@@ -20,11 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.support.localcluster import LocalCluster, ensure_built
-from tests.support.localcluster.build import ensure_karpenter_built
-from tests.support.localcluster.karpenter import nodepool_manifest, start_karpenter
-from tests.support.localcluster.rest import wait_for
-from tests.support.localcluster.testkit import pod_manifest
+from tools.localcluster import LocalCluster, ensure_built
+from tools.localcluster.build import ensure_karpenter_built
+from tools.localcluster.karpenter import nodepool_manifest, start_karpenter
+from tools.localcluster.rest import wait_for
+from tools.localcluster.testkit import pod_manifest
 
 OWNER = "race"
 

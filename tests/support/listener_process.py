@@ -29,7 +29,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.fake_actions import FakeActions
-from tests.support.waits import WaitFailed, eventually, exited
+from tools.waits import WaitFailed, eventually, exited
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PAT = "ghp_e2e_fake_token"

@@ -26,7 +26,7 @@ from capacity.contract import placeholder_selector
 from capacity.monitor import CapacityMonitor
 from capacity.settings import CapacitySettings
 from tests.support.capacity_kit import wait_running
-from tests.support.waits import eventually
+from tools.waits import eventually
 
 ROLE_LABEL = "capacity-listener.dev/role"
 

@@ -33,7 +33,7 @@ and is cleaned up, so no job is left "running" with nobody running it.
 Size: the two ARC controllers and the runner are played over one watch cache, one
 FakeActions and one set of runners, and hand each other state at every step (a runner pod's
 phase decides the runner's next move, a finished runner frees a replica). The API-call
-machinery they stand on (retries, list+watch) is in tests/support/kube_calls.py.
+machinery they stand on (retries, list+watch) is in tools/kube_calls.py.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.support.fake_actions import FakeActions, FakeJob, JobState
-from tests.support.kube_calls import API_TIMEOUT, retrying, watch_objects
-from tests.support.waits import WaitFailed, eventually
+from tools.kube_calls import API_TIMEOUT, retrying, watch_objects
+from tools.waits import WaitFailed, eventually
 
 log = logging.getLogger("tests.runner_standin")
 

@@ -50,9 +50,6 @@ from tests.support.e2e_karpenter import (
 from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.fake_actions import FakeActions, FakeSession, JobState
 from tests.support.fake_http import Fault as HttpFault
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.karpenter import NODECLAIMS, WORKFLOW_TYPE, Karpenter
-from tests.support.localcluster.rest import TRANSIENT, KubeError
 from tests.support.soak_model import (
     ACTIONS_5XX,
     ACTIONS_401,
@@ -86,6 +83,9 @@ from tests.support.soak_model import (
     summarize,
     verdict,
 )
+from tools.localcluster import LocalCluster
+from tools.localcluster.karpenter import NODECLAIMS, WORKFLOW_TYPE, Karpenter
+from tools.localcluster.rest import TRANSIENT, KubeError
 
 PAT = "ghp_e2e_fake_token"
 SITE_NAMES = ("soak-a", "soak-b")
@@ -841,7 +841,7 @@ def merge(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tests.support.control_plane import local_control_plane, new_workdir
+    from tools.control_plane import local_control_plane, new_workdir
 
     parser = argparse.ArgumentParser(prog="python -m tests.support.soak")
     sub = parser.add_subparsers(dest="command", required=True)

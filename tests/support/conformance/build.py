@@ -1,6 +1,6 @@
 """Build the Go reference listener (``go/``) once, or find it in the cache.
 
-The same mechanism as the local control plane (``tests.support.localcluster.build``): the
+The same mechanism as the local control plane (``tools.localcluster.build``): the
 binary lives in ``${XDG_CACHE_HOME:-~/.cache}/capacity-listener/conformance/<key>/`` where
 ``<key>`` hashes go.mod, go.sum and the source, a file lock makes concurrent builds (CI, xdist
 workers, a developer) wait for one another, and a missing or too-old Go is one clear line.
@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.build_cache import build_once, cache_dir, input_key
-from tests.support.localcluster.build import (
+from tools.build_cache import build_once, cache_dir, input_key
+from tools.localcluster.build import (
     BuildError,
     Progress,
     _first_error,

@@ -1,5 +1,5 @@
 """The on-disk cache of the slow builds the tests need (test infrastructure): the local
-control plane and Karpenter (tests/support/localcluster/build.py), the conformance tier's
+control plane and Karpenter (tools/localcluster/build.py), the conformance tier's
 reference listener (tests/support/conformance/build.py) and the image tier's base root file
 system (tests/support/image.py).
 

@@ -1,4 +1,4 @@
-"""CLI: ``python -m tests.support.localcluster build|up|down|status``.
+"""CLI: ``python -m tools.localcluster build|up|down|status``.
 
 ``up`` starts a cluster that outlives the command (state under the cache's ``run/``
 directory); ``down`` stops it by its recorded PIDs. ``--karpenter`` (build, up) adds Karpenter
@@ -152,7 +152,7 @@ def cmd_status(_: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.support.localcluster",
+        prog="python -m tools.localcluster",
         description="Build and run a local Kubernetes control plane from the Go module proxy.",
     )
     sub = parser.add_subparsers(dest="command", required=True)

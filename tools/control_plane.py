@@ -2,7 +2,7 @@
 infrastructure), and what every scenario needs on it.
 
 * ``local_control_plane``: an external disposable cluster (``LOCALCLUSTER_KUBECONFIG``), one
-  already started with ``python -m tests.support.localcluster up``, or a fresh one started
+  already started with ``python -m tools.localcluster up``, or a fresh one started
   here (built from the Go module proxy on first use) and stopped on exit.
 * ``install_priority_classes``: the shipped PriorityClasses (priorityclasses/*.yaml).
 * ``kube_client``: a kubernetes-asyncio client for a kubeconfig.
@@ -22,12 +22,12 @@ from pathlib import Path
 import yaml
 from kubernetes_asyncio import client, config
 
-from tests.support.localcluster import LocalCluster, ensure_built
-from tests.support.localcluster.build import cache_root
-from tests.support.localcluster.harness import pid_runs
-from tests.support.localcluster.rest import KubeError
+from tools.localcluster import LocalCluster, ensure_built
+from tools.localcluster.build import cache_root
+from tools.localcluster.harness import pid_runs
+from tools.localcluster.rest import KubeError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 LADDER = ("arc-workflow", "placeholder-workflow", "arc-runner", "placeholder-runner")
 
 
@@ -36,7 +36,7 @@ def _say(line: str) -> None:
 
 
 def detached_kubeconfig() -> Path | None:
-    """The kubeconfig of a cluster started with `python -m tests.support.localcluster up`,
+    """The kubeconfig of a cluster started with `python -m tools.localcluster up`,
     if all of its processes still run."""
     state_file = cache_root() / "run" / "state.json"
     try:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import httpx
 import yaml
 
-from tests.support.waits import eventually_sync
+from tools.waits import eventually_sync
 
 T = TypeVar("T")
 

@@ -39,7 +39,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.support.waits import WaitFailed
+from tools.waits import WaitFailed
 
 from .build import Artifacts
 from .rest import KubeError, KubeREST, wait_for

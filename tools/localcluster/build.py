@@ -13,7 +13,7 @@ rebuild the control plane. The Helm CLI (``go/helm``: ``helm.sh/helm/v3/cmd/helm
 
 Size: one build recipe for three artefacts (the control plane, Karpenter and Helm) that share
 the Go toolchain check, the module queries, the build steps and the cache layout; the cache
-itself (lock, build once) is tests/support/build_cache.py.
+itself (lock, build once) is tools/build_cache.py.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from tests.support.build_cache import build_once, cache_dir, input_key
+from tools.build_cache import build_once, cache_dir, input_key
 
 from . import arc_crds
 

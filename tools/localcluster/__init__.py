@@ -3,7 +3,7 @@
 ``build.ensure_built()`` compiles etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and kwok from the consumer modules in ``go/`` (cached by input hash), and
 fetches ARC's CRDs and kwok's stage files. ``harness.LocalCluster`` runs them on loopback.
-CLI: ``python -m tests.support.localcluster build|up|down|status``.
+CLI: ``python -m tools.localcluster build|up|down|status``.
 """
 
 from .build import Artifacts, BuildError, ensure_built
