@@ -44,9 +44,9 @@ from tests.support.deploy_files import (
     series_family,
 )
 from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
-from tests.support.fake_actions import FakeJob, JobState
-from tests.support.listener_process import free_port
 from tests.support.prometheus import TIME_SCALE, Prometheus, seconds, shortened_rules
+from tools.fake_actions import FakeJob, JobState
+from tools.listener_process import free_port
 from tools.waits import eventually, exited
 
 pytestmark = pytest.mark.skipif(

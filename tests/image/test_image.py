@@ -19,7 +19,7 @@ import pytest
 from tests.support.e2e_site import SiteSpec, Stage
 from tests.support.image import Built, Container, command_stderr
 from tests.support.image_listener import ImageListenerProcess, process_uid
-from tests.support.listener_process import metric_value
+from tools.listener_process import metric_value
 
 # A cold run bootstraps the base (mmdebstrap) and builds before the first test.
 pytestmark = pytest.mark.timeout(900)

@@ -37,8 +37,8 @@ from tests.support.capacity_kit import (
     wait_gc_knows_runner_sets,
     workflow_pod,
 )
-from tests.support.fake_hud import FakeHUD, Outage
 from tests.support.monitor_scene import MonitorScene, ScaleSet
+from tools.fake_hud import FakeHUD, Outage
 from tools.localcluster import LocalCluster
 from tools.waits import eventually
 

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from tests.support.listener_process import REPO_ROOT
+from tools.listener_process import REPO_ROOT
 
 NOT_AT_IDLE = (
     "kubernetes_asyncio.client.api",

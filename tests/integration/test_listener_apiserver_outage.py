@@ -17,8 +17,8 @@ import pytest
 
 from tests.support.capacity_kit import start_apiserver, stop_apiserver
 from tests.support.e2e_site import Site, SiteSpec, Stage
-from tests.support.fake_actions import JobState
-from tests.support.listener_process import metric_value
+from tools.fake_actions import JobState
+from tools.listener_process import metric_value
 from tools.localcluster import LocalCluster
 from tools.waits import eventually
 

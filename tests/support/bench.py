@@ -32,7 +32,7 @@ the runner stand-in on the local control plane (README, "Measured"):
 
 Size: the catalogue ``make bench`` runs. The benchmarks share the ``Bench`` (control plane,
 work directory, fresh Stage per scenario) and a few measuring helpers, and each is one
-section of a few dozen lines; the counting proxy lives in tests/support/counting_proxy.py and
+section of a few dozen lines; the counting proxy lives in tools/counting_proxy.py and
 the Karpenter trace in tests/support/bench_outcomes.py.
 """
 
@@ -58,12 +58,12 @@ from capacity.github_demand import GitHubDemand, GitHubScope
 from capacity.settings import GitHubDemandSettings
 from tests.support.bench_footprint import create_foreign_pods, footprint, sample_memory
 from tests.support.bench_outcomes import benchmark
-from tests.support.counting_proxy import CountingProxy, proxied_kubeconfig
 from tests.support.e2e_site import PodEvent, Pool, SiteSpec, Stage
-from tests.support.fake_actions import FakeActions, FakeJob, JobState
-from tests.support.fake_github_rest import FakeGitHubRest
-from tests.support.listener_process import PAT, metric_value
 from tools.control_plane import local_control_plane, new_workdir
+from tools.counting_proxy import CountingProxy, proxied_kubeconfig
+from tools.fake_actions import FakeActions, FakeJob, JobState
+from tools.fake_github_rest import FakeGitHubRest
+from tools.listener_process import PAT, metric_value
 from tools.localcluster import LocalCluster
 from tools.stats import percentile
 from tools.waits import WaitFailed, wait_until

@@ -52,10 +52,10 @@ from tests.support.conformance.harness import (
 )
 from tests.support.conformance.scenarios import by_name
 from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
-from tests.support.fake_actions import FakeActions
-from tests.support.listener_process import PAT, REPO_ROOT, ListenerProcess, metric_value
 from tools.build_cache import build_once, cache_dir, input_key
 from tools.control_plane import local_control_plane, new_workdir
+from tools.fake_actions import FakeActions
+from tools.listener_process import PAT, REPO_ROOT, ListenerProcess, metric_value
 from tools.localcluster import LocalCluster
 from tools.waits import WaitFailed, eventually, wait_until
 

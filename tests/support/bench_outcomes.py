@@ -70,7 +70,7 @@ from tests.support.e2e_karpenter import (
     reset_cloud,
 )
 from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
-from tests.support.fake_actions import FakeActions, FakeJob, JobState
+from tools.fake_actions import FakeActions, FakeJob, JobState
 from tools.localcluster import LocalCluster
 from tools.localcluster.karpenter import WORKFLOW_TYPE, Karpenter
 from tools.localcluster.rest import TRANSIENT, KubeError

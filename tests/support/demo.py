@@ -34,8 +34,8 @@ from pathlib import Path
 
 from tests.support import demo_karpenter
 from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
-from tests.support.fake_actions import FakeActions, FakeJob, JobState
 from tools.control_plane import local_control_plane, new_workdir
+from tools.fake_actions import FakeActions, FakeJob, JobState
 from tools.waits import WaitFailed, wait_until
 
 PAT = "ghp_e2e_fake_token"

@@ -35,8 +35,8 @@ from tests.support.e2e_karpenter import (
     reset_cloud,
 )
 from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
-from tests.support.fake_actions import FakeActions, FakeJob, JobState
 from tools.control_plane import local_control_plane
+from tools.fake_actions import FakeActions, FakeJob, JobState
 from tools.localcluster.karpenter import (
     NODECLAIMS,
     NODEPOOL_LABEL,

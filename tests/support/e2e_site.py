@@ -3,7 +3,7 @@ benchmarks): a ``Stage`` owns the fake Actions service (one job queue), the fake
 GitHub REST endpoints (served by the Actions fake) and a Kubernetes client; each ``Site`` is
 one "cluster" of a scale set — its own namespace, a runner node pool and a workflow node pool
 (fake kwok nodes, reserved by label and taint), the EphemeralRunnerSet, the runner stand-in
-and, when started, a listener process (tests/support/listener_process.py). The control plane
+and, when started, a listener process (tools/listener_process.py). The control plane
 comes from tools/control_plane.py.
 
 Everything async runs on one event loop, the one serving the fakes. Blocking control-plane
@@ -28,17 +28,20 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.support.fake_actions import FakeActions, JobState
-from tests.support.fake_github_rest import FakeGitHubRest
-from tests.support.fake_hud import FakeHUD
-from tests.support.listener_process import (
+from tools.control_plane import install_priority_classes, kube_client
+from tools.fake_actions import FakeActions, JobState
+from tools.fake_github_rest import FakeGitHubRest
+from tools.fake_hud import FakeHUD
+from tools.kube_calls import watch_objects
+from tools.listener_process import (
     HUD_TOKEN,
     PAT,
     ListenerProcess,
     free_port,
     listener_config,
 )
-from tests.support.runner_standin import (
+from tools.localcluster import LocalCluster
+from tools.runner_standin import (
     ARC_GROUP,
     ARC_VERSION,
     ERS_PLURAL,
@@ -47,9 +50,6 @@ from tests.support.runner_standin import (
     StandInSpec,
     ephemeral_runner_set_manifest,
 )
-from tools.control_plane import install_priority_classes, kube_client
-from tools.kube_calls import watch_objects
-from tools.localcluster import LocalCluster
 from tools.waits import eventually, exited
 
 # Placeholder labels (capacity/contract.py); repeated here so this module does not import the

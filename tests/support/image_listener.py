@@ -1,6 +1,6 @@
 """Our listener run from the built image (test infrastructure for tests/image): its
 ENTRYPOINT as its USER in a working container (``buildah run``), started, observed and
-stopped like ``python -m listener`` (tests/support/listener_process.py). The image itself
+stopped like ``python -m listener`` (tools/listener_process.py). The image itself
 is built by tests/support/image.py.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.image import Container
-from tests.support.listener_process import ListenerProcess
+from tools.listener_process import ListenerProcess
 
 
 def descendants(pid: int) -> dict[int, int]:

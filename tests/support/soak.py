@@ -10,7 +10,7 @@ The world is the outcome benchmark's (tests/support/bench_outcomes.py): two Site
 with their own Karpenter NodePools, kwok cloud provider, on one control plane) share one fake
 Actions service and one fake HUD; each runs our listener as a real process, restarted by a
 small supervisor as the kubelet would after a delay, and the runner stand-in. The listeners
-reach the apiserver through a proxy (tests/support/counting_proxy.py) that can answer 429 as
+reach the apiserver through a proxy (tools/counting_proxy.py) that can answer 429 as
 the apiserver's priority and fairness does; everything else (the stand-in, Karpenter, the
 observer) talks to the apiserver directly. The faults and the invariants are defined, purely,
 in tests/support/soak_model.py.
@@ -39,7 +39,6 @@ from typing import Any
 from aiohttp import web
 
 from capacity.whatif.synth import SynthSpec, generate
-from tests.support.counting_proxy import CountingProxy, proxied_kubeconfig
 from tests.support.e2e_karpenter import (
     create_site_nodepools,
     delete_nodepools,
@@ -48,8 +47,6 @@ from tests.support.e2e_karpenter import (
     reset_cloud,
 )
 from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
-from tests.support.fake_actions import FakeActions, FakeSession, JobState
-from tests.support.fake_http import Fault as HttpFault
 from tests.support.soak_model import (
     ACTIONS_5XX,
     ACTIONS_401,
@@ -83,6 +80,9 @@ from tests.support.soak_model import (
     summarize,
     verdict,
 )
+from tools.counting_proxy import CountingProxy, proxied_kubeconfig
+from tools.fake_actions import FakeActions, FakeSession, JobState
+from tools.fake_http import Fault as HttpFault
 from tools.localcluster import LocalCluster
 from tools.localcluster.karpenter import NODECLAIMS, WORKFLOW_TYPE, Karpenter
 from tools.localcluster.rest import TRANSIENT, KubeError

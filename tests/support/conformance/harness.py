@@ -1,6 +1,6 @@
 """Run one listener process against a scripted fake and reduce what it did to comparable text.
 
-A run starts a fresh :class:`~tests.support.fake_actions.FakeActions` (GHES-style GitHub plus
+A run starts a fresh :class:`~tools.fake_actions.FakeActions` (GHES-style GitHub plus
 the Actions service) and a tiny fake Kubernetes API, scripts the fake for the scenario, starts
 the listener process with a config.json pointing at them, and waits until either the process
 exits on its own or the scenario is played out (script used up, a poll held). Then it sends
@@ -35,9 +35,9 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.support.fake_actions import FakeActions
-from tests.support.fake_http import LoopbackServer, json_response
-from tests.support.listener_process import LISTENER_COMMAND, ListenerProcess, listener_config
+from tools.fake_actions import FakeActions
+from tools.fake_http import LoopbackServer, json_response
+from tools.listener_process import LISTENER_COMMAND, ListenerProcess, listener_config
 
 PAT = "ghp_conformance_pat"
 SCALE_SET_ID = 7

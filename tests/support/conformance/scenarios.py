@@ -11,8 +11,8 @@ import json
 from typing import Any
 
 from tests.support.conformance.harness import SCALE_SET_ID, Scenario
-from tests.support.fake_actions import FakeActions, ScriptedPoll, make_rsa_keypair
-from tests.support.fake_http import Fault
+from tools.fake_actions import FakeActions, ScriptedPoll, make_rsa_keypair
+from tools.fake_http import Fault
 
 __all__ = ["SCENARIOS", "by_name"]
 

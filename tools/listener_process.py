@@ -28,10 +28,10 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.fake_actions import FakeActions
+from tools.fake_actions import FakeActions
 from tools.waits import WaitFailed, eventually, exited
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 PAT = "ghp_e2e_fake_token"
 HUD_TOKEN = "hud-e2e-token"
 LISTENER_COMMAND = (sys.executable, "-m", "listener")

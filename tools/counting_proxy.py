@@ -15,7 +15,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from tests.support.fake_http import LoopbackServer
+from tools.fake_http import LoopbackServer
 from tools.localcluster import LocalCluster
 
 

@@ -58,7 +58,7 @@ from typing import Any
 import jwt
 from aiohttp import web
 
-from tests.support.fake_http import (
+from tools.fake_http import (
     Fault,
     LoopbackFake,
     LoopbackServer,

@@ -1,4 +1,4 @@
-"""Run the fake Actions service and the fake HUD standalone: `python -m tests.support.fakes_cli`.
+"""Run the fake Actions service and the fake HUD standalone: `python -m tools.fakes_cli`.
 
 Prints ONE JSON line on stdout once both servers listen (URLs, tokens, scale sets), so a parent
 process can read it, then serves until SIGINT/SIGTERM. Jobs, claims, completions and faults are
@@ -16,8 +16,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.support.fake_actions import FakeActions
-from tests.support.fake_hud import FakeHUD
+from tools.fake_actions import FakeActions
+from tools.fake_hud import FakeHUD
 
 
 def parse_scale_set(text: str) -> tuple[int, str, list[str]]:
@@ -30,7 +30,7 @@ def parse_scale_set(text: str) -> tuple[int, str, list[str]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tests.support.fakes_cli", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m tools.fakes_cli", description=__doc__)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="fake GitHub/Actions port (0: any)")
     p.add_argument("--hud-port", type=int, default=0, help="fake HUD port (0: any)")

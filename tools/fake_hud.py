@@ -31,8 +31,8 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.support.fake_actions import FakeActions, FakeJob, JobState
-from tests.support.fake_http import (
+from tools.fake_actions import FakeActions, FakeJob, JobState
+from tools.fake_http import (
     Fault,
     LoopbackFake,
     LoopbackServer,

@@ -49,8 +49,8 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.support.fake_actions import FakeActions, JobState
-from tests.support.fake_http import LoopbackFake, LoopbackServer
+from tools.fake_actions import FakeActions, JobState
+from tools.fake_http import LoopbackFake, LoopbackServer
 
 PREFIX = "/api/v3"
 DEFAULT_PER_PAGE = 30

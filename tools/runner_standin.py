@@ -51,7 +51,7 @@ from typing import Any, TypeVar
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.support.fake_actions import FakeActions, FakeJob, JobState
+from tools.fake_actions import FakeActions, FakeJob, JobState
 from tools.kube_calls import API_TIMEOUT, retrying, watch_objects
 from tools.waits import WaitFailed, eventually
 
