@@ -95,7 +95,7 @@ cluster-build: venv
 	$(CLUSTER) build --karpenter --helm
 
 conformance-build: venv
-	$(PY) -m tests.support.conformance.build
+	$(PY) -m tools.conformance.build
 
 cluster-up: cluster-build
 	$(CLUSTER) up

@@ -1,6 +1,6 @@
 """The on-disk cache of the slow builds the tests need (test infrastructure): the local
 control plane and Karpenter (tools/localcluster/build.py), the conformance tier's
-reference listener (tests/support/conformance/build.py) and the image tier's base root file
+reference listener (tools/conformance/build.py) and the image tier's base root file
 system (tests/support/image.py).
 
 * ``cache_dir``: ``${XDG_CACHE_HOME:-~/.cache}/capacity-listener/<name>``, outside the

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.e2e_karpenter import ensure_karpenter
-from tests.support.e2e_site import Stage
 from tools.control_plane import local_control_plane
+from tools.e2e_karpenter import ensure_karpenter
+from tools.e2e_site import Stage
 from tools.localcluster import BuildError, ClusterError, LocalCluster
 from tools.localcluster.karpenter import Karpenter
 

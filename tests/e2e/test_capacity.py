@@ -19,7 +19,7 @@ from collections import Counter
 
 import pytest
 
-from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
+from tools.e2e_site import Pool, Site, SiteSpec, Stage
 from tools.fake_actions import FakeJob, JobState
 from tools.fake_hud import Outage
 

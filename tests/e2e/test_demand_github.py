@@ -4,7 +4,7 @@ header rises, and the jobs run."""
 
 from __future__ import annotations
 
-from tests.support.e2e_site import SiteSpec, Stage
+from tools.e2e_site import SiteSpec, Stage
 from tools.fake_actions import JobState
 from tools.listener_process import metric_value
 

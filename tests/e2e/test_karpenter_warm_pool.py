@@ -14,7 +14,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from tests.e2e.test_karpenter_capacity import MakePools, pools, settings, spec, warm
-from tests.support.e2e_site import Site, Stage
+from tools.e2e_site import Site, Stage
 from tools.fake_actions import JobState
 from tools.listener_process import metric_value
 from tools.localcluster.karpenter import Karpenter

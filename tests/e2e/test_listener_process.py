@@ -13,7 +13,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from tests.support.e2e_site import Site, SiteSpec, Stage
+from tools.e2e_site import Site, SiteSpec, Stage
 from tools.fake_actions import JobState
 from tools.runner_standin import ARC_GROUP, ARC_VERSION, ER_PLURAL
 from tools.waits import eventually

@@ -12,7 +12,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
+from tools.e2e_site import Pool, Site, SiteSpec, Stage
 from tools.fake_actions import JobState
 from tools.runner_standin import (
     ARC_GROUP,

@@ -22,7 +22,7 @@ from base.kube import (
     Upserted,
     WatchEvent,
 )
-from tests.support.capacity_kit import compact_etcd, restart_apiserver
+from tools.capacity_kit import compact_etcd, restart_apiserver
 from tools.localcluster import LocalCluster
 from tools.localcluster.testkit import pod_manifest
 from tools.waits import eventually

@@ -6,7 +6,7 @@ import asyncio
 
 import httpx
 
-from tests.support.capacity_kit import restart_apiserver
+from tools.capacity_kit import restart_apiserver
 from tools.localcluster import LocalCluster
 
 

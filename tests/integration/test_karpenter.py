@@ -24,7 +24,6 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from tests.support.capacity_kit import ROOT, apply_ladder, create_runner_set, read_pod
 from tests.support.karpenter_kit import (
     RUNNER_SET,
     Scene,
@@ -34,6 +33,7 @@ from tests.support.karpenter_kit import (
     runner_template,
     settings,
 )
+from tools.capacity_kit import ROOT, apply_ladder, create_runner_set, read_pod
 from tools.localcluster.karpenter import (
     DISRUPTED_TAINT,
     GENERAL_TYPES,

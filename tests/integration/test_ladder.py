@@ -26,7 +26,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from tests.support.capacity_kit import apply_ladder, read_pod
+from tools.capacity_kit import apply_ladder, read_pod
 from tools.localcluster.testkit import pod_manifest
 from tools.waits import eventually
 

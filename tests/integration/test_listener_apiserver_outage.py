@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.capacity_kit import start_apiserver, stop_apiserver
-from tests.support.e2e_site import Site, SiteSpec, Stage
+from tools.capacity_kit import start_apiserver, stop_apiserver
+from tools.e2e_site import Site, SiteSpec, Stage
 from tools.fake_actions import JobState
 from tools.listener_process import metric_value
 from tools.localcluster import LocalCluster

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.e2e_site import SiteSpec, Stage
+from tools.e2e_site import SiteSpec, Stage
 from tools.fake_http import Fault
 from tools.localcluster import LocalCluster
 

@@ -31,8 +31,8 @@ async def test_live_metrics_page_exports_the_listed_series_and_every_queried_one
     dashboard panel or an alert rule queries."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from tests.support.e2e_site import SiteSpec, Stage
     from tests.unit.capacity.test_reconciler_metrics import FIRST_WRITTEN_WHEN_USED
+    from tools.e2e_site import SiteSpec, Stage
     from tools.fake_actions import JobState
 
     listed = read_metric_list()

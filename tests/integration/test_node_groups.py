@@ -21,7 +21,6 @@ from capacity.model import Observed
 from capacity.node_group_watch import NodeGroupRoom
 from capacity.settings import ClusterAutoscalerSettings
 from tests.integration.test_capacity_monitor import RUNNER_SET, Scene, settings
-from tests.support.capacity_kit import apply_ladder, create_runner_set, runner_pod_spec
 from tests.support.deploy_cluster_kit import (
     apply,
     as_listener,
@@ -34,6 +33,7 @@ from tests.support.deploy_cluster_kit import (
 )
 from tests.support.deploy_files import DEPLOY, yaml_docs
 from tests.unit.capacity.test_node_groups import STATUS
+from tools.capacity_kit import apply_ladder, create_runner_set, runner_pod_spec
 from tools.localcluster import LocalCluster
 from tools.waits import eventually, running
 

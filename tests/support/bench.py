@@ -58,9 +58,9 @@ from capacity.github_demand import GitHubDemand, GitHubScope
 from capacity.settings import GitHubDemandSettings
 from tests.support.bench_footprint import create_foreign_pods, footprint, sample_memory
 from tests.support.bench_outcomes import benchmark
-from tests.support.e2e_site import PodEvent, Pool, SiteSpec, Stage
 from tools.control_plane import local_control_plane, new_workdir
 from tools.counting_proxy import CountingProxy, proxied_kubeconfig
+from tools.e2e_site import PodEvent, Pool, SiteSpec, Stage
 from tools.fake_actions import FakeActions, FakeJob, JobState
 from tools.fake_github_rest import FakeGitHubRest
 from tools.listener_process import PAT, metric_value

@@ -382,7 +382,7 @@ async def _signal_latency(
 def bench_cluster(pairs: int, unrelated: int, idle_pairs: int, idle_seconds: float) -> Any:
     from kubernetes_asyncio import client, config
 
-    from tests.support.capacity_kit import apply_ladder, create_runner_set, runner_pod_spec
+    from tools.capacity_kit import apply_ladder, create_runner_set, runner_pod_spec
     from tools.localcluster import LocalCluster, ensure_built
     from tools.localcluster.testkit import node_reservation
 

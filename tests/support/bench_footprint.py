@@ -42,18 +42,18 @@ import httpx
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.support.conformance import build, harness
-from tests.support.conformance.harness import (
+from tools.build_cache import build_once, cache_dir, input_key
+from tools.conformance import build, harness
+from tools.conformance.harness import (
     SCALE_SET_ID,
     FakeKube,
     _kubeconfig,
     _play_out,
     config_json,
 )
-from tests.support.conformance.scenarios import by_name
-from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
-from tools.build_cache import build_once, cache_dir, input_key
+from tools.conformance.scenarios import by_name
 from tools.control_plane import local_control_plane, new_workdir
+from tools.e2e_site import Pool, Site, SiteSpec, Stage
 from tools.fake_actions import FakeActions
 from tools.listener_process import PAT, REPO_ROOT, ListenerProcess, metric_value
 from tools.localcluster import LocalCluster

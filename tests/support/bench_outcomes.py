@@ -61,7 +61,7 @@ from typing import Any
 
 from capacity.whatif.optimum import optimum
 from capacity.whatif.synth import SynthSpec, generate
-from tests.support.e2e_karpenter import (
+from tools.e2e_karpenter import (
     NodeClaimLog,
     create_site_nodepools,
     delete_nodepools,
@@ -69,7 +69,7 @@ from tests.support.e2e_karpenter import (
     nodepool_name,
     reset_cloud,
 )
-from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
+from tools.e2e_site import Pool, Site, SiteSpec, Stage
 from tools.fake_actions import FakeActions, FakeJob, JobState
 from tools.localcluster import LocalCluster
 from tools.localcluster.karpenter import WORKFLOW_TYPE, Karpenter

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.support import demo_karpenter
-from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tools.control_plane import local_control_plane, new_workdir
+from tools.e2e_site import Pool, Site, SiteSpec, Stage
 from tools.fake_actions import FakeActions, FakeJob, JobState
 from tools.waits import WaitFailed, wait_until
 

@@ -26,7 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.e2e_karpenter import (
+from tools.control_plane import local_control_plane
+from tools.e2e_karpenter import (
     NodeClaimLog,
     create_site_nodepools,
     delete_nodepools,
@@ -34,8 +35,7 @@ from tests.support.e2e_karpenter import (
     nodepool_name,
     reset_cloud,
 )
-from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
-from tools.control_plane import local_control_plane
+from tools.e2e_site import Pool, Site, SiteSpec, Stage
 from tools.fake_actions import FakeActions, FakeJob, JobState
 from tools.localcluster.karpenter import (
     NODECLAIMS,

@@ -16,12 +16,12 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from capacity.settings import CapacitySettings, Resources, Toleration
-from tests.support.capacity_kit import (
+from tests.support.monitor_scene import ROLE_LABEL, MonitorScene, ScaleSet
+from tools.capacity_kit import (
     SCALE_SET_LABEL,
     create_ephemeral_runner,
     real_pod,
 )
-from tests.support.monitor_scene import ROLE_LABEL, MonitorScene, ScaleSet
 from tools.localcluster.karpenter import NODEPOOL_LABEL, Karpenter
 from tools.localcluster.testkit import OWNER_KEY
 from tools.sampling import Sampler

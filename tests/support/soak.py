@@ -39,14 +39,6 @@ from typing import Any
 from aiohttp import web
 
 from capacity.whatif.synth import SynthSpec, generate
-from tests.support.e2e_karpenter import (
-    create_site_nodepools,
-    delete_nodepools,
-    ensure_karpenter,
-    nodepool_name,
-    reset_cloud,
-)
-from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
 from tests.support.soak_model import (
     ACTIONS_5XX,
     ACTIONS_401,
@@ -81,6 +73,14 @@ from tests.support.soak_model import (
     verdict,
 )
 from tools.counting_proxy import CountingProxy, proxied_kubeconfig
+from tools.e2e_karpenter import (
+    create_site_nodepools,
+    delete_nodepools,
+    ensure_karpenter,
+    nodepool_name,
+    reset_cloud,
+)
+from tools.e2e_site import Pool, Site, SiteSpec, Stage
 from tools.fake_actions import FakeActions, FakeSession, JobState
 from tools.fake_http import Fault as HttpFault
 from tools.localcluster import LocalCluster
@@ -541,7 +541,7 @@ async def _clear_hud_after(run: SeedRun, seconds: float) -> None:
 
 
 async def _restart_apiserver(run: SeedRun, downtime: float) -> None:
-    from tests.support.capacity_kit import restart_apiserver
+    from tools.capacity_kit import restart_apiserver
 
     await restart_apiserver(run.stage.cluster, downtime)
 

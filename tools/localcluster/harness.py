@@ -314,7 +314,7 @@ class LocalCluster:
                 # On SIGTERM, close open watches (within 2 s) instead of letting the HTTP
                 # server wait for them: by default it waits until its 60 s shutdown timeout,
                 # since every controller and informer holds a watch open. A restart
-                # (tests.support.capacity_kit.restart_apiserver) then takes seconds, not 30+.
+                # (tools.capacity_kit.restart_apiserver) then takes seconds, not 30+.
                 "--shutdown-watch-termination-grace-period=2s",
             ],
         )

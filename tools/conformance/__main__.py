@@ -1,4 +1,4 @@
-"""``python -m tests.support.conformance``: run every scenario, print a JSON summary.
+"""``python -m tools.conformance``: run every scenario, print a JSON summary.
 
 The pytest suite (``tests/conformance``) is the check; this is for looking: per scenario the
 seconds each side took, how many requests and scaler calls the reference made, how many
@@ -15,10 +15,10 @@ import sys
 import time
 from typing import Any
 
-from tests.support.conformance import build
-from tests.support.conformance.differences import aspect_diffs, load_table, problems_for
-from tests.support.conformance.harness import our_command, run_listener
-from tests.support.conformance.scenarios import SCENARIOS
+from tools.conformance import build
+from tools.conformance.differences import aspect_diffs, load_table, problems_for
+from tools.conformance.harness import our_command, run_listener
+from tools.conformance.scenarios import SCENARIOS
 
 
 async def main(names: list[str]) -> dict[str, Any]:

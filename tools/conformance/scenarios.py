@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.support.conformance.harness import SCALE_SET_ID, Scenario
+from tools.conformance.harness import SCALE_SET_ID, Scenario
 from tools.fake_actions import FakeActions, ScriptedPoll, make_rsa_keypair
 from tools.fake_http import Fault
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.conformance.harness import Run
+from tools.conformance.harness import Run
 
 __all__ = [
     "TABLE_PATH",

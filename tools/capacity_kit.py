@@ -25,7 +25,7 @@ from tools.localcluster import LocalCluster
 from tools.localcluster.testkit import PAUSE_IMAGE, placement
 from tools.waits import WaitFailed, eventually, eventually_sync
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 SCALE_SET_LABEL = "actions.github.com/scale-set-name"
 LADDER = {

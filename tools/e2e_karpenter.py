@@ -1,6 +1,6 @@
 """End-to-end sites whose nodes come from Karpenter (test infrastructure).
 
-A ``Site`` (tests/support/e2e_site.py) places runner and workflow pods with a pool label and a
+A ``Site`` (tools/e2e_site.py) places runner and workflow pods with a pool label and a
 matching NoSchedule taint. Here each pool of a site is one Karpenter NodePool whose nodes carry
 that label and taint, so the site's pods provision their own nodes, of the pool's instance
 types, with the node-registration delay of the KWOKNodeClass. ``NodeClaimLog`` samples the
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tests.support.e2e_site import POOL_KEY, Site
+from tools.e2e_site import POOL_KEY, Site
 from tools.localcluster import LocalCluster
 from tools.localcluster.build import ensure_karpenter_built
 from tools.localcluster.karpenter import (
