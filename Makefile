@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 demo: venv cluster-build
-	$(PY) -m tests.support.demo
+	$(PY) -m tools.demo
 
 # Static checks. mypy covers tests/ too; import-linter holds ARCHITECTURE.md's import rules
 # ([tool.importlinter] in pyproject.toml); vulture finds code production never calls
@@ -71,7 +71,7 @@ test-image: venv cluster-build
 	$(VENV)/bin/pytest tests/image
 
 image: venv
-	$(PY) -m tests.support.image
+	$(PY) -m tools.image
 
 # Opt-in: the capacity model on the real cluster-autoscaler (1.36, kwok provider), built from
 # the source tree in CLUSTER_AUTOSCALER_SRC (not on the Go module proxy); skipped without it.
@@ -107,7 +107,7 @@ cluster-status: venv
 	$(CLUSTER) status
 
 bench: venv cluster-build
-	$(PY) -m tests.support.bench
+	$(PY) -m tools.bench
 
 # The companion chart, versioned like the image (pyproject.toml): chart version and appVersion
 # (the image tag the chart's NOTES print) are both set here, with the pinned Helm.
@@ -120,18 +120,18 @@ chart-package: venv
 
 # RSS of one listener beside ARC's Go listener, idle and at 100 / 1,000 pairs (prints JSON).
 bench-footprint: venv cluster-build conformance-build
-	$(PY) -m tests.support.bench_footprint
+	$(PY) -m tools.bench_footprint
 
 # Five seeds, every variant of a seed side by side (about 2 h on a busy 2-core machine).
 OUTCOMES_DIR ?= docs/img
 bench-outcomes: venv cluster-build
-	$(PY) -m tests.support.bench_outcomes run --out $(OUTCOMES_DIR)
+	$(PY) -m tools.bench_outcomes run --out $(OUTCOMES_DIR)
 
 # The fault soak (docs/soak.md): seeded faults over two Karpenter sites, invariants as JSON.
 SEED ?= 1
 DURATION ?= 240
 soak: venv cluster-build
-	$(PY) -m tests.support.soak run --seeds $(SEED) --duration $(DURATION)
+	$(PY) -m tools.soak run --seeds $(SEED) --duration $(DURATION)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache .coverage

@@ -1,7 +1,7 @@
 """The on-disk cache of the slow builds the tests need (test infrastructure): the local
 control plane and Karpenter (tools/localcluster/build.py), the conformance tier's
 reference listener (tools/conformance/build.py) and the image tier's base root file
-system (tests/support/image.py).
+system (tools/image.py).
 
 * ``cache_dir``: ``${XDG_CACHE_HOME:-~/.cache}/capacity-listener/<name>``, outside the
   repository, so a fresh clone or another worktree reuses what this machine built.

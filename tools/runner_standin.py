@@ -55,7 +55,7 @@ from tools.fake_actions import FakeActions, FakeJob, JobState
 from tools.kube_calls import API_TIMEOUT, retrying, watch_objects
 from tools.waits import WaitFailed, eventually
 
-log = logging.getLogger("tests.runner_standin")
+log = logging.getLogger("tools.runner_standin")
 
 ARC_GROUP = "actions.github.com"
 ARC_VERSION = "v1alpha1"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.bench_outcomes import REFERENCE, SMOKE, benchmark
+from tools.bench_outcomes import REFERENCE, SMOKE, benchmark
 from tools.localcluster import LocalCluster
 from tools.localcluster.karpenter import Karpenter
 

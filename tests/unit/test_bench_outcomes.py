@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.bench_outcomes import (
+from tools.bench_outcomes import (
     FULL,
     REFERENCE,
     SMOKE,

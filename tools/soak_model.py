@@ -1,4 +1,4 @@
-"""The pure half of the fault soak (tests/support/soak.py; docs/soak.md): the seeded fault
+"""The pure half of the fault soak (tools/soak.py; docs/soak.md): the seeded fault
 schedule and every invariant, computed from what the run recorded. No I/O, no clock: the unit
 tier checks these on hand-made records (tests/unit/test_soak_model.py).
 

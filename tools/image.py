@@ -16,7 +16,7 @@ infrastructure for tests/image).
   working container of the result as the image's user. The listener itself runs from the
   image through tests/support/image_listener.py.
 
-``python -m tests.support.image`` builds and prints the image's numbers as JSON.
+``python -m tools.image`` builds and prints the image's numbers as JSON.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 
 from tools.build_cache import build_once, cache_dir, input_key, locked
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 SUITE = "trixie"
 BASE_REPOSITORY = "localhost/capacity-listener-base"
 IMAGE = "localhost/capacity-listener:test"

@@ -1,4 +1,4 @@
-"""Capacity monitor benchmarks: ``python -m tests.support.bench_capacity`` prints JSON.
+"""Capacity monitor benchmarks: ``python -m tools.bench_capacity`` prints JSON.
 
 1. ``reconcile_cpu``: CPU time of one planning pass (view snapshot + expectations + policy)
    at 1,000 pairs, on a view filled in memory (no cluster: this is the pure CPU path the
@@ -413,13 +413,13 @@ def bench_cluster(pairs: int, unrelated: int, idle_pairs: int, idle_seconds: flo
         staged = asyncio.run(_stage(kubeconfig, ns, pairs, unrelated))
         child = subprocess.run(
             [
-                *(sys.executable, "-m", "tests.support.bench_capacity"),
+                *(sys.executable, "-m", "tools.bench_capacity"),
                 *("--child", kubeconfig, ns, "--pairs", str(pairs)),
             ],
             capture_output=True,
             text=True,
             check=True,
-            cwd=Path(__file__).resolve().parents[2],
+            cwd=Path(__file__).resolve().parents[1],
         )
         measured = json.loads(child.stdout)
         out["memory"] = {
@@ -444,7 +444,7 @@ def bench_cluster(pairs: int, unrelated: int, idle_pairs: int, idle_seconds: flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.support.bench_capacity")
+    parser = argparse.ArgumentParser(prog="python -m tools.bench_capacity")
     parser.add_argument("--pairs", type=int, default=1000)
     parser.add_argument("--unrelated", type=int, default=3000)
     parser.add_argument("--idle-pairs", type=int, default=100)

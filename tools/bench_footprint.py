@@ -1,4 +1,4 @@
-"""Footprint benchmark (``make bench-footprint`` / ``python -m tests.support.bench_footprint``;
+"""Footprint benchmark (``make bench-footprint`` / ``python -m tools.bench_footprint``;
 also ``footprint`` in ``make bench``): one JSON document on stdout, progress on stderr. Never
 used for assertions; numbers depend on the machine.
 
@@ -361,7 +361,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.support.bench_footprint")
+    parser = argparse.ArgumentParser(prog="python -m tools.bench_footprint")
     parser.add_argument("--pairs", type=int, action="append", help="repeatable; 100 and 1000")
     parser.add_argument("--foreign", type=int, default=2000, help="foreign pods per case")
     parser.add_argument("--settle", type=float, default=20.0, help="seconds of sampling")

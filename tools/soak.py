@@ -1,19 +1,19 @@
 """The fault soak (``make soak``; docs/soak.md): two clusters on the real Karpenter, a seeded
 job trace and a seeded schedule of faults, with invariants checked over the whole run.
 
-``python -m tests.support.soak run --seed N --duration S [--out F.json]`` (or ``--seeds 1 2
+``python -m tools.soak run --seed N --duration S [--out F.json]`` (or ``--seeds 1 2
 3``, one after the other, each on fresh state) prints one JSON document: per seed the fault
 schedule, every invariant as a number and ``ok`` against the thresholds; over several seeds a
 min/median/max summary per invariant.
 
-The world is the outcome benchmark's (tests/support/bench_outcomes.py): two Sites (namespaces
+The world is the outcome benchmark's (tools/bench_outcomes.py): two Sites (namespaces
 with their own Karpenter NodePools, kwok cloud provider, on one control plane) share one fake
 Actions service and one fake HUD; each runs our listener as a real process, restarted by a
 small supervisor as the kubelet would after a delay, and the runner stand-in. The listeners
 reach the apiserver through a proxy (tools/counting_proxy.py) that can answer 429 as
 the apiserver's priority and fairness does; everything else (the stand-in, Karpenter, the
 observer) talks to the apiserver directly. The faults and the invariants are defined, purely,
-in tests/support/soak_model.py.
+in tools/soak_model.py.
 
 Size: one harness: the faults are applied to, and the invariants read from, the same sites,
 fakes, proxy and supervisors over one run, and a reader follows a surprising number back
@@ -39,7 +39,21 @@ from typing import Any
 from aiohttp import web
 
 from capacity.whatif.synth import SynthSpec, generate
-from tests.support.soak_model import (
+from tools.counting_proxy import CountingProxy, proxied_kubeconfig
+from tools.e2e_karpenter import (
+    create_site_nodepools,
+    delete_nodepools,
+    ensure_karpenter,
+    nodepool_name,
+    reset_cloud,
+)
+from tools.e2e_site import Pool, Site, SiteSpec, Stage
+from tools.fake_actions import FakeActions, FakeSession, JobState
+from tools.fake_http import Fault as HttpFault
+from tools.localcluster import LocalCluster
+from tools.localcluster.karpenter import NODECLAIMS, WORKFLOW_TYPE, Karpenter
+from tools.localcluster.rest import TRANSIENT, KubeError
+from tools.soak_model import (
     ACTIONS_5XX,
     ACTIONS_401,
     ACTIONS_429,
@@ -72,20 +86,6 @@ from tests.support.soak_model import (
     summarize,
     verdict,
 )
-from tools.counting_proxy import CountingProxy, proxied_kubeconfig
-from tools.e2e_karpenter import (
-    create_site_nodepools,
-    delete_nodepools,
-    ensure_karpenter,
-    nodepool_name,
-    reset_cloud,
-)
-from tools.e2e_site import Pool, Site, SiteSpec, Stage
-from tools.fake_actions import FakeActions, FakeSession, JobState
-from tools.fake_http import Fault as HttpFault
-from tools.localcluster import LocalCluster
-from tools.localcluster.karpenter import NODECLAIMS, WORKFLOW_TYPE, Karpenter
-from tools.localcluster.rest import TRANSIENT, KubeError
 
 PAT = "ghp_e2e_fake_token"
 SITE_NAMES = ("soak-a", "soak-b")
@@ -843,7 +843,7 @@ def merge(
 def main(argv: list[str] | None = None) -> int:
     from tools.control_plane import local_control_plane, new_workdir
 
-    parser = argparse.ArgumentParser(prog="python -m tests.support.soak")
+    parser = argparse.ArgumentParser(prog="python -m tools.soak")
     sub = parser.add_subparsers(dest="command", required=True)
     run_cmd = sub.add_parser("run", help="run the soak; prints one JSON document")
     run_cmd.add_argument("--seed", type=int, default=None)

@@ -1,6 +1,6 @@
 """Does the what-if simulator agree with the cluster? The outcome benchmark's own runs, replayed.
 
-    python -m tests.support.bench_agreement OUTCOMES_JSON [--out F.json] [--tolerance 0.15]
+    python -m tools.bench_agreement OUTCOMES_JSON [--out F.json] [--tolerance 0.15]
 
 For each seed and each of our variants in an ``outcomes.json`` written by the outcome
 benchmark (``make bench-outcomes``), the same trace is generated again from the recorded
@@ -82,7 +82,7 @@ from capacity.settings import (
 from capacity.warm_pool import WarmPool
 from capacity.whatif.simulate import Outcome, SimConfig, simulate_clusters
 from capacity.whatif.synth import LabelSet, SynthSpec, generate, provisioning_delays
-from tests.support.bench_outcomes import Config, plan
+from tools.bench_outcomes import Config, plan
 
 TOLERANCE = 0.15  # the issue's goal: within 15 %
 CLUSTERS = 2  # bench_outcomes' two sites
@@ -568,7 +568,7 @@ def compare(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.support.bench_agreement")
+    parser = argparse.ArgumentParser(prog="python -m tools.bench_agreement")
     parser.add_argument("outcomes", type=Path, help="an outcomes.json of bench_outcomes")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here")
     parser.add_argument("--tolerance", type=float, default=TOLERANCE)

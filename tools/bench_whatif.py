@@ -3,7 +3,7 @@ replayed with fixed pools, with look-ahead, and with an arrival oracle (a pool t
 how many jobs the next lead time brings: the ceiling of any arrival estimate), the
 simulator's speed, and the curve figure.
 
-    python -m tests.support.bench_whatif [--images docs/img] [--pools 0,10,20,40,80]
+    python -m tools.bench_whatif [--images docs/img] [--pools 0,10,20,40,80]
         [--adaptive 0.5,0.9,0.99 --adaptive-max 40] [--seed 1] [--keep]
         [--pool-factory module:callable ...]
 

@@ -1,4 +1,4 @@
-"""The local demo (``make demo`` / ``python -m tests.support.demo``): the whole product working
+"""The local demo (``make demo`` / ``python -m tools.demo``): the whole product working
 without GitHub, in about two minutes.
 
 By default the story runs on two clusters whose nodes come from Karpenter
@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support import demo_karpenter
+from tools import demo_karpenter
 from tools.control_plane import local_control_plane, new_workdir
 from tools.e2e_site import Pool, Site, SiteSpec, Stage
 from tools.fake_actions import FakeActions, FakeJob, JobState
@@ -179,7 +179,7 @@ def _summary(demo: Demo, stage: Stage, site: Site, jobs: list[FakeJob], held: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.support.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.demo", description=__doc__)
     parser.add_argument("--burst", type=int, default=None, help="jobs in the burst (12; 16)")
     parser.add_argument("--job-seconds", type=float, default=6.0, help="job duration (6)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs here")

@@ -984,7 +984,7 @@ def _draw_summary(seeds: Mapping[str, Any], config: Config, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     from tools.control_plane import local_control_plane, new_workdir
 
-    parser = argparse.ArgumentParser(prog="python -m tests.support.bench_outcomes")
+    parser = argparse.ArgumentParser(prog="python -m tools.bench_outcomes")
     sub = parser.add_subparsers(dest="command", required=True)
     run_cmd = sub.add_parser("run", help="run the benchmark; JSON + figures into --out")
     run_cmd.add_argument("--out", type=Path, default=Path("docs/img"))

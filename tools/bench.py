@@ -1,4 +1,4 @@
-"""Outcome benchmarks (``make bench`` / ``python -m tests.support.bench``): one JSON document
+"""Outcome benchmarks (``make bench`` / ``python -m tools.bench``): one JSON document
 on stdout, progress on stderr. Never used for assertions; numbers depend on the machine.
 
 Each benchmark runs the real listener process with the fake Actions service, the fake HUD and
@@ -33,7 +33,7 @@ the runner stand-in on the local control plane (README, "Measured"):
 Size: the catalogue ``make bench`` runs. The benchmarks share the ``Bench`` (control plane,
 work directory, fresh Stage per scenario) and a few measuring helpers, and each is one
 section of a few dozen lines; the counting proxy lives in tools/counting_proxy.py and
-the Karpenter trace in tests/support/bench_outcomes.py.
+the Karpenter trace in tools/bench_outcomes.py.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ from kubernetes_asyncio import client
 
 from capacity.github_demand import GitHubDemand, GitHubScope
 from capacity.settings import GitHubDemandSettings
-from tests.support.bench_footprint import create_foreign_pods, footprint, sample_memory
-from tests.support.bench_outcomes import benchmark
+from tools.bench_footprint import create_foreign_pods, footprint, sample_memory
+from tools.bench_outcomes import benchmark
 from tools.control_plane import local_control_plane, new_workdir
 from tools.counting_proxy import CountingProxy, proxied_kubeconfig
 from tools.e2e_site import PodEvent, Pool, SiteSpec, Stage
@@ -591,7 +591,7 @@ async def run(selected: list[str], workdir: Path, images: Path | None = None) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.support.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__)
     parser.add_argument(
         "--only", action="append", choices=sorted(BENCHES), help="run only these (repeatable)"
     )
