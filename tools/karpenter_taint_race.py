@@ -7,7 +7,7 @@ after the scheduler bound a pod to the (by then untainted) node, and delete the 
 provisions ``--rounds`` × ``--pods`` fresh nodes with the controller on or off and counts the
 pods that vanished, so the harness flag is shown to matter rather than assumed.
 
-    python -m tests.support.karpenter_taint_race --taint-eviction on --rounds 10
+    python -m tools.karpenter_taint_race --taint-eviction on --rounds 10
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def measure(taint_eviction: bool, rounds: int, pods: int) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.support.karpenter_taint_race")
+    parser = argparse.ArgumentParser(prog="python -m tools.karpenter_taint_race")
     parser.add_argument("--taint-eviction", choices=["on", "off"], default="off")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--pods", type=int, default=5)
