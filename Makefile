@@ -33,7 +33,7 @@ venv: $(VENV)/.installed
 demo: venv cluster-build
 	$(PY) -m tools.demo
 
-# Static checks. mypy covers tests/ too; import-linter holds ARCHITECTURE.md's import rules
+# Static checks. mypy covers tools/ and tests/ too; import-linter holds ARCHITECTURE.md's import rules
 # ([tool.importlinter] in pyproject.toml); vulture finds code production never calls
 # ([tool.vulture]).
 lint: venv lint-only
