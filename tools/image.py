@@ -1,5 +1,5 @@
-"""The listener image built from the real Dockerfile and run, without a Docker engine (test
-infrastructure for tests/image).
+"""The listener image built from the real Dockerfile and run, without a Docker engine
+(``make image``; the image tier, tests/image, runs it too).
 
 * The Dockerfile's base, ``python:3.13-slim``, comes from a registry this project does not
   reach, so an equivalent base is bootstrapped from Debian packages: ``mmdebstrap`` makes a
