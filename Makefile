@@ -33,9 +33,10 @@ venv: $(VENV)/.installed
 demo: venv cluster-build
 	$(PY) -m tools.demo
 
-# Static checks. mypy covers tools/ and tests/ too; import-linter holds ARCHITECTURE.md's import rules
-# ([tool.importlinter] in pyproject.toml); vulture finds code production never calls
-# ([tool.vulture]).
+# Static checks. mypy covers tools/ and tests/ too; import-linter holds ARCHITECTURE.md's
+# import rules ([tool.importlinter] in pyproject.toml); vulture finds code production never
+# calls ([tool.vulture]). The demo, benchmarks, soak and cluster targets run tools/
+# (tools/README.md).
 lint: venv lint-only
 
 lint-only:
