@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-CLUSTER := $(PY) -m tests.support.localcluster
+CLUSTER := $(PY) -m tools.localcluster
 
 .PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
         typecheck check coverage lint-only cluster-build cluster-up cluster-down cluster-status \
@@ -31,11 +31,12 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 demo: venv cluster-build
-	$(PY) -m tests.support.demo
+	$(PY) -m tools.demo
 
-# Static checks. mypy covers tests/ too; import-linter holds ARCHITECTURE.md's import rules
-# ([tool.importlinter] in pyproject.toml); vulture finds code production never calls
-# ([tool.vulture]).
+# Static checks. mypy covers tools/ and tests/ too; import-linter holds ARCHITECTURE.md's
+# import rules ([tool.importlinter] in pyproject.toml); vulture finds code production never
+# calls ([tool.vulture]). The demo, benchmarks, soak and cluster targets run tools/
+# (tools/README.md).
 lint: venv lint-only
 
 lint-only:
@@ -71,7 +72,7 @@ test-image: venv cluster-build
 	$(VENV)/bin/pytest tests/image
 
 image: venv
-	$(PY) -m tests.support.image
+	$(PY) -m tools.image
 
 # Opt-in: the capacity model on the real cluster-autoscaler (1.36, kwok provider), built from
 # the source tree in CLUSTER_AUTOSCALER_SRC (not on the Go module proxy); skipped without it.
@@ -95,7 +96,7 @@ cluster-build: venv
 	$(CLUSTER) build --karpenter --helm
 
 conformance-build: venv
-	$(PY) -m tests.support.conformance.build
+	$(PY) -m tools.conformance.build
 
 cluster-up: cluster-build
 	$(CLUSTER) up
@@ -107,7 +108,7 @@ cluster-status: venv
 	$(CLUSTER) status
 
 bench: venv cluster-build
-	$(PY) -m tests.support.bench
+	$(PY) -m tools.bench
 
 # The companion chart, versioned like the image (pyproject.toml): chart version and appVersion
 # (the image tag the chart's NOTES print) are both set here, with the pinned Helm.
@@ -120,18 +121,18 @@ chart-package: venv
 
 # RSS of one listener beside ARC's Go listener, idle and at 100 / 1,000 pairs (prints JSON).
 bench-footprint: venv cluster-build conformance-build
-	$(PY) -m tests.support.bench_footprint
+	$(PY) -m tools.bench_footprint
 
 # Five seeds, every variant of a seed side by side (about 2 h on a busy 2-core machine).
 OUTCOMES_DIR ?= docs/img
 bench-outcomes: venv cluster-build
-	$(PY) -m tests.support.bench_outcomes run --out $(OUTCOMES_DIR)
+	$(PY) -m tools.bench_outcomes run --out $(OUTCOMES_DIR)
 
 # The fault soak (docs/soak.md): seeded faults over two Karpenter sites, invariants as JSON.
 SEED ?= 1
 DURATION ?= 240
 soak: venv cluster-build
-	$(PY) -m tests.support.soak run --seeds $(SEED) --duration $(DURATION)
+	$(PY) -m tools.soak run --seeds $(SEED) --duration $(DURATION)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache .coverage

@@ -3,7 +3,7 @@
 The reference is a small Go program over ``github.com/actions/scaleset`` v0.4.0 (the library
 ARC 0.14.2's ``ghalistener`` runs its loop with), built once from the Go module proxy and
 cached. Every scenario runs the reference, then this listener, and every difference between
-the two runs must be one the table in ``tests/support/conformance/differences.toml`` accepts.
+the two runs must be one the table in ``tools/conformance/differences.toml`` accepts.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.conformance import build
-from tests.support.conformance.differences import (
+from tools.conformance import build
+from tools.conformance.differences import (
     aspect_diffs,
     load_table,
     problems_for,
     unused_wildcards,
 )
-from tests.support.conformance.harness import Run, Scenario, our_command, run_listener
-from tests.support.conformance.scenarios import SCENARIOS
+from tools.conformance.harness import Run, Scenario, our_command, run_listener
+from tools.conformance.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.conformance
 

@@ -2,7 +2,7 @@
 the runner stand-in, on the real local control plane.
 
 ``local_cluster`` (session): an external disposable cluster (``LOCALCLUSTER_KUBECONFIG``), a
-running ``python -m tests.support.localcluster up``, or one started for this run (built from
+running ``python -m tools.localcluster up``, or one started for this run (built from
 the Go module proxy on first use). A failed build or start fails the tests; nothing is skipped.
 """
 
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.control_plane import local_control_plane
-from tests.support.e2e_karpenter import ensure_karpenter
-from tests.support.e2e_site import Stage
-from tests.support.localcluster import BuildError, ClusterError, LocalCluster
-from tests.support.localcluster.karpenter import Karpenter
+from tools.control_plane import local_control_plane
+from tools.e2e_karpenter import ensure_karpenter
+from tools.e2e_site import Stage
+from tools.localcluster import BuildError, ClusterError, LocalCluster
+from tools.localcluster.karpenter import Karpenter
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

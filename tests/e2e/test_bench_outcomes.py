@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.bench_outcomes import REFERENCE, SMOKE, benchmark
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.karpenter import Karpenter
+from tools.bench_outcomes import REFERENCE, SMOKE, benchmark
+from tools.localcluster import LocalCluster
+from tools.localcluster.karpenter import Karpenter
 
 
 @pytest.mark.timeout(1800)  # about 8 minutes of trace and window, slower under load

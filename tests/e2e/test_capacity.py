@@ -19,9 +19,9 @@ from collections import Counter
 
 import pytest
 
-from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
-from tests.support.fake_actions import FakeJob, JobState
-from tests.support.fake_hud import Outage
+from tools.e2e_site import Pool, Site, SiteSpec, Stage
+from tools.fake_actions import FakeJob, JobState
+from tools.fake_hud import Outage
 
 STRAND_AFTER = 5.0
 LOSS = pytest.mark.parametrize("how", ["removed", "full"])

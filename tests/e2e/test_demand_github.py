@@ -4,9 +4,9 @@ header rises, and the jobs run."""
 
 from __future__ import annotations
 
-from tests.support.e2e_site import SiteSpec, Stage
-from tests.support.fake_actions import JobState
-from tests.support.listener_process import metric_value
+from tools.e2e_site import SiteSpec, Stage
+from tools.fake_actions import JobState
+from tools.listener_process import metric_value
 
 
 async def test_jobs_queued_on_github_get_pairs_and_run(stage: Stage) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
-from tests.support.fake_actions import JobState
+from tools.e2e_site import Pool, Site, SiteSpec, Stage
+from tools.fake_actions import JobState
 
 AGED_AFTER_S = 60.0  # HUD counts queue time in whole minutes: one minute is the shortest
 

@@ -9,11 +9,11 @@ import asyncio
 import httpx
 from kubernetes_asyncio import client
 
-from tests.support.capacity_kit import restart_apiserver
-from tests.support.e2e_site import PLACEHOLDER_SCALE_SET_LABEL, Site, SiteSpec, Stage
-from tests.support.fake_actions import JobState
-from tests.support.localcluster import LocalCluster
-from tests.support.runner_standin import ARC_GROUP, ARC_VERSION, ERS_PLURAL, MERGE_PATCH
+from tools.capacity_kit import restart_apiserver
+from tools.e2e_site import PLACEHOLDER_SCALE_SET_LABEL, Site, SiteSpec, Stage
+from tools.fake_actions import JobState
+from tools.localcluster import LocalCluster
+from tools.runner_standin import ARC_GROUP, ARC_VERSION, ERS_PLURAL, MERGE_PATCH
 
 
 async def scale(site: Site, replicas: int, patch_id: int) -> None:

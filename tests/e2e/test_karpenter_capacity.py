@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from tests.support.e2e_karpenter import create_site_nodepools, delete_nodepools, nodepool_name
-from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
-from tests.support.fake_actions import JobState
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.karpenter import (
+from tools.e2e_karpenter import create_site_nodepools, delete_nodepools, nodepool_name
+from tools.e2e_site import Pool, Site, SiteSpec, Stage
+from tools.fake_actions import JobState
+from tools.localcluster import LocalCluster
+from tools.localcluster.karpenter import (
     NODECLAIMS,
     NODEPOOL_LABEL,
     WORKFLOW_TYPE,

@@ -14,10 +14,10 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from tests.e2e.test_karpenter_capacity import MakePools, pools, settings, spec, warm
-from tests.support.e2e_site import Site, Stage
-from tests.support.fake_actions import JobState
-from tests.support.listener_process import metric_value
-from tests.support.localcluster.karpenter import Karpenter
+from tools.e2e_site import Site, Stage
+from tools.fake_actions import JobState
+from tools.listener_process import metric_value
+from tools.localcluster.karpenter import Karpenter
 
 __all__ = ["pools"]  # the fixture, used by name
 

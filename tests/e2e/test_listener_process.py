@@ -13,10 +13,10 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from tests.support.e2e_site import Site, SiteSpec, Stage
-from tests.support.fake_actions import JobState
-from tests.support.runner_standin import ARC_GROUP, ARC_VERSION, ER_PLURAL
-from tests.support.waits import eventually
+from tools.e2e_site import Site, SiteSpec, Stage
+from tools.fake_actions import JobState
+from tools.runner_standin import ARC_GROUP, ARC_VERSION, ER_PLURAL
+from tools.waits import eventually
 
 
 async def runner_statuses(site: Site) -> dict[str, dict[str, Any]]:

@@ -43,11 +43,11 @@ from tests.support.deploy_files import (
     read_metric_list,
     series_family,
 )
-from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
-from tests.support.fake_actions import FakeJob, JobState
-from tests.support.listener_process import free_port
 from tests.support.prometheus import TIME_SCALE, Prometheus, seconds, shortened_rules
-from tests.support.waits import eventually, exited
+from tools.e2e_site import Pool, Site, SiteSpec, Stage
+from tools.fake_actions import FakeJob, JobState
+from tools.listener_process import free_port
+from tools.waits import eventually, exited
 
 pytestmark = pytest.mark.skipif(
     Prometheus.binary() is None and not os.environ.get("CI"),

@@ -12,9 +12,9 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from tests.support.e2e_site import Pool, Site, SiteSpec, Stage
-from tests.support.fake_actions import JobState
-from tests.support.runner_standin import (
+from tools.e2e_site import Pool, Site, SiteSpec, Stage
+from tools.fake_actions import JobState
+from tools.runner_standin import (
     ARC_GROUP,
     ARC_VERSION,
     ER_PLURAL,

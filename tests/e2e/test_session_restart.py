@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 
-from tests.support.e2e_site import SiteSpec, Stage
+from tools.e2e_site import SiteSpec, Stage
 
 LEASE = 30.0
 

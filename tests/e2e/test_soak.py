@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.karpenter import Karpenter
-from tests.support.soak import Config, soak
+from tools.localcluster import LocalCluster
+from tools.localcluster.karpenter import Karpenter
+from tools.soak import Config, soak
 
 SEED = 19
 SHORT = Config(duration=90.0, drain=240.0)

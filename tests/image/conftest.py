@@ -1,5 +1,5 @@
 """Fixtures for the image tier: the repository's Dockerfile built with buildah on a Debian
-stand-in for its base (tests/support/image.py), then run as the image's user.
+stand-in for its base (tools/image.py), then run as the image's user.
 
 Building needs root, ``buildah`` and ``mmdebstrap`` (.ci/run installs them). Without them the
 tier is skipped on a developer machine and fails in CI (``CI`` set), like the promtool test.
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import local_cluster, stage
-from tests.support.image import Built, Container, ImageError, build_image, missing_tools
 from tests.support.image_listener import ImageListenerProcess
+from tools.image import Built, Container, ImageError, build_image, missing_tools
 
 __all__ = ["local_cluster", "stage"]
 

@@ -16,10 +16,10 @@ import re
 import httpx
 import pytest
 
-from tests.support.e2e_site import SiteSpec, Stage
-from tests.support.image import Built, Container, command_stderr
 from tests.support.image_listener import ImageListenerProcess, process_uid
-from tests.support.listener_process import metric_value
+from tools.e2e_site import SiteSpec, Stage
+from tools.image import Built, Container, command_stderr
+from tools.listener_process import metric_value
 
 # A cold run bootstraps the base (mmdebstrap) and builds before the first test.
 pytestmark = pytest.mark.timeout(900)

@@ -23,10 +23,10 @@ import pytest
 from kubernetes_asyncio import client, config
 
 from tests.support.karpenter_kit import TIMINGS
-from tests.support.localcluster import BuildError, ClusterError, LocalCluster, ensure_built
-from tests.support.localcluster.build import ensure_karpenter_built
-from tests.support.localcluster.karpenter import Karpenter, attach_karpenter, start_karpenter
-from tests.support.localcluster.testkit import node_reservation
+from tools.localcluster import BuildError, ClusterError, LocalCluster, ensure_built
+from tools.localcluster.build import ensure_karpenter_built
+from tools.localcluster.karpenter import Karpenter, attach_karpenter, start_karpenter
+from tools.localcluster.testkit import node_reservation
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -22,10 +22,10 @@ from base.kube import (
     Upserted,
     WatchEvent,
 )
-from tests.support.capacity_kit import compact_etcd, restart_apiserver
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import pod_manifest
-from tests.support.waits import eventually
+from tools.capacity_kit import compact_etcd, restart_apiserver
+from tools.localcluster import LocalCluster
+from tools.localcluster.testkit import pod_manifest
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -25,7 +25,8 @@ from kubernetes_asyncio import client
 
 from base.kube import Kube, KubeError
 from capacity.settings import CapacitySettings, HudSettings, Resources
-from tests.support.capacity_kit import (
+from tests.support.monitor_scene import MonitorScene, ScaleSet
+from tools.capacity_kit import (
     ROOT,
     apply_ladder,
     create_ephemeral_runner,
@@ -37,10 +38,9 @@ from tests.support.capacity_kit import (
     wait_gc_knows_runner_sets,
     workflow_pod,
 )
-from tests.support.fake_hud import FakeHUD, Outage
-from tests.support.localcluster import LocalCluster
-from tests.support.monitor_scene import MonitorScene, ScaleSet
-from tests.support.waits import eventually
+from tools.fake_hud import FakeHUD, Outage
+from tools.localcluster import LocalCluster
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

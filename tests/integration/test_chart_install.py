@@ -24,7 +24,6 @@ from kubernetes_asyncio import client
 
 from base.kube import Kube, Resource
 from listener.rbac import listener_name
-from tests.support.capacity_kit import create_runner_set, runner_pod_spec
 from tests.support.deploy_cluster_kit import (
     SCALE_SET,
     apply,
@@ -33,9 +32,10 @@ from tests.support.deploy_cluster_kit import (
     impersonating,
 )
 from tests.support.helm_chart import CHART, helm, notes_overlay, scale_set, write_values
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.build import BuildError, ensure_helm_built
-from tests.support.waits import eventually
+from tools.capacity_kit import create_runner_set, runner_pod_spec
+from tools.localcluster import LocalCluster
+from tools.localcluster.build import BuildError, ensure_helm_built
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -22,22 +22,22 @@ from kubernetes_asyncio import client
 
 from capacity.settings import CapacitySettings, ClusterAutoscalerSettings, Resources
 from tests.support import cluster_autoscaler as ca_kit
-from tests.support.capacity_kit import (
+from tests.support.cluster_autoscaler import GROUP_LABEL, TO_BE_DELETED, ClusterAutoscaler, Group
+from tests.support.monitor_scene import MonitorScene, ScaleSet
+from tools.capacity_kit import (
     ROOT,
     apply_ladder,
     create_runner_set,
     runner_pod,
     runner_pod_spec,
 )
-from tests.support.cluster_autoscaler import GROUP_LABEL, TO_BE_DELETED, ClusterAutoscaler, Group
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import (
+from tools.localcluster import LocalCluster
+from tools.localcluster.testkit import (
     OWNER_KEY,
     node_reservation,
     pod_manifest,
 )
-from tests.support.monitor_scene import MonitorScene, ScaleSet
-from tests.support.waits import eventually
+from tools.waits import eventually
 
 pytestmark = [
     pytest.mark.cluster,

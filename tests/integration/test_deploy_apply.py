@@ -20,10 +20,10 @@ from base.arc import ARC_GROUP, ARC_VERSION
 from capacity.model import Role
 from capacity.settings import load_capacity_settings
 from capacity.specs import build_template, placeholder_pod
-from tests.support.capacity_kit import apply_ladder
 from tests.support.deploy_cluster_kit import apply, as_pod, dynamic
 from tests.support.deploy_files import DEPLOY, ROOT, hook_template, overlay, yaml_docs
-from tests.support.localcluster.testkit import PAUSE_IMAGE
+from tools.capacity_kit import apply_ladder
+from tools.localcluster.testkit import PAUSE_IMAGE
 
 pytestmark = pytest.mark.cluster
 

@@ -1,4 +1,4 @@
-"""``python -m tests.support.fakes_cli`` as a child process: it prints where the fakes listen,
+"""``python -m tools.fakes_cli`` as a child process: it prints where the fakes listen,
 serves them, and stops on SIGTERM. The fakes themselves: tests/unit/test_fake_actions.py."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ async def test_cli_serves_until_sigterm() -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "tests.support.fakes_cli",
+        "tools.fakes_cli",
         "--scale-set",
         "7:linux",
         "--scale-set",

@@ -12,7 +12,6 @@ import pytest
 from kubernetes_asyncio import client
 
 from base.kube import Kube, KubeError, Resource
-from tests.support.capacity_kit import create_runner_set, runner_pod_spec
 from tests.support.deploy_cluster_kit import (
     SCALE_SET,
     apply,
@@ -23,9 +22,10 @@ from tests.support.deploy_cluster_kit import (
     status_of,
     watch_status,
 )
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import PAUSE_IMAGE
-from tests.support.waits import eventually
+from tools.capacity_kit import create_runner_set, runner_pod_spec
+from tools.localcluster import LocalCluster
+from tools.localcluster.testkit import PAUSE_IMAGE
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

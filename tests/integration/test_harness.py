@@ -6,8 +6,8 @@ import asyncio
 
 import httpx
 
-from tests.support.capacity_kit import restart_apiserver
-from tests.support.localcluster import LocalCluster
+from tools.capacity_kit import restart_apiserver
+from tools.localcluster import LocalCluster
 
 
 async def test_restart_apiserver_stops_it_gracefully_and_brings_it_back(

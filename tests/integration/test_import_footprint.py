@@ -8,7 +8,7 @@ cryptography (~9 MiB; GitHub App credentials and a GHES root CA only), the capac
 with pydantic and pydantic-settings (~11 MiB; capacity-awareness only) or the Azure SDK (Key
 Vault only), nor in a pod (no ``KUBECONFIG``) the kubeconfig loader with yaml (~1 MiB).
 Module names, not megabytes: the set is exact, RSS depends on the machine
-(``python -m tests.support.bench_footprint`` measures it).
+(``python -m tools.bench_footprint`` measures it).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from tests.support.listener_process import REPO_ROOT
+from tools.listener_process import REPO_ROOT
 
 NOT_AT_IDLE = (
     "kubernetes_asyncio.client.api",

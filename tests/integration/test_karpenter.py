@@ -24,7 +24,6 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from tests.support.capacity_kit import ROOT, apply_ladder, create_runner_set, read_pod
 from tests.support.karpenter_kit import (
     RUNNER_SET,
     Scene,
@@ -34,7 +33,8 @@ from tests.support.karpenter_kit import (
     runner_template,
     settings,
 )
-from tests.support.localcluster.karpenter import (
+from tools.capacity_kit import ROOT, apply_ladder, create_runner_set, read_pod
+from tools.localcluster.karpenter import (
     DISRUPTED_TAINT,
     GENERAL_TYPES,
     NODECLAIMS,
@@ -42,7 +42,7 @@ from tests.support.localcluster.karpenter import (
     Karpenter,
     nodepool_manifest,
 )
-from tests.support.waits import eventually
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -33,10 +33,10 @@ from tests.integration.test_karpenter import WORKFLOWS, runner_pool, workflow_po
 from tests.support.deploy_cluster_kit import apply, as_listener, bind_to, dynamic, our_role
 from tests.support.deploy_files import DEPLOY, yaml_docs
 from tests.support.karpenter_kit import Scene, Timeline, record_timings, settings
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.karpenter import NODEPOOLS
 from tests.support.monitor_scene import MonitorRun
-from tests.support.waits import eventually
+from tools.localcluster import LocalCluster
+from tools.localcluster.karpenter import NODEPOOLS
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -26,9 +26,9 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from tests.support.capacity_kit import apply_ladder, read_pod
-from tests.support.localcluster.testkit import pod_manifest
-from tests.support.waits import eventually
+from tools.capacity_kit import apply_ladder, read_pod
+from tools.localcluster.testkit import pod_manifest
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

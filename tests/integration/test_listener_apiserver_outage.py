@@ -15,12 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.capacity_kit import start_apiserver, stop_apiserver
-from tests.support.e2e_site import Site, SiteSpec, Stage
-from tests.support.fake_actions import JobState
-from tests.support.listener_process import metric_value
-from tests.support.localcluster import LocalCluster
-from tests.support.waits import eventually
+from tools.capacity_kit import start_apiserver, stop_apiserver
+from tools.e2e_site import Site, SiteSpec, Stage
+from tools.fake_actions import JobState
+from tools.listener_process import metric_value
+from tools.localcluster import LocalCluster
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -23,8 +23,8 @@ from listener.advertised import AdvertisedCapacity
 from listener.loop import Listener
 from listener.scaler import KubePatcher, Scaler
 from listener.wire import JobMessage, Message, Session, Statistics
-from tests.support.e2e_site import SiteSpec, Stage
-from tests.support.localcluster import LocalCluster
+from tools.e2e_site import SiteSpec, Stage
+from tools.localcluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

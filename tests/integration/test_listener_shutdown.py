@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.e2e_site import SiteSpec, Stage
-from tests.support.fake_http import Fault
-from tests.support.localcluster import LocalCluster
+from tools.e2e_site import SiteSpec, Stage
+from tools.fake_http import Fault
+from tools.localcluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

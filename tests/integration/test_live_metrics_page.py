@@ -17,8 +17,8 @@ from tests.support.deploy_files import (
     dashboard_queries,
     read_metric_list,
 )
-from tests.support.localcluster import LocalCluster
-from tests.support.waits import eventually
+from tools.localcluster import LocalCluster
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -31,9 +31,9 @@ async def test_live_metrics_page_exports_the_listed_series_and_every_queried_one
     dashboard panel or an alert rule queries."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from tests.support.e2e_site import SiteSpec, Stage
-    from tests.support.fake_actions import JobState
     from tests.unit.capacity.test_reconciler_metrics import FIRST_WRITTEN_WHEN_USED
+    from tools.e2e_site import SiteSpec, Stage
+    from tools.fake_actions import JobState
 
     listed = read_metric_list()
     async with Stage(local_cluster, tmp_path / "stage", prefix="metrics") as stage:

@@ -13,10 +13,10 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from base.arc import ARC_GROUP, ARC_VERSION
-from tests.support.capacity_kit import read_pod, wait_running
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.testkit import PAUSE_IMAGE, pod_manifest
-from tests.support.waits import eventually
+from tools.capacity_kit import read_pod, wait_running
+from tools.localcluster import LocalCluster
+from tools.localcluster.testkit import PAUSE_IMAGE, pod_manifest
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -21,7 +21,6 @@ from capacity.model import Observed
 from capacity.node_group_watch import NodeGroupRoom
 from capacity.settings import ClusterAutoscalerSettings
 from tests.integration.test_capacity_monitor import RUNNER_SET, Scene, settings
-from tests.support.capacity_kit import apply_ladder, create_runner_set, runner_pod_spec
 from tests.support.deploy_cluster_kit import (
     apply,
     as_listener,
@@ -33,9 +32,10 @@ from tests.support.deploy_cluster_kit import (
     with_verbs,
 )
 from tests.support.deploy_files import DEPLOY, yaml_docs
-from tests.support.localcluster import LocalCluster
-from tests.support.waits import eventually, running
 from tests.unit.capacity.test_node_groups import STATUS
+from tools.capacity_kit import apply_ladder, create_runner_set, runner_pod_spec
+from tools.localcluster import LocalCluster
+from tools.waits import eventually, running
 
 pytestmark = pytest.mark.cluster
 

@@ -32,9 +32,9 @@ from tests.support.deploy_cluster_kit import (
     with_verbs,
 )
 from tests.support.deploy_files import DEPLOY, yaml_docs
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.karpenter import GENERAL_TYPES, Karpenter, nodepool_manifest
-from tests.support.waits import eventually, running
+from tools.localcluster import LocalCluster
+from tools.localcluster.karpenter import GENERAL_TYPES, Karpenter, nodepool_manifest
+from tools.waits import eventually, running
 
 pytestmark = pytest.mark.cluster
 

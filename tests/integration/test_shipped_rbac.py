@@ -38,8 +38,8 @@ from tests.support.deploy_cluster_kit import (
     watch_status,
 )
 from tests.support.deploy_files import DEPLOY, yaml_docs
-from tests.support.localcluster import LocalCluster
-from tests.support.waits import eventually
+from tools.localcluster import LocalCluster
+from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -29,11 +29,11 @@ from typing import Any
 
 import yaml
 
-from tests.support.build_cache import build_once, cache_dir, input_key
-from tests.support.localcluster import LocalCluster
-from tests.support.localcluster.rest import KubeError
-from tests.support.localcluster.testkit import OWNER_KEY
-from tests.support.waits import WaitFailed, eventually_sync
+from tools.build_cache import build_once, cache_dir, input_key
+from tools.localcluster import LocalCluster
+from tools.localcluster.rest import KubeError
+from tools.localcluster.testkit import OWNER_KEY
+from tools.waits import WaitFailed, eventually_sync
 
 SRC_ENV = "CLUSTER_AUTOSCALER_SRC"
 GROUP_LABEL = "ca-test.capacity-listener.dev/group"

@@ -32,7 +32,8 @@ from kubernetes_asyncio.dynamic import DynamicClient
 
 from base.arc import ARC_GROUP
 from base.kube import Kube
-from tests.support.capacity_kit import (
+from tests.support.deploy_files import DEPLOY, yaml_docs
+from tools.capacity_kit import (
     apply_ladder,
     create_ephemeral_runner,
     create_runner_set,
@@ -40,9 +41,8 @@ from tests.support.capacity_kit import (
     runner_pod_spec,
     workflow_pod,
 )
-from tests.support.deploy_files import DEPLOY, yaml_docs
-from tests.support.localcluster import LocalCluster
-from tests.support.waits import eventually
+from tools.localcluster import LocalCluster
+from tools.waits import eventually
 
 FIELD_MANAGER = "capacity-listener-tests"
 SHIPPED_CONTROLLER_NAMESPACE = "arc-systems"

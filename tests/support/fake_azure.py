@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from tests.support.fake_http import LoopbackFake, LoopbackServer, json_response
+from tools.fake_http import LoopbackFake, LoopbackServer, json_response
 
 __all__ = ["FakeAzure", "self_signed"]
 

@@ -1,5 +1,5 @@
 """The companion chart (charts/capacity-listener) through the real Helm CLI (test
-infrastructure): ``helm_binary`` finds the pinned build (tests/support/localcluster/build.py,
+infrastructure): ``helm_binary`` finds the pinned build (tools/localcluster/build.py,
 ``make cluster-build``), ``template`` renders values to manifests, ``helm`` runs any command.
 
 Without the build, chart tests skip on a developer machine and fail in CI (``CI`` set), as
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.support.deploy_files import ROOT
-from tests.support.localcluster.build import find_helm
+from tools.localcluster.build import find_helm
 
 CHART = ROOT / "charts" / "capacity-listener"
 RELEASE = "capacity-listener"
@@ -32,9 +32,7 @@ def helm_binary() -> Path:
         return art.binary
     if os.environ.get("CI"):
         pytest.fail("Helm is not built; CI builds it in `make test` (make cluster-build)")
-    pytest.skip(
-        "Helm not built: make cluster-build (python -m tests.support.localcluster build --helm)"
-    )
+    pytest.skip("Helm not built: make cluster-build (python -m tools.localcluster build --helm)")
 
 
 def helm(

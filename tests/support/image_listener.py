@@ -1,7 +1,7 @@
 """Our listener run from the built image (test infrastructure for tests/image): its
 ENTRYPOINT as its USER in a working container (``buildah run``), started, observed and
-stopped like ``python -m listener`` (tests/support/listener_process.py). The image itself
-is built by tests/support/image.py.
+stopped like ``python -m listener`` (tools/listener_process.py). The image itself
+is built by tools/image.py.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from tests.support.image import Container
-from tests.support.listener_process import ListenerProcess
+from tools.image import Container
+from tools.listener_process import ListenerProcess
 
 
 def descendants(pid: int) -> dict[int, int]:

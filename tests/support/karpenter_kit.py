@@ -16,15 +16,15 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from capacity.settings import CapacitySettings, Resources, Toleration
-from tests.support.capacity_kit import (
+from tests.support.monitor_scene import ROLE_LABEL, MonitorScene, ScaleSet
+from tools.capacity_kit import (
     SCALE_SET_LABEL,
     create_ephemeral_runner,
     real_pod,
 )
-from tests.support.localcluster.karpenter import NODEPOOL_LABEL, Karpenter
-from tests.support.localcluster.testkit import OWNER_KEY
-from tests.support.monitor_scene import ROLE_LABEL, MonitorScene, ScaleSet
-from tests.support.sampling import Sampler
+from tools.localcluster.karpenter import NODEPOOL_LABEL, Karpenter
+from tools.localcluster.testkit import OWNER_KEY
+from tools.sampling import Sampler
 
 SCALE_SET = "linux-cpu"
 RUNNER_SET = "linux-cpu-k8rp7"

@@ -25,8 +25,8 @@ from base.kube import Kube
 from capacity.contract import placeholder_selector
 from capacity.monitor import CapacityMonitor
 from capacity.settings import CapacitySettings
-from tests.support.capacity_kit import wait_running
-from tests.support.waits import eventually
+from tools.capacity_kit import wait_running
+from tools.waits import eventually
 
 ROLE_LABEL = "capacity-listener.dev/role"
 

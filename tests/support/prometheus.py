@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.support.waits import WaitFailed, eventually
+from tools.waits import WaitFailed, eventually
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ALERTS = REPO_ROOT / "deploy" / "prometheus" / "alerts.yaml"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from capacity.warm_pool import FixedPool
-from tests.support.bench_agreement import (
+from tools.bench_agreement import (
     AgreementError,
     Knobs,
     Row,
@@ -22,7 +22,7 @@ from tests.support.bench_agreement import (
     mapping,
     rows,
 )
-from tests.support.bench_outcomes import FULL, SMOKE, plan
+from tools.bench_outcomes import FULL, SMOKE, plan
 
 
 def test_the_recorded_config_rebuilds_the_benchmark_s() -> None:

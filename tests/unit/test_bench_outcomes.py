@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.bench_outcomes import (
+from tools.bench_outcomes import (
     FULL,
     REFERENCE,
     SMOKE,
@@ -26,8 +26,8 @@ from tests.support.bench_outcomes import (
     summarize,
     table,
 )
-from tests.support.e2e_karpenter import Claim, NodeClaimLog
-from tests.support.e2e_site import PodEvent
+from tools.e2e_karpenter import Claim, NodeClaimLog
+from tools.e2e_site import PodEvent
 
 
 def test_claim_seconds_are_clipped_to_the_window() -> None:

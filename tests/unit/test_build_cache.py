@@ -1,4 +1,4 @@
-"""The build cache's build-once contract (tests/support/build_cache.py): a target is built
+"""The build cache's build-once contract (tools/build_cache.py): a target is built
 under its lock into a staging path and renamed, never half there."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.build_cache import build_once
+from tools.build_cache import build_once
 
 
 def _make_dir(calls: list[Path]) -> Callable[[Path], None]:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.conformance.differences import load_table, readme_rows
-from tests.support.conformance.scenarios import SCENARIOS
+from tools.conformance.differences import load_table, readme_rows
+from tools.conformance.scenarios import SCENARIOS
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

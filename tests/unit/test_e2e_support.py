@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.listener_process import ListenerProcess, metric_value
+from tools.listener_process import ListenerProcess, metric_value
 
 PAGE = """\
 # HELP gha_job_startup_duration_seconds Time spent waiting for workflow job to get started.

@@ -1,6 +1,6 @@
 """The fake GitHub + Actions service, driven by a plain httpx client over loopback.
 
-Size: the tests of one stateful fake (tests/support/fake_actions.py), a test per behaviour its
+Size: the tests of one stateful fake (tools/fake_actions.py), a test per behaviour its
 users rely on, grouped by the part of the service (auth chain, sessions, long poll, shared
 queue, runner side, GHES acquire, faults, recording). They share one deliberately independent
 protocol client (``Client``, not ours) so the fake is checked against the service's wire
@@ -20,14 +20,14 @@ import httpx
 import jwt
 import pytest
 
-from tests.support.fake_actions import (
+from tools.fake_actions import (
     MESSAGE_TYPE,
     ZERO_TIME,
     FakeActions,
     JobState,
     make_rsa_keypair,
 )
-from tests.support.fake_http import UTF8_BOM, Fault
+from tools.fake_http import UTF8_BOM, Fault
 
 HOLD = 0.3  # seconds a poll is held in these tests
 PAT = "ghp_fake_pat"
@@ -702,7 +702,7 @@ async def test_stop_releases_held_polls_promptly() -> None:
 async def test_scripted_polls_are_answered_in_order_then_normal_polling_resumes(
     fake: FakeActions, client: Client
 ) -> None:
-    from tests.support.fake_actions import ScriptedPoll
+    from tools.fake_actions import ScriptedPoll
 
     s = await client.session(1)
     envelope = {"messageId": 9, "messageType": MESSAGE_TYPE, "body": "", "statistics": {}}

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from tests.support.fake_actions import FakeActions
 from tests.support.fake_clock import FakeClock
-from tests.support.fake_github_rest import FakeGitHubRest
+from tools.fake_actions import FakeActions
+from tools.fake_github_rest import FakeGitHubRest
 
 TOKEN = "ghp_fake_rest"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

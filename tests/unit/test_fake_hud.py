@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.fake_actions import FakeActions
-from tests.support.fake_http import Fault
-from tests.support.fake_hud import AUTH_HEADER, FakeHUD, Outage, hud_runner_label
+from tools.fake_actions import FakeActions
+from tools.fake_http import Fault
+from tools.fake_hud import AUTH_HEADER, FakeHUD, Outage, hud_runner_label
 
 TOKEN = "hud-fake-token"
 

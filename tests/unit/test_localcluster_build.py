@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.localcluster import build
+from tools.localcluster import build
 
 
 @pytest.fixture

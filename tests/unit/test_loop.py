@@ -32,8 +32,8 @@ from listener.http import user_agent
 from listener.loop import Listener
 from listener.scaler import PatchRetry, Scaler
 from listener.wire import JobMessage, Statistics
-from tests.support.waits import eventually
 from tests.unit.listener_fixtures import STATISTICS, session_json
+from tools.waits import eventually
 
 ACTIONS = "https://pipelines.example/tenant/"
 SESSIONS = "https://pipelines.example/tenant/_apis/runtime/runnerscalesets/7/sessions"

@@ -14,9 +14,9 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.support.fake_actions import FakeActions, JobState
-from tests.support.kube_calls import retrying, transient
-from tests.support.runner_standin import Runner, RunnerStandIn, StandInSpec
+from tools.fake_actions import FakeActions, JobState
+from tools.kube_calls import retrying, transient
+from tools.runner_standin import Runner, RunnerStandIn, StandInSpec
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from kubernetes_asyncio import client
 from base.kube import Kube, KubeError, KubeErrorKind
 from listener.scaler import KubePatcher, PatchRetry, Scaler
 from tests.support.fake_clock import FakeClock
-from tests.support.fake_http import LoopbackServer
+from tools.fake_http import LoopbackServer
 
 PATH = "/apis/actions.github.com/v1alpha1/namespaces/arc-runners/ephemeralrunnersets/arc-cpu"
 

@@ -12,7 +12,7 @@ import pytest
 from listener.actions import ActionsClient
 from listener.config import TokenCredentials, parse_github_target
 from listener.github_auth import GitHubAuth
-from tests.support.fake_actions import FakeActions
+from tools.fake_actions import FakeActions
 
 PAT = "ghp_fake_pat"
 

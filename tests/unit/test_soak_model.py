@@ -1,4 +1,4 @@
-"""The fault soak's pure parts (tests/support/soak_model.py): the schedule a seed gives, and
+"""The fault soak's pure parts (tools/soak_model.py): the schedule a seed gives, and
 each invariant computed from hand-made records, including records that must fail it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.soak_model import (
+from tools.soak_model import (
     KINDS,
     LISTENER_KINDS,
     LISTENER_SIGKILL,
@@ -225,7 +225,7 @@ def _seed_document(seed: str, invariants: dict[str, Any], over: list[list[float]
 
 
 def test_merged_runs_give_one_summary_and_fill_the_count_older_runs_lack() -> None:
-    from tests.support.soak import merge
+    from tools.soak import merge
 
     older = _seed_document(
         "1", {"jobs_lost": 0, "header_over_capacity_polls": 2}, [[110.0, 3, 1], [300.0, 2, 1]]
@@ -256,7 +256,7 @@ def test_merged_runs_give_one_summary_and_fill_the_count_older_runs_lack() -> No
 
 
 def test_a_merged_document_merges_again_with_a_newer_run() -> None:
-    from tests.support.soak import merge
+    from tools.soak import merge
 
     first = merge([_seed_document("1", {"jobs_lost": 0}, []), _seed_document("2", {}, [])])
     again = merge([first, _seed_document("3", {"jobs_lost": 0}, [])])

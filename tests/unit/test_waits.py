@@ -1,4 +1,4 @@
-"""The one wait of the tests (tests/support/waits.py), without real time: interval 0 and
+"""The one wait of the tests (tools/waits.py), without real time: interval 0 and
 a deadline of 0 seconds."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from tests.support.waits import WaitFailed, eventually, eventually_sync, running
+from tools.waits import WaitFailed, eventually, eventually_sync, running
 
 
 async def test_it_returns_what_the_check_returned_once_truthy() -> None:

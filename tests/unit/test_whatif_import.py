@@ -15,7 +15,7 @@ from capacity.whatif.trace import from_github, read_lines
 from listener import whatif
 from listener.history import GitHubHistory, HistoryError
 from tests.support.fake_clock import FakeClock
-from tests.support.fake_github_rest import FakeGitHubRest
+from tools.fake_github_rest import FakeGitHubRest
 
 PAT = "ghp_fake_pat"
 API = "https://api.github.com"

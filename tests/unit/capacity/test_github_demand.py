@@ -22,7 +22,7 @@ from capacity.github_demand import GitHubDemand, GitHubScope, label_match
 from capacity.model import DemandResult, DemandSource, DemandState, Params
 from capacity.policy import record_demand, resolve_demand
 from capacity.settings import CapacitySettingsError, DemandSettings, GitHubDemandSettings
-from tests.support.fake_github_rest import FakeGitHubRest
+from tools.fake_github_rest import FakeGitHubRest
 
 TOKEN = "ghp_unit_token"
 LABELS = ("linux", "x64")

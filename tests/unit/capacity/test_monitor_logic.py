@@ -28,7 +28,7 @@ from capacity.settings import CapacitySettings, Resources
 from capacity.warm_pool import AdaptivePool, FixedPool, _Sums
 from tests.support.fake_clock import FakeClock
 from tests.support.memory_cluster import MemoryCluster
-from tests.support.waits import eventually
+from tools.waits import eventually
 
 NS = "arc-runners"
 SCALE_SET = "linux"

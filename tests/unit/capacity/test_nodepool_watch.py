@@ -19,7 +19,7 @@ from capacity.nodepool_watch import RESOURCE, NodePoolLimits
 from capacity.settings import NodePoolSettings
 from capacity.specs import HalfShape
 from tests.support.memory_cluster import MemoryCluster
-from tests.support.waits import eventually
+from tools.waits import eventually
 
 T = TypeVar("T")
 R = TypeVar("R")

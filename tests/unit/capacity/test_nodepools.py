@@ -22,8 +22,8 @@ from capacity.nodepools import (
     resolve,
 )
 from capacity.policy import nodepool_room, plan
-from tests.support.localcluster.karpenter import nodepool_manifest
-from tests.support.localcluster.testkit import OWNER_KEY
+from tools.localcluster.karpenter import nodepool_manifest
+from tools.localcluster.testkit import OWNER_KEY
 
 from .builders import P, R, ph, runner
 

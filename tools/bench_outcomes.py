@@ -1,0 +1,1031 @@
+"""The outcome benchmark (``make bench-outcomes``): one seeded job trace per seed, every
+variant a user would pick, side by side on the same clusters, the same shortage and the same
+fixed window.
+
+Two clusters (two Sites on one control plane) share GitHub's queue. Each has a runner pool
+and a workflow pool, each a Karpenter NodePool (real Karpenter, kwok cloud provider), so every
+node is launched by Karpenter after a per-node provisioning delay drawn from [30, 90] s (our
+Karpenter main sleeps in the cloud provider's Create; a KWOKNodeClass has one delay for all
+nodes) and removed by its consolidation. Site A's workflow instance type runs out of cloud
+capacity (Karpenter's insufficient-capacity error on launch) from a seeded random time during
+the arrivals, for a seeded duration. The fake Actions service hands each job to the clusters
+in a seeded random order (the first with room at its last poll), as GitHub picks whichever
+eligible listener. The runner stand-in fails a job whose workflow pod is not Running within
+the prepare-job timeout, as the runner-container hooks do.
+
+Variants (all of one seed run at once, on the same clock; each its own fake Actions service,
+HUD, namespaces and NodePools; the order they are set up in is shuffled per seed):
+
+* ``stock_min0``: ARC's listener, ``minRunners: 0`` (the static header ``maxRunners``);
+* ``stock_minN``: ARC's listener, ``minRunners: N`` (the warm pool a user buys today);
+* ``stock_overprov``: ARC's listener plus pause-pod overprovisioning: per cluster a Deployment
+  of N runner-sized and one of N workflow-sized pause pods at PriorityClass
+  ``overprovisioning`` (value -1, the common recipe), which runner (0) and workflow (20) pods
+  preempt, so Karpenter keeps N spare slots of each;
+* ``ours_demand``: our listener, ``proactive_capacity: 0`` (pairs for queued jobs, HUD demand
+  sharded between the two clusters);
+* ``ours_warm``: the same with ``proactive_capacity: N``;
+* ``ours_adaptive``: the same with ``warm_pool: {mode: adaptive}`` at its defaults (it learns
+  the arrival rate from this scale set's own jobs during the run; no history before it).
+
+Honest accounting: one window for every variant of a seed, from cluster start (listeners and
+pause pods start; warm-up included) to a fixed time after the last arrival; node-seconds
+integrate every NodeClaim alive in the window (also those still alive at its end), per pool.
+Seeds: every figure per seed, then median and min–max over seeds, and the ratio to
+``stock_min0`` per seed.
+
+What it does not model: image pulls and container start (kwok runs pods at once), node boot
+beyond the drawn delay, spot interruptions, prices (node-seconds are counted, not priced),
+two label sets (the trace's two label sets are served by both clusters alike: every job is
+labelled ``linux``), GitHub's own queueing delays.
+
+Size: one benchmark: the trace, the variants, the measurements taken while they run, the
+figures computed from them and the pictures are read together when a number looks wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from capacity.whatif.optimum import optimum
+from capacity.whatif.synth import SynthSpec, generate
+from tools.e2e_karpenter import (
+    NodeClaimLog,
+    create_site_nodepools,
+    delete_nodepools,
+    ensure_karpenter,
+    nodepool_name,
+    reset_cloud,
+)
+from tools.e2e_site import Pool, Site, SiteSpec, Stage
+from tools.fake_actions import FakeActions, FakeJob, JobState
+from tools.localcluster import LocalCluster
+from tools.localcluster.karpenter import WORKFLOW_TYPE, Karpenter
+from tools.localcluster.rest import TRANSIENT, KubeError
+from tools.stats import percentile
+
+PAT = "ghp_e2e_fake_token"
+LONG_POLL = 50.0  # the real service holds a long poll about 50 s
+ROUND = 2
+BASE = "stock_min0"
+VARIANTS = (
+    "stock_min0",
+    "stock_minN",
+    "stock_overprov",
+    "ours_demand",
+    "ours_warm",
+    "ours_adaptive",
+)
+HEADERS = {
+    "stock_min0": "stock, minRunners 0",
+    "stock_minN": "stock, minRunners N",
+    "stock_overprov": "stock + pause pods",
+    "ours_demand": "ours, demand only",
+    "ours_warm": "ours, warm pool N",
+    "ours_adaptive": "ours, adaptive",
+}
+# Runner pods fit two to a 2-CPU node; workflow pods two to a 4-CPU node, in either cluster.
+RUNNER_REQUESTS = {"cpu": "900m", "memory": "1Gi"}
+WORKFLOW_REQUESTS = {"cpu": "1900m", "memory": "3Gi"}
+# Site A's workflow pool uses the type that runs out; site B's workflow pool another one.
+SITE_TYPES: tuple[dict[str, tuple[str, ...]], ...] = (
+    {"runner": ("c-2x",), "workflow": (WORKFLOW_TYPE,)},
+    {"runner": ("c-2x",), "workflow": ("c-4x",)},
+)
+SITE_NAMES = ("site-a", "site-b")
+OVERPROV_CLASS = "overprovisioning"
+OVERPROV_LABEL = "bench.capacity-listener.dev/overprovisioning"
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+
+
+def _say(line: str) -> None:
+    print(f"bench: {line}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything a run depends on; ``describe()`` is printed with the results."""
+
+    spec: SynthSpec
+    seeds: tuple[int, ...]
+    variants: tuple[str, ...] = VARIANTS
+    warm: int = 2  # N: minRunners, pause pods per pool, proactive pairs; per cluster
+    max_runners: int = 10
+    warmup: float = 150.0  # cluster start -> the trace's t=0
+    tail: float = 480.0  # the window ends this long after the last arrival
+    overtime: float = 300.0  # wait at most this much longer for unfinished jobs (not counted)
+    prepare_timeout: float = 180.0  # the hooks' default is 600 s
+    launch_delay: tuple[float, float] = (30.0, 90.0)
+    shortage_start: tuple[float, float] = (0.1, 0.6)  # share of the arrival span
+    shortage_seconds: tuple[float, float] = (240.0, 480.0)
+    hud_lag: float = 30.0
+    consolidate_after: str = "30s"
+    waited_long: float = 60.0
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "seeds": list(self.seeds),
+            "variants": list(self.variants),
+            "trace_spec": self.spec.describe(),
+            "N": self.warm,
+            "max_runners_per_cluster": self.max_runners,
+            "window": {
+                "warmup_s": self.warmup,
+                "after_last_arrival_s": self.tail,
+                "overtime_s": self.overtime,
+            },
+            "node_provisioning_delay_s": list(self.launch_delay),
+            "shortage": {
+                "site": SITE_NAMES[0],
+                "instance_type": WORKFLOW_TYPE,
+                "start_share_of_arrivals": list(self.shortage_start),
+                "duration_s": list(self.shortage_seconds),
+            },
+            "instance_types": {
+                name: {k: list(v) for k, v in types.items()}
+                for name, types in zip(SITE_NAMES, SITE_TYPES, strict=True)
+            },
+            "requests": {"runner": RUNNER_REQUESTS, "workflow": WORKFLOW_REQUESTS},
+            # Read back by bench_agreement (the simulator replays the run with them).
+            "hud_lag_s": self.hud_lag,
+            "consolidate_after": self.consolidate_after,
+            "prepare_timeout_s": self.prepare_timeout,
+            "changed_settings": self.changed_settings(),
+        }
+
+    def changed_settings(self) -> list[str]:
+        """Every setting that is not the product's (or the environment's) default."""
+        return [
+            f"ours_warm: proactive_capacity {self.warm} (default 0); stock_minN: minRunners "
+            f"{self.warm}; stock_overprov: {self.warm} + {self.warm} pause pods per cluster",
+            "ours: demand sharded between the two clusters (demand.cluster_index 0/1, "
+            "cluster_count 2; aged_after left at its default 900 s)",
+            "ours: hud.enabled with the fake HUD's URL; placement and resources of the "
+            "placeholders set to the pools' (required configuration, not tuning)",
+            f"runner-container hooks: ACTIONS_RUNNER_PREPARE_JOB_TIMEOUT_SECONDS "
+            f"{self.prepare_timeout:g} (default 600), shortened with the trace's durations",
+            f"environment: fake HUD lags the queue by {self.hud_lag:g} s; Karpenter "
+            f"consolidateAfter {self.consolidate_after}, consolidationPolicy "
+            "WhenEmptyOrUnderutilized, budget 100 %; maxRunners "
+            f"{self.max_runners} per cluster",
+            "everything else at product defaults: recalculate_interval 30 s, "
+            "downscale_delay 300 s, placeholder_ready_timeout 300 s, max_pending_pairs 30, "
+            "hud.stale_after 300 s, hud.timeout 10 s, hud.failure_base_capacity 1",
+        ]
+
+
+# Durations of real CI scaled by 1/4 (median 75 s instead of 300 s) so a 15-minute trace is a
+# busy quarter hour; the seeds give >= 100 jobs each (seeds 2, 3 and 5 give fewer; not used).
+FULL = Config(
+    spec=SynthSpec(
+        minutes=15,
+        runs_per_minute_quiet=1.0,
+        runs_per_minute_busy=4.0,
+        mean_quiet_seconds=180.0,
+        mean_busy_seconds=120.0,
+        batch_cap=16,
+        second_stage_share=0.2,
+        duration_median_seconds=300.0,
+        duration_sigma=0.7,
+        duration_cap_seconds=1800.0,
+        duration_scale=0.25,
+    ),
+    seeds=(1, 4, 6, 7, 8),
+)
+# The smoke run of `make test`: one seed, two variants, a 3-minute trace, short durations.
+SMOKE = replace(
+    FULL,
+    spec=replace(
+        FULL.spec,
+        minutes=3,
+        runs_per_minute_quiet=2.0,
+        batch_cap=4,
+        second_stage_share=0.0,
+        duration_scale=0.1,
+    ),
+    seeds=(2,),
+    variants=("stock_min0", "ours_demand"),
+    warmup=60.0,
+    tail=150.0,
+    overtime=120.0,
+    prepare_timeout=90.0,
+    launch_delay=(10.0, 30.0),
+    shortage_seconds=(60.0, 90.0),
+)
+
+
+@dataclass(frozen=True)
+class Arrival:
+    at: float  # seconds after the trace's t=0
+    duration: float
+
+
+@dataclass(frozen=True)
+class SeedPlan:
+    seed: int
+    arrivals: tuple[Arrival, ...]
+    shortage: tuple[float, float]  # [from, to) after the trace's t=0
+
+    @property
+    def last_arrival(self) -> float:
+        return max(a.at for a in self.arrivals)
+
+
+def plan(config: Config, seed: int) -> SeedPlan:
+    jobs = generate(config.spec, seed)
+    arrivals = tuple(
+        Arrival(round(j.queued_at - config.spec.start, 3), float(j.duration or 0.0)) for j in jobs
+    )
+    rng = random.Random(f"shortage-{seed}")
+    span = max(a.at for a in arrivals)
+    start = rng.uniform(*config.shortage_start) * span
+    return SeedPlan(
+        seed, arrivals, (round(start, 1), round(start + rng.uniform(*config.shortage_seconds), 1))
+    )
+
+
+@dataclass
+class Point:
+    """One timeline sample (seconds since cluster start)."""
+
+    t: float
+    queued: int
+    header: list[int | None]
+    confirmed: list[int]
+    running: list[int]
+
+
+@dataclass
+class VariantRun:
+    name: str
+    stage: Stage
+    sites: list[Site] = field(default_factory=list)
+    pools: list[str] = field(default_factory=list)
+    log: NodeClaimLog | None = None
+    jobs: list[FakeJob] = field(default_factory=list)
+    points: list[Point] = field(default_factory=list)
+    pause_samples: list[tuple[float, int]] = field(default_factory=list)
+    window: tuple[float, float] = (0.0, 0.0)  # wall clock: cluster start, the window's end
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, ROUND)
+
+
+# ---------------------------------------------------------------------- running
+
+
+async def benchmark(
+    cluster: LocalCluster, workdir: Path, out: Path, config: Config = FULL
+) -> dict[str, Any]:
+    """Run every seed (variants of a seed side by side) and write JSON + figures to ``out``."""
+    started = time.monotonic()
+    karpenter = await asyncio.to_thread(ensure_karpenter, cluster, _say)
+    await asyncio.to_thread(out.mkdir, parents=True, exist_ok=True)
+    karpenter.set_registration_delay("0s")  # the per-node launch delay replaces it
+    await asyncio.to_thread(_ensure_overprov_class, cluster)
+    result: dict[str, Any] = {
+        "config": config.describe(),
+        "load_average": {"start": list(os.getloadavg())},
+        "seeds": {},
+    }
+    pictured: dict[str, VariantRun] = {}
+    pictured_plan: SeedPlan | None = None
+    try:
+        for number, seed in enumerate(config.seeds):
+            seed_plan = plan(config, seed)
+            _say(
+                f"seed {seed}: {len(seed_plan.arrivals)} jobs, last at "
+                f"{seed_plan.last_arrival:.0f}s, shortage {seed_plan.shortage}"
+            )
+            runs, figures = await _run_seed(cluster, karpenter, workdir, config, seed_plan)
+            figures["load_average"] = list(os.getloadavg())
+            figures["reference"] = reference(config, seed_plan)
+            result["seeds"][str(seed)] = figures
+            # Written after every seed, so a long run that fails later keeps what it measured.
+            await asyncio.to_thread(_write, out / "outcomes.json", result)
+            if number == 0:
+                pictured, pictured_plan = runs, seed_plan
+    finally:
+        await asyncio.to_thread(reset_cloud, karpenter)
+    result["summary"] = summarize(result["seeds"], config)
+    result["load_average"]["end"] = list(os.getloadavg())
+    images = []
+    if pictured_plan is not None:
+        for name, run in pictured.items():
+            path = out / f"outcomes-{name}.png"
+            _draw(run, config, pictured_plan, result["seeds"][str(pictured_plan.seed)], path)
+            images.append(path.name)
+    summary_png = out / "outcomes-summary.png"
+    _draw_summary(result["seeds"], config, summary_png)
+    result["images"] = [*images, summary_png.name]
+    result["run_seconds"] = round(time.monotonic() - started, 1)
+    result["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    result["note"] = (
+        "Measured on a shared 2-core machine under load (load_average: 1/5/15-minute averages "
+        "at the start, after each seed and at the end); absolute seconds vary with load, "
+        "ratios to stock of the same seed hold better."
+    )
+    await asyncio.to_thread(_write, out / "outcomes.json", result)
+    return result
+
+
+def _write(path: Path, document: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(document, indent=1) + "\n")
+
+
+def _ensure_overprov_class(cluster: LocalCluster) -> None:
+    body = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": OVERPROV_CLASS},
+        "value": -1,
+        "globalDefault": False,
+        "description": "Pause pods that hold spare room; every other pod preempts them.",
+    }
+    try:
+        cluster.rest.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body)
+    except KubeError as exc:
+        if exc.status != 409:
+            raise
+
+
+async def _run_seed(
+    cluster: LocalCluster,
+    karpenter: Karpenter,
+    workdir: Path,
+    config: Config,
+    seed_plan: SeedPlan,
+) -> tuple[dict[str, VariantRun], dict[str, Any]]:
+    seed = seed_plan.seed
+    karpenter.set_launch_delay(*config.launch_delay, seed=seed)
+    order = list(config.variants)
+    random.Random(f"order-{seed}").shuffle(order)
+    runs: dict[str, VariantRun] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        for number, name in enumerate(order):
+            fake = FakeActions(
+                pats=[PAT], poll_hold=LONG_POLL, strand_grace=config.waited_long, assign_seed=seed
+            )
+            stage = await stack.enter_async_context(
+                Stage(cluster, workdir / f"seed{seed}-{name}", fake=fake, prefix="out")
+            )
+            if stage.hud is not None:
+                stage.hud.link(stage.fake, lag=config.hud_lag)
+            run = runs[name] = VariantRun(name, stage)
+            for index, site_name in enumerate(SITE_NAMES):
+                site = await stage.add_site(
+                    SiteSpec(
+                        name=site_name,
+                        scale_set_id=1000 + 20 * number + index,
+                        runner_pool=Pool(nodes=0),
+                        workflow_pool=Pool(nodes=0),
+                        runner_requests=RUNNER_REQUESTS,
+                        workflow_requests=WORKFLOW_REQUESTS,
+                        strand_after=config.waited_long,
+                        prepare_timeout=config.prepare_timeout,
+                    )
+                )
+                run.pools += await asyncio.to_thread(
+                    create_site_nodepools,
+                    karpenter,
+                    site,
+                    SITE_TYPES[index],
+                    consolidate_after=config.consolidate_after,
+                )
+                run.sites.append(site)
+            run.log = NodeClaimLog(cluster, run.pools).start()
+        try:
+            await _play(runs, order, karpenter, config, seed_plan)
+        finally:
+            for run in runs.values():
+                if run.log is not None:
+                    await run.log.stop()
+            await asyncio.to_thread(karpenter.set_capacity)
+            for run in runs.values():
+                for site in run.sites:
+                    if site.listener is not None and site.listener.returncode is None:
+                        await site.listener.stop(within=15.0)
+    _say(f"seed {seed}: removing NodePools and nodes")
+    await asyncio.to_thread(
+        delete_nodepools, karpenter, [p for r in runs.values() for p in r.pools]
+    )
+    window = config.warmup + seed_plan.last_arrival + config.tail
+    figures = {
+        "jobs": len(seed_plan.arrivals),
+        "last_arrival_s": seed_plan.last_arrival,
+        "shortage_s": list(seed_plan.shortage),
+        "window_s": _r(window),
+        "variant_order": order,
+        "variants": {name: _figures(run, config, window) for name, run in runs.items()},
+    }
+    return runs, figures
+
+
+async def _start_variant(run: VariantRun, config: Config) -> None:
+    for index, site in enumerate(run.sites):
+        name = run.name
+        if name == "stock_overprov":
+            await asyncio.to_thread(_create_pause_pods, site, config.warm)
+        capacity = _capacity(site, name, index, config)
+        site.start_listener(
+            capacity=capacity,
+            max_runners=config.max_runners,
+            min_runners=config.warm if name == "stock_minN" else 0,
+            log_level="info",
+        )
+
+
+def _capacity(site: Site, variant: str, index: int, config: Config) -> dict[str, Any] | None:
+    if not variant.startswith("ours"):
+        return None
+    settings = site.capacity_settings(
+        proactive=config.warm if variant == "ours_warm" else 0,
+        demand={"cluster_index": index, "cluster_count": len(SITE_NAMES)},
+    )
+    if variant == "ours_adaptive":
+        settings["warm_pool"] = {"mode": "adaptive"}  # every knob at its default
+    # Back to the product's defaults (capacity_settings is tuned for fast tests).
+    for key in ("recalculate_interval", "placeholder_ready_timeout", "max_pending_pairs"):
+        settings.pop(key, None)
+    settings.pop("downscale_delay", None)
+    assert site.stage.hud is not None
+    settings["hud"] = {"enabled": True, "url": site.stage.hud.endpoint}
+    return settings
+
+
+def _create_pause_pods(site: Site, count: int) -> None:
+    """The common overprovisioning recipe: a Deployment of pause pods at priority -1, one
+    runner-sized and one workflow-sized, each in its pool."""
+    for pool, requests in (("runner", RUNNER_REQUESTS), ("workflow", WORKFLOW_REQUESTS)):
+        labels = {OVERPROV_LABEL: pool}
+        body = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": f"overprovisioning-{pool}", "namespace": site.namespace},
+            "spec": {
+                "replicas": count,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "priorityClassName": OVERPROV_CLASS,
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [
+                            {
+                                "name": "pause",
+                                "image": PAUSE_IMAGE,
+                                "resources": {"requests": dict(requests)},
+                            }
+                        ],
+                        **site.placement(pool),
+                    },
+                },
+            },
+        }
+        site.stage.cluster.rest.request(
+            "POST", f"/apis/apps/v1/namespaces/{site.namespace}/deployments", body
+        )
+
+
+def _running_pause_pods(site: Site) -> int:
+    found = site.stage.cluster.rest.request(
+        "GET", f"/api/v1/namespaces/{site.namespace}/pods", params={"labelSelector": OVERPROV_LABEL}
+    )
+    return sum(
+        1
+        for p in found.get("items", [])
+        if (p.get("status") or {}).get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")
+    )
+
+
+async def _play(
+    runs: Mapping[str, VariantRun],
+    order: Sequence[str],
+    karpenter: Karpenter,
+    config: Config,
+    seed_plan: SeedPlan,
+) -> None:
+    """Start every variant at t=0 (cluster start), queue the arrivals after the warm-up,
+    switch the shortage on and off, sample every second; end at the window's end once every
+    job has finished (or after the overtime)."""
+    origin = time.monotonic()
+    wall_origin = time.time()
+    window = config.warmup + seed_plan.last_arrival + config.tail
+    for name in order:
+        runs[name].window = (wall_origin, wall_origin + window)
+        await _start_variant(runs[name], config)
+    arrivals = sorted(seed_plan.arrivals, key=lambda a: a.at)
+    events: list[tuple[float, str, Arrival | None]] = [
+        (config.warmup + a.at, "job", a) for a in arrivals
+    ]
+    events += [
+        (config.warmup + seed_plan.shortage[0], "short", None),
+        (config.warmup + seed_plan.shortage[1], "restore", None),
+    ]
+    events.sort(key=lambda e: e[0])
+    last_pause_sample = -10.0
+    while True:
+        now = time.monotonic() - origin
+        while events and events[0][0] <= now:
+            _, kind, arrival = events.pop(0)
+            if arrival is not None:
+                for run in runs.values():
+                    run.jobs += run.stage.fake.add_jobs(
+                        1, labels=["linux"], duration=arrival.duration
+                    )
+            elif kind == "short":
+                await asyncio.to_thread(karpenter.set_capacity, insufficient=[WORKFLOW_TYPE])
+                _say(f"t={now:5.0f}s: {WORKFLOW_TYPE} out of capacity")
+            else:
+                await asyncio.to_thread(karpenter.set_capacity)
+                _say(f"t={now:5.0f}s: {WORKFLOW_TYPE} capacity back")
+        for run in runs.values():
+            run.points.append(_sample(run, now))
+        if now - last_pause_sample >= 2.0 and "stock_overprov" in runs:
+            last_pause_sample = now
+            overprov = runs["stock_overprov"]
+            count = 0
+            for site in overprov.sites:
+                # A missed sample (a slow or reset connection) only widens the step.
+                with contextlib.suppress(*TRANSIENT):
+                    count += await asyncio.to_thread(_running_pause_pods, site)
+            overprov.pause_samples.append((now, count))
+        for run in runs.values():
+            for site in run.sites:
+                if site.listener is not None and site.listener.returncode is not None:
+                    raise RuntimeError(
+                        f"{run.name}: {site.listener.name} exited:\n{site.listener.log_tail(20)}"
+                    )
+        finished = not events and all(
+            j.state is JobState.COMPLETED for run in runs.values() for j in run.jobs
+        )
+        if now >= window and (finished or now >= window + config.overtime):
+            break
+        if int(now) % 60 == 0:
+            done = sum(j.state is JobState.COMPLETED for r in runs.values() for j in r.jobs)
+            _say(f"t={now:5.0f}s of {window:.0f}s: {done} jobs done over all variants")
+        await asyncio.sleep(1.0)
+
+
+def _sample(run: VariantRun, t: float) -> Point:
+    views = [s.view() for s in run.sites]
+    return Point(
+        t=t,
+        queued=len(run.stage.fake.queued()),
+        header=[v.advertised for v in views],
+        confirmed=[v.pairs_running for v in views],
+        running=[v.running for v in views],
+    )
+
+
+# ---------------------------------------------------------------------- figures
+
+
+def _placeholder_seconds(site: Site, start: float, end: float) -> float:
+    """Placeholder pod lifetimes (both halves; creation as watched to deletion or the start
+    of termination) inside [start, end]."""
+    born: dict[str, float] = {}
+    total = 0.0
+    for event in site.placeholder_events:
+        if event.kind in ("ADDED", "LISTED") and not event.terminating:
+            born.setdefault(event.name, event.wall)
+        elif (event.kind == "DELETED" or event.terminating) and event.name in born:
+            total += max(0.0, min(event.wall, end) - max(born.pop(event.name), start))
+    total += sum(max(0.0, end - max(b, start)) for b in born.values())
+    return total
+
+
+def _pause_seconds(samples: Sequence[tuple[float, int]], window: float) -> float:
+    """Running pause pods integrated over the window (sampled every 2 s; none: 0)."""
+    if not samples:
+        return 0.0
+    total = 0.0
+    for (t, count), (t_next, _) in zip(samples, [*samples[1:], (window, 0)], strict=True):
+        total += count * max(0.0, min(t_next, window) - min(t, window))
+    return total
+
+
+def _figures(run: VariantRun, config: Config, window: float) -> dict[str, Any]:
+    log = run.log
+    assert log is not None
+    start, end = run.window
+    jobs = run.jobs
+    waits = [
+        j.workflow_started_at - j.history[0][0] for j in jobs if j.workflow_started_at is not None
+    ]
+    timed_out = sum(j.failure == "prepare_timeout" for j in jobs)
+    other_failed = sum(j.result == "failed" and j.failure != "prepare_timeout" for j in jobs)
+    seconds = log.node_seconds(start, end)
+    launches = log.launches(start, end)
+    per_pool: dict[str, Any] = {}
+    for site in run.sites:
+        for pool in ("runner", "workflow"):
+            name = nodepool_name(site, pool)
+            per_pool[f"{site.spec.name}/{pool}"] = {
+                "node_seconds": _r(seconds.get(name, 0.0)),
+                "launches": launches.get(name, {}).get("launched", 0),
+                "launch_attempts": launches.get(name, {}).get("attempted", 0),
+            }
+    placeholder = sum(_placeholder_seconds(site, start, end) for site in run.sites)
+    return {
+        "jobs": len(jobs),
+        "succeeded": sum(j.result == "succeeded" for j in jobs),
+        "failed_by_timeout": timed_out,
+        "failed_other": other_failed,
+        "unfinished": sum(j.state is not JobState.COMPLETED for j in jobs),
+        "waited_over_60s": sum(w > config.waited_long for w in waits) + timed_out,
+        "queue_to_workflow_running_s": {
+            "n": len(waits),
+            "p50": _r(percentile(waits, 50)),
+            "p90": _r(percentile(waits, 90)),
+            "p99": _r(percentile(waits, 99)),
+            "max": _r(max(waits) if waits else None),
+        },
+        "node_seconds": {
+            "total": _r(sum(seconds.values())),
+            "runner": _r(sum(v for k, v in seconds.items() if k.endswith("-runner"))),
+            "workflow": _r(sum(v for k, v in seconds.items() if k.endswith("-workflow"))),
+        },
+        "placeholder_pod_seconds": _r(placeholder + _pause_seconds(run.pause_samples, window)),
+        "karpenter_launches": sum(v["launches"] for v in per_pool.values()),
+        # NodeClaim creation → Node joined, every launch of the window (bench_agreement
+        # draws the simulator's launch delays from these).
+        "node_ready_s": [_r(x) for x in log.ready_after(start, end)],
+        "karpenter_launch_attempts": sum(v["launch_attempts"] for v in per_pool.values()),
+        "jobs_per_site": {
+            site.spec.name: sum(j.scale_set_id == site.scale_set_id for j in jobs)
+            for site in run.sites
+        },
+        "per_pool": per_pool,
+        "window_s": _r(end - start),
+    }
+
+
+METRICS = (
+    ("failed by prepare timeout", ("failed_by_timeout",)),
+    ("waited > 60 s (incl. failed)", ("waited_over_60s",)),
+    ("queue → workflow Running p50 (s)", ("queue_to_workflow_running_s", "p50")),
+    ("queue → workflow Running p90 (s)", ("queue_to_workflow_running_s", "p90")),
+    ("queue → workflow Running p99 (s)", ("queue_to_workflow_running_s", "p99")),
+    ("queue → workflow Running max (s)", ("queue_to_workflow_running_s", "max")),
+    ("node-seconds, total", ("node_seconds", "total")),
+    ("node-seconds, runner pools", ("node_seconds", "runner")),
+    ("node-seconds, workflow pools", ("node_seconds", "workflow")),
+    ("placeholder / pause pod-seconds", ("placeholder_pod_seconds",)),
+    ("Karpenter launches", ("karpenter_launches",)),
+)
+
+
+def _get(figures: Mapping[str, Any], path: tuple[str, ...]) -> float | None:
+    value: Any = figures
+    for key in path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _spread(values: Sequence[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def summarize(seeds: Mapping[str, Any], config: Config) -> dict[str, Any]:
+    """Per variant and metric: median, min and max over seeds, of the value and of its ratio
+    to ``stock_min0`` of the same seed."""
+    summary: dict[str, Any] = {}
+    for variant in config.variants:
+        if not any(variant in figures["variants"] for figures in seeds.values()):
+            continue  # not run
+        entry: dict[str, Any] = {}
+        for _, path in METRICS:
+            values, ratios = [], []
+            for figures in seeds.values():
+                own = figures["variants"].get(variant)
+                base = figures["variants"].get(BASE)
+                value = None if own is None else _get(own, path)
+                if value is None:
+                    continue
+                values.append(value)
+                under = None if base is None else _get(base, path)
+                if under:
+                    ratios.append(value / under)
+            entry[".".join(path)] = {"value": _spread(values), "ratio_to_stock": _spread(ratios)}
+        summary[variant] = entry
+    bounds: dict[str, Any] = {}
+    for _, path in METRICS:
+        values = [
+            value
+            for figures in seeds.values()
+            if (value := _get(figures.get("reference") or {}, path)) is not None
+        ]
+        if values:
+            bounds[".".join(path)] = {"value": _spread(values), "ratio_to_stock": None}
+    if bounds:
+        summary[REFERENCE] = bounds
+    return summary
+
+
+# Runner pods fit two to a runner node and workflow pods two to a workflow node.
+SLOTS_PER_NODE = 2
+REFERENCE = "offline optimum (bound)"
+
+
+def reference(config: Config, seed_plan: SeedPlan) -> dict[str, Any]:
+    """A lower bound on node-seconds for zero queue time: OPT₀ of the trace (every job known
+    in advance) in slot-seconds with the shortest launch delay as lead time, divided by the
+    slots per node, in each of the two pools a job occupies. No policy that starts every job
+    the moment it is queued can hold less (packing, the shortage and the warm-up only add);
+    the window's idle tail is not counted."""
+    spans = [(a.at, a.at + a.duration) for a in seed_plan.arrivals]
+    best = optimum(spans, lead=config.launch_delay[0])
+    per_pool = (best.busy + best.spare) / SLOTS_PER_NODE
+    return {
+        "lead_s": config.launch_delay[0],
+        "slots_per_node": SLOTS_PER_NODE,
+        "failed_by_timeout": 0,
+        "waited_over_60s": 0,
+        "queue_to_workflow_running_s": {"p50": 0, "p90": 0, "p99": 0, "max": 0},
+        "node_seconds": {
+            "runner": round(per_pool, 1),
+            "workflow": round(per_pool, 1),
+            "total": round(2 * per_pool, 1),
+        },
+        "busy_slot_seconds": round(best.busy, 1),
+        "spare_slot_seconds": round(best.spare, 1),
+    }
+
+
+def config_of(document: Mapping[str, Any]) -> Config:
+    """The configuration a saved JSON was run with (FULL or SMOKE, with its seeds)."""
+    described = document["config"]
+    for known in (FULL, SMOKE):
+        if (
+            known.describe()["trace_spec"] == described["trace_spec"]
+            and list(known.launch_delay) == described["node_provisioning_delay_s"]
+        ):
+            return replace(
+                known, seeds=tuple(described["seeds"]), variants=tuple(described["variants"])
+            )
+    raise ValueError("config: the saved run matches neither FULL nor SMOKE; cannot re-plan it")
+
+
+def with_reference(document: Mapping[str, Any]) -> dict[str, Any]:
+    """``document`` with the reference per seed and in the summary (older runs lack it)."""
+    config = config_of(document)
+    seeds = {
+        key: {
+            **figures,
+            "reference": figures.get("reference") or reference(config, plan(config, int(key))),
+        }
+        for key, figures in document["seeds"].items()
+    }
+    return {**document, "seeds": seeds, "summary": summarize(seeds, config)}
+
+
+def merge(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One document from runs of the same configuration on different seeds (a long benchmark
+    run in parts): seeds together, the summary computed again. The first run's figures and
+    load averages are kept; each seed keeps its own. ValueError if the runs differ in
+    anything but their seeds, or share a seed."""
+    if not documents:
+        raise ValueError("merge: no documents")
+    first = documents[0]
+    base = {k: v for k, v in first["config"].items() if k != "seeds"}
+    seeds: dict[str, Any] = {}
+    for number, document in enumerate(documents):
+        other = {k: v for k, v in document["config"].items() if k != "seeds"}
+        if other != base:
+            raise ValueError(f"merge: run {number + 1} has another configuration than run 1")
+        for key, figures in document["seeds"].items():
+            if key in seeds:
+                raise ValueError(f"merge: seed {key} is in more than one run")
+            seeds[key] = figures
+    config_doc = {**first["config"], "seeds": sorted(int(k) for k in seeds)}
+    merged = {
+        **first,
+        "config": config_doc,
+        "seeds": seeds,
+        "run_seconds": round(sum(float(d.get("run_seconds") or 0.0) for d in documents), 1),
+        "parts": [
+            {"seeds": list(d["seeds"]), "date": d.get("date"), "run_seconds": d.get("run_seconds")}
+            for d in documents
+        ],
+    }
+    return with_reference(merged)
+
+
+def table(document: Mapping[str, Any]) -> str:
+    """The README table: median (min–max) over seeds, and the median ratio to stock; the
+    offline optimum's bound as the last column."""
+    summary = document["summary"]
+    names = [v for v in VARIANTS if v in summary]
+    if REFERENCE in summary:
+        names.append(REFERENCE)
+    lines = [
+        "| | " + " | ".join(HEADERS.get(n, n) for n in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for label, path in METRICS:
+        cells = []
+        for name in names:
+            cell = summary[name].get(".".join(path), {"value": None, "ratio_to_stock": None})
+            value, ratio = cell["value"], cell["ratio_to_stock"]
+            if value is None:
+                cells.append("–")
+                continue
+            text = f"{value['median']:g} ({value['min']:g}–{value['max']:g})"
+            if name != BASE and ratio is not None:
+                text += f" ×{ratio['median']:.2g}"
+            cells.append(text)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- pictures
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": 11})
+    return plt
+
+
+def _draw(
+    run: VariantRun,
+    config: Config,
+    seed_plan: SeedPlan,
+    figures: Mapping[str, Any],
+    path: Path,
+) -> None:
+    plt = _pyplot()
+    colors = ("tab:blue", "tab:orange")
+    window = config.warmup + seed_plan.last_arrival + config.tail
+    t = [p.t for p in run.points]
+    fig, axes = plt.subplots(3, 1, figsize=(13, 9), sharex=True)
+    top, middle, bottom = axes
+    for i, name in enumerate(SITE_NAMES):
+        top.step(
+            t,
+            [p.header[i] if p.header[i] is not None else 0 for p in run.points],
+            where="post",
+            color=colors[i],
+            alpha=0.6,
+            label=f"{name}: header sent",
+        )
+        if run.name.startswith("ours"):
+            top.step(
+                t,
+                [p.confirmed[i] for p in run.points],
+                where="post",
+                color=colors[i],
+                linewidth=2.2,
+                label=f"{name}: confirmed capacity (Running pairs)",
+            )
+    top.set_ylabel("runners")
+    middle.step(t, [p.queued for p in run.points], where="post", color="black", label="queued")
+    for i, name in enumerate(SITE_NAMES):
+        middle.step(
+            t,
+            [p.running[i] for p in run.points],
+            where="post",
+            color=colors[i],
+            label=f"{name}: claimed by a runner",
+        )
+    middle.set_ylabel("jobs")
+    log = run.log
+    assert log is not None
+    origin = run.window[0]
+    for i, site in enumerate(run.sites):
+        for pool, style in (("runner", "--"), ("workflow", "-")):
+            name = nodepool_name(site, pool)
+            bottom.step(
+                [w - origin for w, _ in log.counts],
+                [c.get(name, 0) for _, c in log.counts],
+                where="post",
+                color=colors[i],
+                linestyle=style,
+                label=f"{SITE_NAMES[i]}: {pool} NodeClaims",
+            )
+    bottom.set_ylabel("NodeClaims")
+    bottom.set_xlabel("seconds since cluster start")
+    for ax in axes:
+        ax.axvspan(
+            config.warmup + seed_plan.shortage[0],
+            config.warmup + seed_plan.shortage[1],
+            color="red",
+            alpha=0.08,
+            label=f"{SITE_NAMES[0]} workflow type out of capacity",
+        )
+        ax.axvline(config.warmup, color="grey", linewidth=0.8, linestyle=":")
+        ax.set_xlim(0, window)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=10, frameon=False)
+    waits = figures["variants"][run.name]["queue_to_workflow_running_s"]
+    top.set_title(
+        f"{HEADERS[run.name]} (seed {seed_plan.seed}): p90 wait {waits['p90']} s, "
+        f"{figures['variants'][run.name]['failed_by_timeout']} failed by timeout; "
+        "dotted: first arrival slot",
+        fontsize=12,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _draw_summary(seeds: Mapping[str, Any], config: Config, path: Path) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 6))
+    markers = "osD^vP"
+    for index, variant in enumerate(config.variants):
+        xs, ys = [], []
+        for figures in seeds.values():
+            own = figures["variants"].get(variant)
+            if own is None:
+                continue
+            x = _get(own, ("node_seconds", "total"))
+            y = _get(own, ("queue_to_workflow_running_s", "p90"))
+            if x is not None and y is not None:
+                xs.append(x)
+                ys.append(y)
+        ax.scatter(xs, ys, marker=markers[index % len(markers)], s=60, label=HEADERS[variant])
+    ax.set_xlabel("node-seconds in the window (all pools)")
+    ax.set_ylabel("p90 queue → workflow Running (s)")
+    ax.set_title("The trade-off: one point per variant and seed", fontsize=12)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=10, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tools.control_plane import local_control_plane, new_workdir
+
+    parser = argparse.ArgumentParser(prog="python -m tools.bench_outcomes")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_cmd = sub.add_parser("run", help="run the benchmark; JSON + figures into --out")
+    run_cmd.add_argument("--out", type=Path, default=Path("docs/img"))
+    run_cmd.add_argument("--seeds", type=int, nargs="*", default=None, help="default: FULL's")
+    run_cmd.add_argument("--smoke", action="store_true", help="the 3-minute smoke run")
+    run_cmd.add_argument("--variants", nargs="*", default=None, help="default: the config's")
+    run_cmd.add_argument("--workdir", type=Path, default=None)
+    table_cmd = sub.add_parser("table", help="print the README table from a saved JSON")
+    table_cmd.add_argument("json", type=Path)
+    merge_cmd = sub.add_parser("merge", help="one JSON from runs of the same config on other seeds")
+    merge_cmd.add_argument("json", type=Path, nargs="+")
+    merge_cmd.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if args.command == "table":
+        with contextlib.suppress(BrokenPipeError):
+            print(table(with_reference(json.loads(args.json.read_text()))))
+        return 0
+    if args.command == "merge":
+        try:
+            merged = merge([json.loads(path.read_text()) for path in args.json])
+        except ValueError as exc:
+            print(f"bench: {exc}", file=sys.stderr)
+            return 2
+        _write(args.out, merged)
+        print(table(merged))
+        return 0
+    config = SMOKE if args.smoke else FULL
+    if args.seeds:
+        config = replace(config, seeds=tuple(args.seeds))
+    if args.variants:
+        config = replace(config, variants=tuple(args.variants))
+    workdir = args.workdir or new_workdir("capacity-listener-outcomes")
+
+    async def go() -> dict[str, Any]:
+        with local_control_plane(workdir / "cluster", progress=_say) as cluster:
+            return await benchmark(cluster, workdir, args.out, config)
+
+    document = asyncio.run(go())
+    print(table(document))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
