@@ -12,13 +12,13 @@ query selecting one bucket by ``le`` would miss).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
-from typing import Final
+from typing import Final, Protocol
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
 
 _SUFFIX_RANK: Final = {"_bucket": 0, "_sum": 1, "_count": 2}
 
@@ -62,6 +62,25 @@ def go_float(value: float) -> str:
     return f"{sign}{whole}{'.' + fraction if fraction else ''}"
 
 
+def _go_order(family: str) -> Callable[[Sample], tuple[list[tuple[str, str]], int]]:
+    def key(s: Sample) -> tuple[list[tuple[str, str]], int]:
+        return (
+            sorted((k, v) for k, v in s.labels.items() if k != "le"),
+            _SUFFIX_RANK.get(s.name.removeprefix(family), 0),
+        )
+
+    return key
+
+
+class Source(Protocol):
+    """What :class:`GoStyleCollector` reads: a prometheus_client metric, or a custom
+    collector whose families are built from state at scrape time."""
+
+    def describe(self) -> Iterable[Metric]: ...
+
+    def collect(self) -> Iterable[Metric]: ...
+
+
 class GoStyleCollector:
     """Exposes prometheus_client metrics the way client_golang writes a registry.
 
@@ -69,19 +88,21 @@ class GoStyleCollector:
     once. It drops ``_created`` samples (Go has none), drops families with no samples (a Go
     vector without children is not written), skips label-less metrics until they are
     first used (:meth:`touch`), because a Go vector only appears once a child exists, and
-    writes bucket bounds (``le``) the way Go formats them (:func:`go_float`).
+    writes bucket bounds (``le``) the way Go formats them (:func:`go_float`). Families of
+    one name from several sources (the same series for several label sets, each kept by its
+    own owner) are written as one family, as Go writes one vector.
     """
 
     def __init__(
         self,
-        metrics: Iterable[MetricWrapperBase],
+        metrics: Iterable[Source],
         *,
-        hidden_until_touched: Iterable[MetricWrapperBase] = (),
+        hidden_until_touched: Iterable[Source] = (),
     ) -> None:
         self._metrics = list(metrics)
         self._untouched = {id(m) for m in hidden_until_touched}
 
-    def touch(self, metric: MetricWrapperBase) -> None:
+    def touch(self, metric: Source) -> None:
         self._untouched.discard(id(metric))
 
     def describe(self) -> list[Metric]:
@@ -91,7 +112,7 @@ class GoStyleCollector:
         return families
 
     def collect(self) -> Iterator[Metric]:
-        families: list[Metric] = []
+        families: dict[str, Metric] = {}
         for metric in self._metrics:
             if id(metric) in self._untouched:
                 continue
@@ -106,17 +127,14 @@ class GoStyleCollector:
                 ]
                 if not samples:
                     continue
-                # Group each series' samples (Go orders series by label values) and put
-                # _sum before _count inside a histogram series, as Go does. Python's sort
-                # is stable, so bucket order is kept.
-                samples.sort(
-                    key=lambda s: (
-                        sorted((k, v) for k, v in s.labels.items() if k != "le"),
-                        _SUFFIX_RANK.get(s.name.removeprefix(family.name), 0),
-                    )
-                )
-                family.samples = samples
-                families.append(family)
+                into = families.setdefault(family.name, family)
+                into.samples = [*into.samples, *samples] if into is not family else samples
+        for family in families.values():
+            # Group each series' samples (Go orders series by label values) and put
+            # _sum before _count inside a histogram series, as Go does. Python's sort
+            # is stable, so bucket order is kept.
+            family.samples.sort(key=_go_order(family.name))
         # By exposed name; prometheus_client appends "_total" to counters when writing.
-        families.sort(key=lambda f: f.name + "_total" if f.type == "counter" else f.name)
-        yield from families
+        yield from sorted(
+            families.values(), key=lambda f: f.name + "_total" if f.type == "counter" else f.name
+        )

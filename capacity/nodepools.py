@@ -15,14 +15,13 @@ selectors and tolerations are all there is to match.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
 from capacity.pods import tolerates, toleration_from
+from capacity.quantity import parse_quantity
 
 Json = dict[str, Any]
 
@@ -47,45 +46,10 @@ WELL_KNOWN_LABELS = frozenset(
 
 # --- quantities ---------------------------------------------------------------------------
 
-_QUANTITY = re.compile(
-    r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[mkMGTPE]|)$"
-)
-_SUFFIX = {
-    "": Fraction(1),
-    "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
-
-
-def parse_quantity(value: object) -> Fraction:
-    """A Kubernetes quantity ("1500m", "4Gi", "2", 3) as an exact fraction (cpu in cores,
-    memory in bytes). Exact, so "900m" twice is exactly "1800m". ValueError if unreadable."""
-    text = str(value).strip() if isinstance(value, str | int | float) else ""
-    if isinstance(value, bool):
-        text = ""
-    match = _QUANTITY.match(text)
-    if match is None:
-        raise ValueError(f"invalid quantity {value!r}")
-    try:
-        number = Fraction(Decimal(match.group(1)))
-    except (InvalidOperation, ValueError):
-        raise ValueError(f"invalid quantity {value!r}") from None
-    return number * _SUFFIX[match.group(2)]
-
 
 def _quantities(raw: object) -> dict[str, Fraction]:
-    """A ResourceList; entries that do not parse are left out (never guessed)."""
+    """A ResourceList (Kubernetes quantities as exact fractions); entries that do not parse
+    are left out (never guessed)."""
     out: dict[str, Fraction] = {}
     if isinstance(raw, Mapping):
         for name, amount in raw.items():

@@ -42,7 +42,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
-from capacity import warm_pool
+from capacity import quantity, warm_pool
 from capacity.model import DemandSource, Params
 
 ENV_PREFIX = "CAPACITY_"
@@ -95,28 +95,25 @@ def _positive_duration(value: object) -> float:
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 PositiveDuration = Annotated[float, BeforeValidator(_positive_duration)]
 
-# Kubernetes quantities: a decimal number and an optional suffix.
-_QUANTITY = re.compile(r"^(\d+(\.\d+)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
 _BYTE_RESOURCES = ("memory", "ephemeral-storage")
 
 
 def check_quantity(resource: str, value: object) -> str:
     """Validate one resource request; return it as the string Kubernetes expects."""
-    text = str(value).strip() if isinstance(value, str | int | float) else None
-    if isinstance(value, bool) or text is None:
-        raise ValueError(f"invalid quantity {value!r} for {resource}")
-    match = _QUANTITY.match(text)
-    if match is None:
-        raise ValueError(f"invalid quantity {value!r} for {resource}")
-    number, suffix = float(match.group(1)), match.group(3) or ""
-    if number <= 0:
+    try:
+        amount = quantity.parse(value)
+    except ValueError:
+        raise ValueError(f"invalid quantity {value!r} for {resource}") from None
+    text = str(value).strip()
+    if amount.value <= 0:
         raise ValueError(f"quantity for {resource} must be more than 0, got {value!r}")
-    if resource == "cpu" and suffix not in ("", "m"):
+    if resource == "cpu" and amount.si not in ("", "m"):
         raise ValueError(f"invalid cpu quantity {value!r} (use cores like '2' or '750m')")
-    if (resource in _BYTE_RESOURCES or resource.startswith("hugepages-")) and suffix == "m":
+    if (resource in _BYTE_RESOURCES or resource.startswith("hugepages-")) and amount.si == "m":
         # "512m" is 0.512 bytes: almost always a typo for "512Mi"
         raise ValueError(f"invalid {resource} quantity {value!r} (did you mean {text[:-1]}Mi?)")
-    if "/" in resource and (suffix or match.group(2)):
+    if "/" in resource and amount.value.denominator != 1:
+        # Kubernetes' own rule for extended resources: a whole value ("2", "1e3", not ".5").
         raise ValueError(f"extended resource {resource} needs a whole number, got {value!r}")
     return text
 
@@ -139,12 +136,12 @@ class Resources(BaseModel):
         if not isinstance(value, Mapping) or not value:
             raise ValueError(f"requests must be a non-empty mapping, got {value!r}")
         out: dict[str, str] = {}
-        for name, quantity in value.items():
+        for name, amount in value.items():
             name = str(name)
             standard = name in _STANDARD_RESOURCES or name.startswith("hugepages-")
             if not standard and ("/" not in name or not _RESOURCE_NAME.match(name)):
                 raise ValueError(f"unknown resource {name!r} (extended resources need a domain)")
-            out[name] = check_quantity(name, quantity)
+            out[name] = check_quantity(name, amount)
         return out
 
 

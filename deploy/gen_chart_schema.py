@@ -30,6 +30,7 @@ for path in (ROOT, ROOT / "deploy"):  # run as a script from anywhere
 
 import gen_reference  # noqa: E402
 
+from capacity import quantity  # noqa: E402
 from capacity import settings as capacity_settings  # noqa: E402
 
 OUTPUT = ROOT / "charts" / "capacity-listener" / "values.schema.json"
@@ -64,7 +65,8 @@ _DURATION = {
 }
 _QUANTITY = {
     "type": ["string", "integer", "number"],
-    "pattern": capacity_settings._QUANTITY.pattern,
+    # Requests are never negative; the settings refuse 0 with a one-line error.
+    "pattern": quantity.UNSIGNED_PATTERN,
 }
 RESOURCE_MAP = {
     "type": "object",

@@ -1,4 +1,4 @@
-"""NodePool limits: quantities, the NodePool projection, placement, and the pure room check
+"""NodePool limits: the NodePool projection, placement, and the pure room check
 (``capacity.nodepools``, ``policy.nodepool_room``), with Hypothesis properties."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from capacity.nodepools import (
     Taint,
     can_land,
     nodepool_from,
-    parse_quantity,
     resolve,
 )
 from capacity.policy import nodepool_room, plan
+from capacity.quantity import parse_quantity
 from tools.localcluster.karpenter import nodepool_manifest
 from tools.localcluster.testkit import OWNER_KEY
 
@@ -45,36 +45,6 @@ def halves(role: Role, running: int = 0, pending: int = 0, start: int = 0) -> li
 
 def observed(*placeholders: Placeholder, **kw: object) -> Observed:
     return Observed(placeholders=tuple(placeholders), **kw)  # type: ignore[arg-type]
-
-
-# --- quantities ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("900m", Fraction(9, 10)),
-        ("2", Fraction(2)),
-        ("1.5", Fraction(3, 2)),
-        ("4Gi", Fraction(4 * 2**30)),
-        ("1k", Fraction(1000)),
-        ("2e3", Fraction(2000)),
-        (3, Fraction(3)),
-        ("0", Fraction(0)),
-    ],
-)
-def test_parse_quantity(text: object, value: Fraction) -> None:
-    assert parse_quantity(text) == value
-
-
-@pytest.mark.parametrize("text", ["", "1x", "Gi", "1.2.3", True, None, "1 Gi"])
-def test_parse_quantity_refuses(text: object) -> None:
-    with pytest.raises(ValueError, match="invalid quantity"):
-        parse_quantity(text)
-
-
-def test_quantities_are_exact() -> None:
-    assert parse_quantity("900m") * 2 == parse_quantity("1800m")
 
 
 # --- the projection -----------------------------------------------------------------------

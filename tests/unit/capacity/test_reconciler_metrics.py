@@ -4,7 +4,9 @@ _created samples, and what one recorded pass shows."""
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from capacity.demand import Reading
@@ -21,6 +23,7 @@ from capacity.model import (
     RealPod,
     Role,
 )
+from capacity.nodepools import NodePool
 from tests.unit.capacity.builders import pair, ph
 
 BASE = {"name": "linux-cpu-x7k2p", "namespace": "arc-runners"}
@@ -212,3 +215,46 @@ def test_unregister_frees_the_names_for_a_new_monitor() -> None:
     again = CapacityMetrics(registry, **BASE)
     again.record_advertised(5, changed=True)
     assert value(registry, "gha_capacity_advertised") == 5
+
+
+def test_state_series_are_read_when_scraped() -> None:
+    """The state series are built from the monitor's State at each scrape: a change made
+    after registration (and after an earlier scrape) shows on the next page, and series of
+    NodePools gone from the state are gone from the page."""
+    registry = CollectorRegistry(auto_describe=True)
+    m = CapacityMetrics(registry, **BASE)
+    assert value(registry, "gha_capacity_advertised") == 0
+    assert value(registry, "gha_capacity_nodepool_limit", nodepool="a", resource="cpu") is None
+    m.state.advertised = 7
+    m.state.nodepools = (NodePool(name="a", limits={"cpu": Fraction(8)}),)
+    assert value(registry, "gha_capacity_advertised") == 7
+    assert value(registry, "gha_capacity_nodepool_limit", nodepool="a", resource="cpu") == 8
+    assert value(registry, "gha_capacity_nodepool_headroom", nodepool="a", resource="cpu") == 8
+    m.record_nodepools([], None)
+    assert "gha_capacity_nodepool_limit" not in page(registry)
+
+
+def test_two_monitors_share_one_registry() -> None:
+    """One page per registry: each runner set's series under its own labels, each family
+    written once; the same runner set twice is refused; the last to leave frees the names."""
+    registry = CollectorRegistry(auto_describe=True)
+    cpu = CapacityMetrics(registry, **BASE)
+    gpu = CapacityMetrics(registry, name="linux-gpu-q8w3e", namespace="arc-runners")
+    cpu.record_advertised(3, changed=True)
+    gpu.record_advertised(5, changed=True)
+    gpu.record_create("quota")
+    text = page(registry)
+    assert text.count("# TYPE gha_capacity_advertised gauge") == 1
+    assert value(registry, "gha_capacity_advertised") == 3
+    gpu_labels = {"name": "linux-gpu-q8w3e", "namespace": "arc-runners"}
+    assert registry.get_sample_value("gha_capacity_advertised", gpu_labels) == 5
+    quota = {**gpu_labels, "result": "quota"}
+    assert registry.get_sample_value("gha_capacity_pair_creates_total", quota) == 1
+    assert value(registry, "gha_capacity_pair_creates_total", result="quota") is None
+    with pytest.raises(ValueError, match="already registered"):
+        CapacityMetrics(registry, **BASE)
+    gpu.unregister()
+    assert registry.get_sample_value("gha_capacity_advertised", gpu_labels) is None
+    assert value(registry, "gha_capacity_advertised") == 3
+    cpu.unregister()
+    assert page(registry) == ""
