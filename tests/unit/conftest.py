@@ -52,7 +52,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, Any, Any]:
     # Innermost wrapper: looptime has switched the test's loop to virtual time by now.
     if is_async_test(pyfuncitem) and _in_unit(pyfuncitem):
-        loop = pyfuncitem.funcargs["event_loop_policy"].get_event_loop()
+        policy = pyfuncitem.funcargs["event_loop_policy"]
+        assert isinstance(policy, asyncio.AbstractEventLoopPolicy)
+        loop = policy.get_event_loop()
         if not (isinstance(loop, looptime.LoopTimeEventLoop) and loop.looptime_on):
             raise RealTimeUsed(f"{pyfuncitem.nodeid}: the event loop's time is not virtual")
     return (yield)
