@@ -19,7 +19,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
@@ -36,6 +36,8 @@ from tests.support.waits import eventually
 
 ROLE_LABEL = "capacity-listener.dev/role"
 
+K = TypeVar("K", bound=Cluster)  # the cluster: Kube, or the unit tests' MemoryCluster
+
 
 @dataclass(frozen=True)
 class ScaleSet:
@@ -46,7 +48,7 @@ class ScaleSet:
     labels: tuple[str, ...]
 
 
-class RecordedMonitor:
+class RecordedMonitor(Generic[K]):
     """One CapacityMonitor recording every value it advertises, with the time from ``stamp``.
 
     ``clock`` is the monitor's own (epoch seconds; a ``FakeClock`` in the unit tests, which
@@ -56,7 +58,7 @@ class RecordedMonitor:
 
     def __init__(
         self,
-        kube: Cluster,
+        kube: K,
         namespace: str,
         cfg: CapacitySettings,
         max_runners: int,
@@ -131,7 +133,7 @@ class RecordedMonitor:
         return self.metric("gha_capacity_pair_creates_total", result=result)
 
 
-class MonitorRun(RecordedMonitor):
+class MonitorRun(RecordedMonitor[Kube]):
     """A ``RecordedMonitor`` on a real cluster, running in a task from the start."""
 
     def __init__(

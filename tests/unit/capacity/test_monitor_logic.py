@@ -56,7 +56,7 @@ def runner_set(uid: str = OWNER_UID) -> dict[str, Any]:
     }
 
 
-class Scene(RecordedMonitor):
+class Scene(RecordedMonitor[MemoryCluster]):
     """The one monitor scene (tests/support/monitor_scene.py) on an in-memory cluster, with
     a clock the test moves."""
 
