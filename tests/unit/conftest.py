@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import platform
 import subprocess
 import time
 from collections.abc import AsyncIterator, Generator
@@ -31,6 +32,10 @@ from base.http.client import make_client
 from tests.unit.listener_fixtures import UA, FakeTime
 
 UNIT = Path(__file__).parent
+
+# azure-core's user agent reads platform.processor(), which runs `uname -p` once per process
+# and caches it: ask here, before the guard, so the vault tests do not start a process.
+platform.processor()
 
 
 class RealTimeUsed(AssertionError):
