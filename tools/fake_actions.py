@@ -321,7 +321,11 @@ class FakeActions(LoopbackFake):
         assign_seed: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # Every hold, expiry and age is read from `clock`: the unit tests pass the event
+        # loop's (virtual) time, so a held poll or an expired session costs no real time.
+        self.clock = clock
         self.pats = set(pats)
         self.app_id = app_id
         self.app_public_key = app_public_key
@@ -422,7 +426,7 @@ class FakeActions(LoopbackFake):
     ) -> list[FakeJob]:
         """Queue `n` jobs. Empty `labels` fit any scale set. `duration` is for the runner
         stand-in; the fake never completes a job on its own."""
-        now = time.monotonic()
+        now = self.clock()
         queue_time = datetime.now(UTC) - timedelta(seconds=queued_ago)
         created = []
         for _ in range(n):
@@ -534,7 +538,7 @@ class FakeActions(LoopbackFake):
         job.runner_id = self.register_runner(scale_set_id, runner_name)
         job.runner_name = runner_name
         job.runner_assign_time = datetime.now(UTC)
-        job.claimed_at = time.monotonic()
+        job.claimed_at = self.clock()
         self.claims.append((job.runner_request_id, runner_name))
         self._set_state(job, JobState.RUNNING)
         scale_set.counters["started"] += 1
@@ -545,7 +549,7 @@ class FakeActions(LoopbackFake):
         """The stand-in saw the job's workflow pod Running: the job is not stranded."""
         job = self.job(job_id)
         if job.workflow_started_at is None:
-            job.workflow_started_at = time.monotonic()
+            job.workflow_started_at = self.clock()
 
     def report_stranded(self, job_id: str | int) -> None:
         """The stand-in knows this claimed job's workflow will never start."""
@@ -563,7 +567,7 @@ class FakeActions(LoopbackFake):
         job.result = result
         job.failure = failure
         job.finish_time = datetime.now(UTC)
-        job.finished_at = time.monotonic()
+        job.finished_at = self.clock()
         self._set_state(job, JobState.COMPLETED)
         if job.scale_set_id is not None:
             scale_set = self.scale_sets[job.scale_set_id]
@@ -614,7 +618,7 @@ class FakeActions(LoopbackFake):
     def stranded(self, scale_set_id: int | None = None) -> list[FakeJob]:
         """Claimed jobs whose workflow never started: reported, or not started within
         `strand_grace` seconds of the claim (measured to completion for finished jobs)."""
-        now = time.monotonic()
+        now = self.clock()
         found = []
         for job in self.jobs.values():
             if job.claimed_at is None or job.workflow_started_at is not None:
@@ -669,7 +673,7 @@ class FakeActions(LoopbackFake):
 
     def _set_state(self, job: FakeJob, state: JobState) -> None:
         job.state = state
-        job.history.append((time.monotonic(), state))
+        job.history.append((self.clock(), state))
         self._changed.set()
 
     def _emit(self, scale_set: FakeScaleSet, job: FakeJob, message_type: str) -> None:
@@ -716,7 +720,7 @@ class FakeActions(LoopbackFake):
                 continue
             job.scale_set_id = scale_set.id
             job.scale_set_assign_time = datetime.now(UTC)
-            job.assigned_at = time.monotonic()
+            job.assigned_at = self.clock()
             if self.ghes_mode:
                 self._set_state(job, JobState.AVAILABLE)
                 scale_set.counters["offered"] += 1
@@ -751,7 +755,7 @@ class FakeActions(LoopbackFake):
         old scale set as JobCompleted(canceled), at most `max_requeues` times per job."""
         if self.requeue_after is None:
             return
-        deadline = time.monotonic() - self.requeue_after
+        deadline = self.clock() - self.requeue_after
         requeued = False
         for job in self.jobs.values():
             if job.state not in (JobState.AVAILABLE, JobState.ASSIGNED):
@@ -807,7 +811,7 @@ class FakeActions(LoopbackFake):
         if scale_set is None or scale_set.session is None:
             return None
         session = scale_set.session
-        if session.held or time.monotonic() - session.last_seen < self.session_expiry:
+        if session.held or self.clock() - session.last_seen < self.session_expiry:
             return session
         self._end_session(scale_set, expired=True)
         return None
@@ -874,7 +878,7 @@ class FakeActions(LoopbackFake):
     def accepts_github_token(self, token: str) -> bool:
         """Whether `token` is a PAT or an unexpired installation token of this fake."""
         expiry = self._installation_tokens.get(token)
-        return token in self.pats or (expiry is not None and expiry > time.monotonic())
+        return token in self.pats or (expiry is not None and expiry > self.clock())
 
     # ------------------------------------------------------------------ HTTP: auth helpers
 
@@ -942,7 +946,7 @@ class FakeActions(LoopbackFake):
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme != "Bearer" or not secrets.compare_digest(token, session.token):
             raise _reject(401, "VssUnauthorizedException", "message queue token is not valid")
-        session.last_seen = time.monotonic()
+        session.last_seen = self.clock()
         return scale_set, session
 
     # ------------------------------------------------------------------ HTTP: GitHub API
@@ -955,7 +959,7 @@ class FakeActions(LoopbackFake):
         if self.app_installation_id is not None and installation_id != self.app_installation_id:
             raise _github_reject(404, "Not Found")
         token = "ghs_" + secrets.token_hex(16)
-        self._installation_tokens[token] = time.monotonic() + 3600
+        self._installation_tokens[token] = self.clock() + 3600
         self.installation_tokens_issued += 1
         expires = datetime.now(UTC) + timedelta(hours=1)
         return json_response({"token": token, "expires_at": _github_time(expires)}, status=201)
@@ -966,7 +970,7 @@ class FakeActions(LoopbackFake):
             raise _github_reject(401, "Bad credentials")
         self.registration_scopes.append(request.match_info["scope"])
         registration = "AREG" + secrets.token_hex(12).upper()
-        self._registration_tokens[registration] = time.monotonic() + 3600
+        self._registration_tokens[registration] = self.clock() + 3600
         expires = datetime.now(UTC) + timedelta(hours=1)
         return json_response(
             {"token": registration, "expires_at": _github_time(expires)}, status=201
@@ -975,7 +979,7 @@ class FakeActions(LoopbackFake):
     async def _runner_registration(self, request: web.Request) -> web.Response:
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         expiry = self._registration_tokens.get(token)
-        if scheme != "RemoteAuth" or expiry is None or expiry < time.monotonic():
+        if scheme != "RemoteAuth" or expiry is None or expiry < self.clock():
             raise _github_reject(401, "Bad credentials")
         try:
             body = json.loads(await request.read())
@@ -1028,7 +1032,7 @@ class FakeActions(LoopbackFake):
                 f"The actions runner scaleset {scale_set.name} already has an active session "
                 f"for owner {existing.owner_name}.",
             )
-        now = time.monotonic()
+        now = self.clock()
         session = FakeSession(
             session_id=str(uuid.uuid4()),
             scale_set_id=scale_set.id,
@@ -1067,7 +1071,7 @@ class FakeActions(LoopbackFake):
         scale_set, session = self._session_from(request)
         session.token = "mq_" + secrets.token_hex(16)
         session.refreshes += 1
-        session.last_seen = time.monotonic()
+        session.last_seen = self.clock()
         return json_response(self._session_json(scale_set, session))
 
     async def _session_delete(self, request: web.Request) -> web.Response:
@@ -1092,7 +1096,7 @@ class FakeActions(LoopbackFake):
             raise _reject(400, "ArgumentException", "X-ScaleSetMaxCapacity must be >= 0")
 
         record = PollRecord(
-            monotonic=time.monotonic(),
+            monotonic=self.clock(),
             wall=time.time(),
             scale_set_id=scale_set.id,
             session_id=session.session_id,
@@ -1115,9 +1119,9 @@ class FakeActions(LoopbackFake):
             record.outcome = "disconnected"
             raise
         finally:
-            record.ended = time.monotonic()
+            record.ended = self.clock()
             session.held.remove(poll)
-            session.last_seen = time.monotonic()
+            session.last_seen = self.clock()
             self._changed.set()
         if message is None:
             return web.Response(status=202)
@@ -1130,7 +1134,7 @@ class FakeActions(LoopbackFake):
     ) -> web.Response:
         item = scale_set.script.popleft()
         if item.drop is not None:
-            record.ended = time.monotonic()
+            record.ended = self.clock()
             record.outcome = item.drop
             if item.drop == "evict":
                 self.evict_session(scale_set.id)
@@ -1144,8 +1148,8 @@ class FakeActions(LoopbackFake):
             record.outcome = "disconnected"
             raise
         finally:
-            record.ended = time.monotonic()
-            session.last_seen = time.monotonic()
+            record.ended = self.clock()
+            session.last_seen = self.clock()
             self._changed.set()
         if item.message is None:
             record.outcome = "empty"
@@ -1159,7 +1163,7 @@ class FakeActions(LoopbackFake):
     async def _hold(
         self, scale_set: FakeScaleSet, poll: _HeldPoll, capacity: int | None, last_id: int
     ) -> dict[str, Any] | None:
-        deadline = time.monotonic() + self.poll_hold
+        deadline = self.clock() + self.poll_hold
         while True:
             poll.wake.clear()
             self._requeue_stale()
@@ -1174,7 +1178,7 @@ class FakeActions(LoopbackFake):
             if self._closing:
                 poll.record.outcome = "closed"
                 return None
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self.clock()
             if remaining <= 0:
                 poll.record.outcome = "empty"
                 return None
@@ -1206,7 +1210,7 @@ class FakeActions(LoopbackFake):
             or not secrets.compare_digest(token, session.token)
         ):
             raise _reject(401, "VssUnauthorizedException", "message queue token is not valid")
-        session.last_seen = time.monotonic()
+        session.last_seen = self.clock()
         try:
             ids = json.loads(await request.read())
         except ValueError as exc:

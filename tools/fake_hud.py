@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -209,7 +208,7 @@ class FakeHUD(LoopbackFake):
         counted = {JobState.QUEUED}
         if self._include_assigned:
             counted |= {JobState.AVAILABLE, JobState.ASSIGNED}
-        as_of = time.monotonic() - self._lag
+        as_of = self._actions.clock() - self._lag  # the job history is on that clock
         now = datetime.now(UTC)
         threshold = int(params.get("queuedThresholdMinutes") or 0)
         max_age_days = params.get("maxAgeDays")

@@ -1,12 +1,15 @@
-"""The capacity monitor run in this process against a real cluster, for the integration tests
-that drive it directly (tests/integration/test_capacity_monitor.py on kwok nodes,
-tests/support/karpenter_kit.py on Karpenter's).
+"""The one monitor scene: the capacity monitor built in this process as the listener builds
+it, for the tests that drive it directly — on the in-memory cluster
+(tests/unit/capacity/test_monitor_logic.py) and on a real one
+(tests/integration/test_capacity_monitor.py on kwok nodes, tests/support/karpenter_kit.py on
+Karpenter's, tests/integration/test_cluster_autoscaler.py).
 
-* ``MonitorRun``: one CapacityMonitor in a task, recording every value it advertises (with
-  when), its reconcile passes and its metrics.
+* ``RecordedMonitor``: one CapacityMonitor recording every value it advertises (with when),
+  its reconcile passes and its metrics. The unit tests drive its reconciler and view.
+* ``MonitorRun``: a ``RecordedMonitor`` on a real cluster, running in a task.
 * ``MonitorScene``: one test's namespace and scale set: starts runs and reads and creates the
-  pods the tests look at (placeholders, real pods, events). The two tests' scenes extend it
-  with their nodes: fake kwok nodes there, Karpenter NodePools here.
+  pods the tests look at (placeholders, real pods, events). The tests' scenes extend it
+  with their nodes: fake kwok nodes, Karpenter NodePools, cluster-autoscaler's groups.
 """
 
 from __future__ import annotations
@@ -14,21 +17,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
 from base.kube import Kube
+from capacity.cluster import Cluster
 from capacity.contract import placeholder_selector
 from capacity.monitor import CapacityMonitor
+from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings
 from tools.capacity_kit import wait_running
 from tools.waits import eventually
 
 ROLE_LABEL = "capacity-listener.dev/role"
+
+K = TypeVar("K", bound=Cluster)  # the cluster: Kube, or the unit tests' MemoryCluster
 
 
 @dataclass(frozen=True)
@@ -40,31 +48,37 @@ class ScaleSet:
     labels: tuple[str, ...]
 
 
-class MonitorRun:
-    """One CapacityMonitor in a task, recording every value it advertises.
+class RecordedMonitor(Generic[K]):
+    """One CapacityMonitor recording every value it advertises, with the time from ``stamp``.
 
-    ``max_runners`` may be changed while it runs (the monitor reads it on every pass)."""
+    ``clock`` is the monitor's own (epoch seconds; a ``FakeClock`` in the unit tests, which
+    also stamps the values); without one the monitor reads ``time.time`` and the values are
+    stamped with ``time.monotonic``. ``max_runners`` may be changed while it runs (the
+    monitor reads it on every pass)."""
 
     def __init__(
         self,
-        api: client.ApiClient,
+        kube: K,
         namespace: str,
         cfg: CapacitySettings,
         max_runners: int,
         scale_set: ScaleSet,
+        *,
+        clock: Callable[[], float] | None = None,
     ) -> None:
+        self.kube = kube
         self.namespace = namespace
         self.runner_set = scale_set.runner_set
         self.max_runners = max_runners
+        self.stamp = clock or time.monotonic
         self.values: list[tuple[float, int]] = []
         self.registry = CollectorRegistry()
         self.reconciles = 0
-        self.kube = Kube(api)
         # As load_capacity_settings does with HUD_API_TOKEN.
         hud = cfg.hud.model_copy(update={"token": SecretStr("hud-fake-token")})
         self.monitor = CapacityMonitor(
             settings=cfg.model_copy(update={"hud": hud}),
-            kube=self.kube,
+            kube=kube,
             runner_namespace=namespace,
             runner_set_name=scale_set.runner_set,
             scale_set_name=scale_set.name,
@@ -73,15 +87,23 @@ class MonitorRun:
             set_max_capacity=self._record,
             registry=self.registry,
             on_reconcile=self._reconciled,
+            clock=clock or time.time,
         )
-        self.stop = asyncio.Event()
-        self.task = asyncio.create_task(self.monitor.run(self.stop))
 
     def _record(self, value: int) -> None:
-        self.values.append((time.monotonic(), value))
+        self.values.append((self.stamp(), value))
 
     def _reconciled(self) -> None:
         self.reconciles += 1
+
+    @property
+    def reconciler(self) -> Reconciler:
+        return self.monitor.reconciler
+
+    @property
+    def advertised_values(self) -> list[int]:
+        """Every value advertised, in order."""
+        return [v for _, v in self.values]
 
     @property
     def advertised(self) -> int | None:
@@ -107,8 +129,24 @@ class MonitorRun:
         appears on first use, as in Go)."""
         return max(0.0, self.metric(name, **labels))
 
-    def creates(self) -> float:
-        return self.metric("gha_capacity_pair_creates_total", result="ok")
+    def creates(self, result: str = "ok") -> float:
+        return self.metric("gha_capacity_pair_creates_total", result=result)
+
+
+class MonitorRun(RecordedMonitor[Kube]):
+    """A ``RecordedMonitor`` on a real cluster, running in a task from the start."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        cfg: CapacitySettings,
+        max_runners: int,
+        scale_set: ScaleSet,
+    ) -> None:
+        super().__init__(Kube(api), namespace, cfg, max_runners, scale_set)
+        self.stop = asyncio.Event()
+        self.task = asyncio.create_task(self.monitor.run(self.stop))
 
     async def advertises(self, value: int, within: float = 90) -> float:
         """Wait until the last advertised value is ``value``; return when it was set."""

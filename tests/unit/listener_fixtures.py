@@ -24,6 +24,12 @@ UA = user_agent(7)
 """The User-Agent of scale set 7, the id the HTTP tests use."""
 
 
+def loop_clock() -> Callable[[], float]:
+    """The running event loop's clock, for a fake that reads the time itself (``FakeActions``):
+    virtual in the unit tier, so its holds and expiries pass with the loop's sleeps."""
+    return asyncio.get_running_loop().time
+
+
 class FakeTime(FakeClock):
     """The one fake clock, with ``clock`` as the HTTP tests name the callable."""
 

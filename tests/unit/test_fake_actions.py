@@ -20,6 +20,7 @@ import httpx
 import jwt
 import pytest
 
+from tests.unit.listener_fixtures import loop_clock
 from tools.fake_actions import (
     MESSAGE_TYPE,
     ZERO_TIME,
@@ -127,7 +128,7 @@ def jobs_in(envelope: dict[str, Any]) -> list[dict[str, Any]]:
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeActions]:
-    async with FakeActions(poll_hold=HOLD, session_expiry=30) as f:
+    async with FakeActions(poll_hold=HOLD, session_expiry=30, clock=loop_clock()) as f:
         f.add_scale_set(1, "linux")
         f.add_scale_set(2, "linux-b", labels=["linux"])
         yield f
@@ -192,7 +193,10 @@ async def test_runner_registration_rejects_bad_token_and_body(fake: FakeActions)
 
 
 async def test_short_admin_token_ttl_and_expired_token_rejected() -> None:
-    async with FakeActions(admin_token_ttl=-5) as fake, httpx.AsyncClient() as http:
+    async with (
+        FakeActions(admin_token_ttl=-5, clock=loop_clock()) as fake,
+        httpx.AsyncClient() as http,
+    ):
         fake.add_scale_set(1, "linux")
         c = Client(fake, http)
         await c.connect()
@@ -220,7 +224,9 @@ async def test_github_app_flow_verifies_jwt() -> None:
     private, public = make_rsa_keypair()
     other_private, _ = make_rsa_keypair()
     async with (
-        FakeActions(app_id="4242", app_public_key=public, app_installation_id=77) as fake,
+        FakeActions(
+            app_id="4242", app_public_key=public, app_installation_id=77, clock=loop_clock()
+        ) as fake,
         httpx.AsyncClient() as http,
     ):
         now = int(time.time())
@@ -285,7 +291,10 @@ async def test_session_lifecycle_conflict_refresh_delete(client: Client) -> None
 
 
 async def test_session_expires_without_polls_but_not_while_a_poll_is_held() -> None:
-    async with FakeActions(poll_hold=0.5, session_expiry=0.2) as fake, httpx.AsyncClient() as http:
+    async with (
+        FakeActions(poll_hold=0.5, session_expiry=0.2, clock=loop_clock()) as fake,
+        httpx.AsyncClient() as http,
+    ):
         fake.add_scale_set(1, "linux")
         c = Client(fake, http)
         await c.connect()
@@ -306,25 +315,27 @@ async def test_session_expires_without_polls_but_not_while_a_poll_is_held() -> N
 
 async def test_empty_poll_is_held_then_202(client: Client) -> None:
     s = await client.session(1)
-    started = time.monotonic()
+    now = loop_clock()
+    started = now()
     r = await client.poll(s, 5)
     assert r.status_code == 202
-    assert time.monotonic() - started >= HOLD * 0.9
+    assert now() - started >= HOLD * 0.9
     assert client.fake.polls[-1].outcome == "empty"
 
 
 async def test_held_poll_answers_as_soon_as_a_job_arrives() -> None:
-    async with FakeActions(poll_hold=5) as fake, httpx.AsyncClient() as http:
+    async with FakeActions(poll_hold=5, clock=loop_clock()) as fake, httpx.AsyncClient() as http:
         fake.add_scale_set(1, "linux")
         c = Client(fake, http)
         await c.connect()
         s = await c.session(1)
-        started = time.monotonic()
+        now = loop_clock()
+        started = now()
         task = asyncio.create_task(c.message(s, 3))
         await fake.wait_until(lambda: bool(fake.polls))
         fake.add_jobs(1, labels=["linux"])
         envelope = await task
-        assert time.monotonic() - started < 2
+        assert now() - started < 2
         assert [j["messageType"] for j in jobs_in(envelope)] == ["JobAssigned"]
 
 
@@ -468,7 +479,10 @@ async def test_labels_route_jobs_to_matching_sets_only(client: Client) -> None:
 
 
 async def test_claim_start_complete_and_stranded_accounting() -> None:
-    async with FakeActions(poll_hold=HOLD, strand_grace=0.5) as fake, httpx.AsyncClient() as http:
+    async with (
+        FakeActions(poll_hold=HOLD, strand_grace=0.5, clock=loop_clock()) as fake,
+        httpx.AsyncClient() as http,
+    ):
         fake.add_scale_set(1, "linux")
         c = Client(fake, http)
         await c.connect()
@@ -506,7 +520,7 @@ async def test_claim_start_complete_and_stranded_accounting() -> None:
 
 async def test_unclaimed_jobs_are_requeued_as_canceled_at_most_max_times() -> None:
     async with (
-        FakeActions(poll_hold=HOLD, requeue_after=0.1, max_requeues=1) as fake,
+        FakeActions(poll_hold=HOLD, requeue_after=0.1, max_requeues=1, clock=loop_clock()) as fake,
         httpx.AsyncClient() as http,
     ):
         fake.add_scale_set(1, "linux")
@@ -536,7 +550,10 @@ async def test_unclaimed_jobs_are_requeued_as_canceled_at_most_max_times() -> No
 
 
 async def test_ghes_mode_offers_jobs_that_must_be_acquired() -> None:
-    async with FakeActions(poll_hold=HOLD, ghes_mode=True) as fake, httpx.AsyncClient() as http:
+    async with (
+        FakeActions(poll_hold=HOLD, ghes_mode=True, clock=loop_clock()) as fake,
+        httpx.AsyncClient() as http,
+    ):
         fake.add_scale_set(1, "linux")
         c = Client(fake, http)
         await c.connect()
@@ -610,10 +627,11 @@ async def test_one_shot_401_and_409(client: Client) -> None:
 
 async def test_slow_response(client: Client) -> None:
     client.fake.inject("get_scale_set", Fault.slow(0.3, before_handler=False))
-    started = time.monotonic()
+    now = loop_clock()
+    started = now()
     r = await client.http.get(client.sets_url(1), params=API, headers=client.admin_headers)
     assert r.status_code == 200
-    assert time.monotonic() - started >= 0.27
+    assert now() - started >= 0.27
 
 
 async def test_dropped_and_truncated_connections(client: Client) -> None:
@@ -684,7 +702,7 @@ async def test_control_api_for_other_processes(fake: FakeActions) -> None:
 
 
 async def test_stop_releases_held_polls_promptly() -> None:
-    fake = FakeActions(poll_hold=30)
+    fake = FakeActions(poll_hold=30, clock=loop_clock())
     await fake.start()
     fake.add_scale_set(1, "linux")
     async with httpx.AsyncClient(timeout=10) as http:
@@ -693,10 +711,11 @@ async def test_stop_releases_held_polls_promptly() -> None:
         s = await c.session(1)
         task = asyncio.create_task(c.poll(s, 1))
         await fake.wait_until(lambda: bool(fake.polls))
-        started = time.monotonic()
+        now = loop_clock()
+        started = now()
         await fake.stop()
         assert (await task).status_code == 202
-        assert time.monotonic() - started < 3
+        assert now() - started < 3
 
 
 async def test_scripted_polls_are_answered_in_order_then_normal_polling_resumes(
@@ -713,9 +732,10 @@ async def test_scripted_polls_are_answered_in_order_then_normal_polling_resumes(
     raw = await client.poll(s, 5)
     assert (raw.status_code, raw.content) == (200, b"{oops")
     assert fake.script_left(1) == 0
-    started = time.monotonic()
+    now = loop_clock()
+    started = now()
     assert (await client.poll(s, 5)).status_code == 202  # held, then nothing: normal again
-    assert time.monotonic() - started >= HOLD * 0.9
+    assert now() - started >= HOLD * 0.9
 
 
 async def test_a_mutate_fault_rewrites_the_handlers_json(fake: FakeActions, client: Client) -> None:
@@ -731,7 +751,7 @@ async def test_a_mutate_fault_rewrites_the_handlers_json(fake: FakeActions, clie
 async def test_a_seeded_fake_spreads_jobs_over_scale_sets_with_room() -> None:
     # Without a seed the first scale set to assign takes every job; with one, each job goes to
     # the first scale set of its own seeded order that had room at its last poll.
-    fake = FakeActions(assign_seed=3)
+    fake = FakeActions(assign_seed=3, clock=loop_clock())
     fake.add_scale_set(1, "a", ["linux"])
     fake.add_scale_set(2, "b", ["linux"])
     # Both listeners hold a session (what _first_choice asks before counting a scale set in).

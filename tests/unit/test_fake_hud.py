@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.unit.listener_fixtures import loop_clock
 from tools.fake_actions import FakeActions
 from tools.fake_http import Fault
 from tools.fake_hud import AUTH_HEADER, FakeHUD, Outage, hud_runner_label
@@ -82,7 +83,7 @@ def test_runner_label_rule() -> None:
 
 
 async def test_linked_rows_follow_the_actions_queue() -> None:
-    async with FakeActions() as actions, FakeHUD(TOKEN) as hud:
+    async with FakeActions(clock=loop_clock()) as actions, FakeHUD(TOKEN) as hud:
         actions.add_scale_set(1, "linux")
         hud.link(actions)
         actions.add_jobs(2, labels=["linux"], queued_ago=150)
@@ -115,7 +116,7 @@ async def test_linked_rows_follow_the_actions_queue() -> None:
 
 
 async def test_linked_rows_lag_behind() -> None:
-    async with FakeActions() as actions, FakeHUD(TOKEN) as hud:
+    async with FakeActions(clock=loop_clock()) as actions, FakeHUD(TOKEN) as hud:
         hud.link(actions, lag=0.5)
         actions.add_jobs(4, labels=["linux"])
         assert (await query(hud, {})).json() == []

@@ -200,11 +200,14 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
             client = ActionsClient(http, StubAuth(), 7)
             capacity = AdvertisedCapacity(10)
             patcher = RecordingPatcher(queue.events)
+            # The loop's clock: virtual in the unit tier, so intervals pass with its sleeps.
+            clock = asyncio.get_running_loop().time
             scaler = Scaler(
                 min_runners=0,
                 max_runners=10,
                 patcher=patcher,
                 retry=PatchRetry(outage_budget=60, base=0.01, cap=0.05),
+                clock=clock,
             )
             retries = asyncio.create_task(scaler.run())
             listener = Listener(
@@ -216,6 +219,7 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
                 reissue_interval=options["reissue_interval"],
                 quiet_interval=options["quiet_interval"],
                 keepalive_interval=options["keepalive_interval"],
+                clock=clock,
             )
             h = Harness(queue, capacity, listener, patcher, asyncio.Event())
             await h.start(client)

@@ -91,12 +91,21 @@ async def test_a_vault_in_another_tenant_is_refused(azure: FakeAzure) -> None:
         await asyncio.to_thread(reader(azure), vault_config(azure, tenant_id="other"), "s")
 
 
-async def test_an_untrusted_vault_certificate_is_refused(azure: FakeAzure) -> None:
+async def test_an_untrusted_vault_certificate_is_refused(
+    azure: FakeAzure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # azure-core's retries back off with time.sleep in the worker thread, out of the event
+    # loop's virtual time and with no clock to pass: record the back-offs instead of waiting.
+    from azure.core.pipeline.transport import HttpTransport
+
+    backoffs: list[float] = []
+    monkeypatch.setattr(HttpTransport, "sleep", lambda _self, seconds: backoffs.append(seconds))
     azure.secrets["s"] = "{}"
     strict = functools.partial(read_secret, authority=azure.url, verify_challenge_resource=False)
     with pytest.raises(VaultError, match=r"^failed to get secret: .*(?i:certificate)"):
         await asyncio.to_thread(strict, vault_config(azure), "s")
     assert azure.secret_requests == []
+    assert backoffs  # the refusal went through the library's retries
 
 
 def test_a_certificate_file_that_is_not_one(tmp_path: Path) -> None:

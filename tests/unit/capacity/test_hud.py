@@ -50,7 +50,9 @@ def hud() -> Iterator[respx.MockRouter]:
 
 
 async def fetch(settings: HudSettings | None = None) -> DemandOutcome:
-    async with HudClient(settings or hud_settings(), LABELS) as client:
+    # The loop's clock: the duration is measured in the (virtual) time the deadline runs in.
+    clock = asyncio.get_running_loop().time
+    async with HudClient(settings or hud_settings(), LABELS, clock=clock) as client:
         return await client.fetch()
 
 

@@ -15,19 +15,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from base.kube import KubeError, Resource
 from capacity import monitor as monitor_module
 from capacity.contract import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, LABEL_ROLE
 from capacity.model import Role
-from capacity.monitor import PROFILE_KEY, CapacityMonitor, profile_config_map
+from capacity.monitor import PROFILE_KEY, profile_config_map
 from capacity.pods import SCALE_SET_LABEL
-from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, Resources
 from capacity.warm_pool import AdaptivePool, FixedPool, _Sums
 from tests.support.fake_clock import FakeClock
 from tests.support.memory_cluster import MemoryCluster
+from tests.support.monitor_scene import RecordedMonitor, ScaleSet
 from tools.waits import eventually
 
 NS = "arc-runners"
@@ -35,6 +34,7 @@ SCALE_SET = "linux"
 RUNNER_SET = "linux-x7k2p"
 OWNER_UID = "ers-uid-1"
 NOW = 1_800_000_000.0
+SCALE_SET_OF_TESTS = ScaleSet(SCALE_SET, RUNNER_SET, ("linux",))
 
 
 def runner_set(uid: str = OWNER_UID) -> dict[str, Any]:
@@ -56,27 +56,15 @@ def runner_set(uid: str = OWNER_UID) -> dict[str, Any]:
     }
 
 
-class Scene:
-    """A monitor on an in-memory cluster, with a clock the test moves and every value the
-    monitor advertised."""
+class Scene(RecordedMonitor[MemoryCluster]):
+    """The one monitor scene (tests/support/monitor_scene.py) on an in-memory cluster, with
+    a clock the test moves."""
 
-    def __init__(
-        self,
-        cluster: MemoryCluster,
-        monitor: CapacityMonitor,
-        clock: FakeClock,
-        registry: CollectorRegistry,
-        values: list[int],
-    ) -> None:
+    def __init__(self, cluster: MemoryCluster, settings: CapacitySettings) -> None:
         self.cluster = cluster
-        self.monitor = monitor
-        self.clock = clock
-        self.registry = registry
-        self.values = values
-
-    @property
-    def reconciler(self) -> Reconciler:
-        return self.monitor.reconciler
+        self.clock = FakeClock(NOW)
+        cluster.clock = self.clock
+        super().__init__(cluster, NS, settings, 10, SCALE_SET_OF_TESTS, clock=self.clock)
 
     def placeholders(self, role: Role | None = None) -> list[str]:
         return sorted(
@@ -96,13 +84,6 @@ class Scene:
             self.cluster.set_phase(NS, name, phase)
         await self.settle()
 
-    def creates(self, result: str) -> float:
-        sample = self.registry.get_sample_value(
-            "gha_capacity_pair_creates_total",
-            {"name": RUNNER_SET, "namespace": NS, "result": result},
-        )
-        return sample or 0.0
-
 
 def start(cluster: MemoryCluster | None = None, *, proactive: int = 1, **overrides: Any) -> Scene:
     cluster = cluster or MemoryCluster()
@@ -115,24 +96,7 @@ def start(cluster: MemoryCluster | None = None, *, proactive: int = 1, **overrid
         downscale_delay=0.0,
         **overrides,
     )
-    clock = FakeClock(NOW)
-    cluster.clock = clock
-    registry = CollectorRegistry()
-    scene_values: list[int] = []
-    monitor = CapacityMonitor(
-        settings=settings,
-        kube=cluster,
-        runner_namespace=NS,
-        runner_set_name=RUNNER_SET,
-        scale_set_name=SCALE_SET,
-        runner_labels=("linux",),
-        max_runners=lambda: 10,
-        set_max_capacity=scene_values.append,
-        registry=registry,
-        on_reconcile=lambda: None,
-        clock=clock,
-    )
-    return Scene(cluster, monitor, clock, registry, scene_values)
+    return Scene(cluster, settings)
 
 
 class Running:
@@ -246,7 +210,7 @@ async def test_expected_deletes_are_not_counted_as_capacity() -> None:
         await scene.reconciler.reconcile_once()
         await scene.run_all()
         await scene.reconciler.reconcile_once()
-        assert scene.values[-1] == 1
+        assert scene.advertised_values[-1] == 1
         scene.cluster.hold_events = asyncio.Event()
         # Demand drops to 0 (as if the operator set proactive_capacity: 0).
         scene.monitor.warm_pool = FixedPool(0)
@@ -327,7 +291,7 @@ async def test_start_adopts_verified_placeholders_and_sweeps_the_rest() -> None:
         await scene.reconciler.reconcile_once()
         assert sorted(cluster.deletes) == sorted(p["metadata"]["name"] for p in (*stranger, *stale))
         assert cluster.creates == []  # the adopted pair covers proactive_capacity
-        assert scene.values[-1] == 1
+        assert scene.advertised_values[-1] == 1
         assert (
             scene.registry.get_sample_value(
                 "gha_capacity_pair_deletes_total",
@@ -347,7 +311,7 @@ async def test_nothing_is_created_without_the_runner_set() -> None:
     async with Running(scene):
         await scene.reconciler.reconcile_once()
     assert cluster.creates == []
-    assert scene.values[-1] == 0
+    assert scene.advertised_values[-1] == 0
 
 
 # --- the signal loop ----------------------------------------------------------------------
@@ -363,18 +327,21 @@ async def test_signal_loop_follows_the_view_without_a_reconcile_pass() -> None:
     scene = start(proactive=2)
     async with Running(scene):
         await scene.reconciler.reconcile_once()
-        assert scene.values == [0, 0]  # at start, and after a pass with only Pending pairs
+        assert scene.advertised_values == [
+            0,
+            0,
+        ]  # at start, and after a pass with only Pending pairs
         signal = asyncio.create_task(scene.reconciler.signal_loop())
         try:
             await scene.run_all()
-            await until(lambda: scene.values[-1] == 2, "both Running pairs advertised")
+            await until(lambda: scene.advertised_values[-1] == 2, "both Running pairs advertised")
             passes = scene.reconciler.passes
 
             # A real runner pod preempts one runner placeholder: one pair fewer at once.
             scene.cluster.remove(NS, scene.placeholders(Role.RUNNER)[0])
-            await until(lambda: scene.values[-1] == 1, "the lost pair withdrawn")
+            await until(lambda: scene.advertised_values[-1] == 1, "the lost pair withdrawn")
             assert scene.reconciler.passes == passes  # the signal path, not a pass
-            assert all(v <= 2 for v in scene.values)
+            assert all(v <= 2 for v in scene.advertised_values)
         finally:
             signal.cancel()
             await asyncio.gather(signal, return_exceptions=True)
@@ -386,7 +353,7 @@ async def test_signal_loop_waits_for_the_view_to_sync() -> None:
     try:
         scene.monitor.view.poke()
         await asyncio.sleep(0.3)  # longer than the signal trigger's coalescing delay
-        assert scene.values == [0]  # only the start-up 0: nothing verified yet
+        assert scene.advertised_values == [0]  # only the start-up 0: nothing verified yet
     finally:
         signal.cancel()
         await asyncio.gather(signal, return_exceptions=True)
