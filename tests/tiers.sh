@@ -7,7 +7,8 @@
 #          ~/.cache/capacity-listener; only a fresh machine pays for them).
 #   slow:  every other directory of tests/ (chart: helm lint/template with the pinned Helm;
 #          integration, e2e, conformance, image, and any
-#          tier added later), each its own pytest run, all run even if one fails.
+#          tier added later), each its own pytest run, all run even if one fails;
+#          integration and e2e on TEST_WORKERS (default 2) pytest-xdist workers.
 #
 # Ends with one line per tier: name, wall seconds, result. Exit 1 if any tier failed.
 set -uo pipefail
@@ -63,10 +64,20 @@ for dir in tests/*/; do
     *) ls "$dir"test_*.py >/dev/null 2>&1 && others+=("$name") ;;
   esac
 done
+# The tiers that wait mostly on the control plane and Karpenter (launch delays, consolidation,
+# reconcile ticks) run their files on several pytest-xdist workers, each with its own local
+# control plane and Karpenter; --dist loadfile keeps a file's tests, which share fixtures, on
+# one worker. TEST_WORKERS=1 runs them one at a time.
+workers=${TEST_WORKERS:-2}
+spread=" integration e2e "
 for name in "${ordered[@]}" "${others[@]}"; do
   [ -d "tests/$name" ] || continue
+  extra=()
+  if [[ "$spread" == *" $name "* && "$workers" -gt 1 ]]; then
+    extra=(-n "$workers" --dist loadfile)
+  fi
   # --durations: the slowest tests of each tier, where a shorter CI has to start.
-  tier "$name" "$VENV/bin/pytest" "tests/$name" -q --durations=10
+  tier "$name" "$VENV/bin/pytest" "tests/$name" -q --durations=10 "${extra[@]}"
 done
 
 summary

@@ -47,6 +47,18 @@ def pytest_runtest_makereport(
     return report
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # Under pytest-xdist each worker measures its own scenarios: hand them to the controller,
+    # whose terminal summary prints them.
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["karpenter_timings"] = json.dumps(TIMINGS)
+
+
+def pytest_testnodedown(node: Any, error: object) -> None:
+    TIMINGS.extend(json.loads(getattr(node, "workeroutput", {}).get("karpenter_timings", "[]")))
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """What the Karpenter tests observed (seconds), one line per scenario."""
     if TIMINGS:
