@@ -32,7 +32,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,13 +43,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from tools.build_cache import build_once, cache_dir, input_key
 from tools.conformance import build, harness
-from tools.conformance.harness import (
-    SCALE_SET_ID,
-    FakeKube,
-    _kubeconfig,
-    _play_out,
-    config_json,
-)
+from tools.conformance.harness import _play_out, staged_listener
 from tools.conformance.scenarios import by_name
 from tools.control_plane import local_control_plane, new_workdir
 from tools.e2e_site import Pool, Site, SiteSpec, Stage
@@ -130,34 +123,21 @@ async def _harness_run(command: Sequence[str], settle: float) -> dict[str, Any]:
     """One listener through the conformance scenario, then ``settle`` seconds of sampling
     while it holds an idle long poll."""
     scenario = by_name(SCENARIO)
-    fake = FakeActions(pats=[harness.PAT], poll_hold=max(60.0, settle + 30.0))
-    kube = FakeKube()
-    async with contextlib.AsyncExitStack() as stack:
-        await fake.start()
-        stack.push_async_callback(fake.stop)
-        await kube.start()
-        stack.push_async_callback(kube.stop)
-        fake.add_scale_set(SCALE_SET_ID, "linux")
-        scenario.script(fake)
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="footprint-")))
-        kubeconfig = workdir / "kubeconfig"
-        kubeconfig.write_text(_kubeconfig(kube.url))
-        listener = ListenerProcess(
-            "listener",
-            workdir,
-            config_json(fake, {}),
-            kubeconfig=kubeconfig,
-            command=command,
-            base_env={"PATH": os.environ.get("PATH", ""), "HOME": str(workdir)},
-            env={"CONFORMANCE_RECORD_URL": f"{kube.url}/record"},
-        ).start()
+    async with staged_listener(
+        command,
+        scenario,
+        fake_options={"pats": [harness.PAT], "poll_hold": max(60.0, settle + 30.0)},
+        config={},
+        home=None,
+        env={},
+        prefix="footprint-",
+    ) as (fake, _kube, listener):
         try:
             if not await _play_out(fake, listener, scenario.budget):
                 raise RuntimeError(f"{command[0]} exited early:\n{listener.log_tail()}")
             memory = await sample_memory(listener.pid, settle)
         finally:
             await listener.stop(within=30.0)
-            listener.kill()
         return {"requests_served": len(fake.requests), **memory}
 
 
