@@ -25,7 +25,7 @@ import contextlib
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, Protocol, TypedDict, TypeVar, Unpack, overload
 
 T = TypeVar("T")
 
@@ -62,17 +62,22 @@ class _Deadline:
         )
 
 
+class _Options(TypedDict, total=False):
+    """``eventually``'s keyword arguments, for its two typed faces (async or sync check)."""
+
+    interval: float
+    alive: Callable[[], None] | None
+    detail: Callable[[], str] | None
+    wake: asyncio.Event | None
+    ignore: tuple[type[BaseException], ...]
+
+
 @overload
 async def eventually(
     check: Callable[[], Awaitable[T | None]],
     what: str,
     within: float | None = ...,
-    *,
-    interval: float = ...,
-    alive: Callable[[], None] | None = ...,
-    detail: Callable[[], str] | None = ...,
-    wake: asyncio.Event | None = ...,
-    ignore: tuple[type[BaseException], ...] = ...,
+    **options: Unpack[_Options],
 ) -> T: ...
 
 
@@ -81,12 +86,7 @@ async def eventually(
     check: Callable[[], T | None],
     what: str,
     within: float | None = ...,
-    *,
-    interval: float = ...,
-    alive: Callable[[], None] | None = ...,
-    detail: Callable[[], str] | None = ...,
-    wake: asyncio.Event | None = ...,
-    ignore: tuple[type[BaseException], ...] = ...,
+    **options: Unpack[_Options],
 ) -> T: ...
 
 
