@@ -66,7 +66,7 @@ from tools.fake_github_rest import FakeGitHubRest
 from tools.listener_process import PAT, metric_value
 from tools.localcluster import LocalCluster
 from tools.stats import percentile
-from tools.waits import WaitFailed, wait_until
+from tools.waits import timed_ramp, wait_until
 
 LONG_POLL = 50.0
 RECONCILE_HISTOGRAM = "gha_capacity_reconcile_duration_seconds"
@@ -275,16 +275,11 @@ class Bench:
                 log_level="info",
             )
             _say(f"memory: waiting for {pairs} Running pairs (this takes a while)")
-            started = time.monotonic()
-            reached = True
-            try:
-                await wait_until(lambda: site.advertised() == pairs, f"{pairs} pairs", 420, [site])
-            except WaitFailed as exc:
-                if listener.returncode is not None:
-                    raise
-                _say(f"memory: {exc}")
-                reached = False
-            ramp = time.monotonic() - started
+            reached, ramp = await timed_ramp(
+                wait_until(lambda: site.advertised() == pairs, f"{pairs} pairs", 420, [site]),
+                listener,
+                lambda line: _say(f"memory: {line}"),
+            )
             await asyncio.sleep(10.0)
             before = await listener.metrics_text()
             cpu_before = _cpu_seconds(listener.pid)

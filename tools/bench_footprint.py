@@ -50,7 +50,7 @@ from tools.e2e_site import Pool, Site, SiteSpec, Stage
 from tools.fake_actions import FakeActions
 from tools.listener_process import PAT, REPO_ROOT, ListenerProcess, metric_value
 from tools.localcluster import LocalCluster
-from tools.waits import WaitFailed, eventually, wait_until
+from tools.waits import eventually, timed_ramp, wait_until
 
 SCENARIO = "happy"
 FOREIGN_SCALE_SET = "other-set"
@@ -250,18 +250,15 @@ async def _cluster_case(
             process=functools.partial(ListenerProcess, command=our_command()),
         )
         _say(f"{pairs} pairs: waiting for them to be Running")
-        started = time.monotonic()
-        reached = True
-        try:
+
+        async def ramp_up() -> None:
             await site.wait_session(60)
             await wait_until(lambda: site.advertised() == pairs, f"{pairs} pairs", 600, [site])
             await _reconciled(listener, 60)
-        except WaitFailed as exc:
-            if listener.returncode is not None:
-                raise
-            _say(f"{pairs} pairs: {exc}")
-            reached = False
-        ramp = time.monotonic() - started
+
+        reached, ramp = await timed_ramp(
+            ramp_up(), listener, lambda line: _say(f"{pairs} pairs: {line}")
+        )
         result: dict[str, Any] = {
             "pairs_target": pairs,
             "pairs_reached": reached,

@@ -203,6 +203,22 @@ async def wait_until(
     await eventually(predicate, what, within, interval=interval, alive=alive, detail=views)
 
 
+async def timed_ramp(
+    wait: Awaitable[object], process: _Process, say: Callable[[str], None]
+) -> tuple[bool, float]:
+    """Await ``wait`` (a ramp to a benchmark's target) and time it: (reached, seconds). A
+    timeout is a result (said, and the target not reached); ``process`` exiting is not."""
+    started = time.monotonic()
+    try:
+        await wait
+    except WaitFailed as exc:
+        if process.returncode is not None:
+            raise
+        say(str(exc))
+        return False, time.monotonic() - started
+    return True, time.monotonic() - started
+
+
 @contextlib.asynccontextmanager
 async def running(work: Coroutine[Any, Any, T]) -> AsyncIterator[asyncio.Task[T]]:
     """Run ``work`` as a task for the block (a reader, a loop), cancelled and awaited at its
