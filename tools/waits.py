@@ -35,23 +35,29 @@ class WaitFailed(AssertionError):
 
 
 class _Deadline:
-    """The part both loops share: the deadline and the one-line failure."""
+    """The part both loops share: between rounds, ``alive`` and the deadline, and the
+    one-line failure."""
 
     def __init__(
         self,
         what: str,
         within: float | None,
         detail: Callable[[], str] | None,
+        alive: Callable[[], None] | None,
         now: Callable[[], float],
     ) -> None:
         self.what = what
         self.within = within
         self.detail = detail
+        self.alive = alive
         self.now = now
         self.at = None if within is None else now() + within
         self.last_error: BaseException | None = None
 
-    def check_time(self) -> None:
+    def next_round(self) -> None:
+        """Raise if what the wait depends on has ended or time has run out."""
+        if self.alive is not None:
+            self.alive()
         if self.at is None or self.now() < self.at:
             return
         assert self.within is not None
@@ -105,7 +111,7 @@ async def eventually(
     after ``within`` seconds (None: no deadline, the caller bounds the wait)."""
     # The event loop's clock (monotonic, as the loop's own timers): a virtual-time loop in a
     # test moves the deadline with the sleeps.
-    deadline = _Deadline(what, within, detail, asyncio.get_running_loop().time)
+    deadline = _Deadline(what, within, detail, alive, asyncio.get_running_loop().time)
     while True:
         if wake is not None:
             wake.clear()  # before the check: a change during it wakes the next round
@@ -117,9 +123,7 @@ async def eventually(
             deadline.last_error, result = exc, None
         if result:
             return result
-        if alive is not None:
-            alive()
-        deadline.check_time()
+        deadline.next_round()
         if wake is None:
             await asyncio.sleep(interval)
         else:
@@ -139,7 +143,7 @@ def eventually_sync(
     ignore: tuple[type[BaseException], ...] = (),
 ) -> T:
     """``eventually`` for code that runs outside an event loop (it blocks the thread)."""
-    deadline = _Deadline(what, within, detail, time.monotonic)
+    deadline = _Deadline(what, within, detail, alive, time.monotonic)
     while True:
         try:
             result = check()
@@ -147,9 +151,7 @@ def eventually_sync(
             deadline.last_error, result = exc, None
         if result:
             return result
-        if alive is not None:
-            alive()
-        deadline.check_time()
+        deadline.next_round()
         time.sleep(interval)
 
 
