@@ -28,7 +28,6 @@ import contextlib
 import functools
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -50,6 +49,7 @@ from tools.e2e_site import Pool, Site, SiteSpec, Stage
 from tools.fake_actions import FakeActions
 from tools.listener_process import PAT, REPO_ROOT, ListenerProcess, metric_value
 from tools.localcluster import LocalCluster
+from tools.stats import environment
 from tools.waits import eventually, timed_ramp, wait_until
 
 SCENARIO = "happy"
@@ -317,14 +317,7 @@ async def footprint(
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
-    document: dict[str, Any] = {
-        "environment": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
-    }
+    document: dict[str, Any] = {"environment": environment()}
     started = time.monotonic()
     workdir = args.workdir or new_workdir("capacity-listener-footprint")
     options = {"pairs": args.pairs or [100, 1000], "foreign": args.foreign, "settle": args.settle}
