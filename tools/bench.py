@@ -42,7 +42,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import sys
 import time
 from collections import Counter
@@ -65,8 +64,8 @@ from tools.fake_actions import FakeActions, FakeJob, JobState
 from tools.fake_github_rest import FakeGitHubRest
 from tools.listener_process import PAT, metric_value
 from tools.localcluster import LocalCluster
-from tools.stats import percentile
-from tools.waits import WaitFailed, wait_until
+from tools.stats import environment, percentile
+from tools.waits import timed_ramp, wait_until
 
 LONG_POLL = 50.0
 RECONCILE_HISTOGRAM = "gha_capacity_reconcile_duration_seconds"
@@ -275,16 +274,11 @@ class Bench:
                 log_level="info",
             )
             _say(f"memory: waiting for {pairs} Running pairs (this takes a while)")
-            started = time.monotonic()
-            reached = True
-            try:
-                await wait_until(lambda: site.advertised() == pairs, f"{pairs} pairs", 420, [site])
-            except WaitFailed as exc:
-                if listener.returncode is not None:
-                    raise
-                _say(f"memory: {exc}")
-                reached = False
-            ramp = time.monotonic() - started
+            reached, ramp = await timed_ramp(
+                wait_until(lambda: site.advertised() == pairs, f"{pairs} pairs", 420, [site]),
+                listener,
+                lambda line: _say(f"memory: {line}"),
+            )
             await asyncio.sleep(10.0)
             before = await listener.metrics_text()
             cpu_before = _cpu_seconds(listener.pid)
@@ -566,14 +560,7 @@ BENCHES: dict[str, Callable[[Bench], Awaitable[dict[str, Any]]]] = {
 
 async def run(selected: list[str], workdir: Path, images: Path | None = None) -> dict[str, Any]:
     started = time.monotonic()
-    document: dict[str, Any] = {
-        "environment": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
-    }
+    document: dict[str, Any] = {"environment": environment()}
     with local_control_plane(workdir / "cluster", progress=_say) as cluster:
         bench = Bench(cluster, workdir, images)
         for name in selected:

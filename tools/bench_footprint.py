@@ -28,11 +28,9 @@ import contextlib
 import functools
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,20 +42,15 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from tools.build_cache import build_once, cache_dir, input_key
 from tools.conformance import build, harness
-from tools.conformance.harness import (
-    SCALE_SET_ID,
-    FakeKube,
-    _kubeconfig,
-    _play_out,
-    config_json,
-)
+from tools.conformance.harness import _play_out, staged_listener
 from tools.conformance.scenarios import by_name
 from tools.control_plane import local_control_plane, new_workdir
 from tools.e2e_site import Pool, Site, SiteSpec, Stage
 from tools.fake_actions import FakeActions
 from tools.listener_process import PAT, REPO_ROOT, ListenerProcess, metric_value
 from tools.localcluster import LocalCluster
-from tools.waits import WaitFailed, eventually, wait_until
+from tools.stats import environment
+from tools.waits import eventually, timed_ramp, wait_until
 
 SCENARIO = "happy"
 FOREIGN_SCALE_SET = "other-set"
@@ -130,34 +123,21 @@ async def _harness_run(command: Sequence[str], settle: float) -> dict[str, Any]:
     """One listener through the conformance scenario, then ``settle`` seconds of sampling
     while it holds an idle long poll."""
     scenario = by_name(SCENARIO)
-    fake = FakeActions(pats=[harness.PAT], poll_hold=max(60.0, settle + 30.0))
-    kube = FakeKube()
-    async with contextlib.AsyncExitStack() as stack:
-        await fake.start()
-        stack.push_async_callback(fake.stop)
-        await kube.start()
-        stack.push_async_callback(kube.stop)
-        fake.add_scale_set(SCALE_SET_ID, "linux")
-        scenario.script(fake)
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="footprint-")))
-        kubeconfig = workdir / "kubeconfig"
-        kubeconfig.write_text(_kubeconfig(kube.url))
-        listener = ListenerProcess(
-            "listener",
-            workdir,
-            config_json(fake, {}),
-            kubeconfig=kubeconfig,
-            command=command,
-            base_env={"PATH": os.environ.get("PATH", ""), "HOME": str(workdir)},
-            env={"CONFORMANCE_RECORD_URL": f"{kube.url}/record"},
-        ).start()
+    async with staged_listener(
+        command,
+        scenario,
+        fake_options={"pats": [harness.PAT], "poll_hold": max(60.0, settle + 30.0)},
+        config={},
+        home=None,
+        env={},
+        prefix="footprint-",
+    ) as (fake, _kube, listener):
         try:
             if not await _play_out(fake, listener, scenario.budget):
                 raise RuntimeError(f"{command[0]} exited early:\n{listener.log_tail()}")
             memory = await sample_memory(listener.pid, settle)
         finally:
             await listener.stop(within=30.0)
-            listener.kill()
         return {"requests_served": len(fake.requests), **memory}
 
 
@@ -270,18 +250,15 @@ async def _cluster_case(
             process=functools.partial(ListenerProcess, command=our_command()),
         )
         _say(f"{pairs} pairs: waiting for them to be Running")
-        started = time.monotonic()
-        reached = True
-        try:
+
+        async def ramp_up() -> None:
             await site.wait_session(60)
             await wait_until(lambda: site.advertised() == pairs, f"{pairs} pairs", 600, [site])
             await _reconciled(listener, 60)
-        except WaitFailed as exc:
-            if listener.returncode is not None:
-                raise
-            _say(f"{pairs} pairs: {exc}")
-            reached = False
-        ramp = time.monotonic() - started
+
+        reached, ramp = await timed_ramp(
+            ramp_up(), listener, lambda line: _say(f"{pairs} pairs: {line}")
+        )
         result: dict[str, Any] = {
             "pairs_target": pairs,
             "pairs_reached": reached,
@@ -340,14 +317,7 @@ async def footprint(
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
-    document: dict[str, Any] = {
-        "environment": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
-    }
+    document: dict[str, Any] = {"environment": environment()}
     started = time.monotonic()
     workdir = args.workdir or new_workdir("capacity-listener-footprint")
     options = {"pairs": args.pairs or [100, 1000], "foreign": args.foreign, "settle": args.settle}

@@ -1,8 +1,11 @@
-"""Numbers the benchmarks report about a set of measurements."""
+"""Numbers the benchmarks report about a set of measurements, and the machine they ran on."""
 
 from __future__ import annotations
 
 import math
+import os
+import platform
+import time
 from collections.abc import Sequence
 
 
@@ -13,3 +16,13 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
     return ordered[rank - 1]
+
+
+def environment() -> dict[str, object]:
+    """The machine a benchmark ran on, and when, for the head of its JSON document."""
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }

@@ -25,7 +25,7 @@ import contextlib
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, Protocol, TypedDict, TypeVar, Unpack, overload
 
 T = TypeVar("T")
 
@@ -35,23 +35,29 @@ class WaitFailed(AssertionError):
 
 
 class _Deadline:
-    """The part both loops share: the deadline and the one-line failure."""
+    """The part both loops share: between rounds, ``alive`` and the deadline, and the
+    one-line failure."""
 
     def __init__(
         self,
         what: str,
         within: float | None,
         detail: Callable[[], str] | None,
+        alive: Callable[[], None] | None,
         now: Callable[[], float],
     ) -> None:
         self.what = what
         self.within = within
         self.detail = detail
+        self.alive = alive
         self.now = now
         self.at = None if within is None else now() + within
         self.last_error: BaseException | None = None
 
-    def check_time(self) -> None:
+    def next_round(self) -> None:
+        """Raise if what the wait depends on has ended or time has run out."""
+        if self.alive is not None:
+            self.alive()
         if self.at is None or self.now() < self.at:
             return
         assert self.within is not None
@@ -62,17 +68,22 @@ class _Deadline:
         )
 
 
+class _Options(TypedDict, total=False):
+    """``eventually``'s keyword arguments, for its two typed faces (async or sync check)."""
+
+    interval: float
+    alive: Callable[[], None] | None
+    detail: Callable[[], str] | None
+    wake: asyncio.Event | None
+    ignore: tuple[type[BaseException], ...]
+
+
 @overload
 async def eventually(
     check: Callable[[], Awaitable[T | None]],
     what: str,
     within: float | None = ...,
-    *,
-    interval: float = ...,
-    alive: Callable[[], None] | None = ...,
-    detail: Callable[[], str] | None = ...,
-    wake: asyncio.Event | None = ...,
-    ignore: tuple[type[BaseException], ...] = ...,
+    **options: Unpack[_Options],
 ) -> T: ...
 
 
@@ -81,12 +92,7 @@ async def eventually(
     check: Callable[[], T | None],
     what: str,
     within: float | None = ...,
-    *,
-    interval: float = ...,
-    alive: Callable[[], None] | None = ...,
-    detail: Callable[[], str] | None = ...,
-    wake: asyncio.Event | None = ...,
-    ignore: tuple[type[BaseException], ...] = ...,
+    **options: Unpack[_Options],
 ) -> T: ...
 
 
@@ -105,7 +111,7 @@ async def eventually(
     after ``within`` seconds (None: no deadline, the caller bounds the wait)."""
     # The event loop's clock (monotonic, as the loop's own timers): a virtual-time loop in a
     # test moves the deadline with the sleeps.
-    deadline = _Deadline(what, within, detail, asyncio.get_running_loop().time)
+    deadline = _Deadline(what, within, detail, alive, asyncio.get_running_loop().time)
     while True:
         if wake is not None:
             wake.clear()  # before the check: a change during it wakes the next round
@@ -117,9 +123,7 @@ async def eventually(
             deadline.last_error, result = exc, None
         if result:
             return result
-        if alive is not None:
-            alive()
-        deadline.check_time()
+        deadline.next_round()
         if wake is None:
             await asyncio.sleep(interval)
         else:
@@ -139,7 +143,7 @@ def eventually_sync(
     ignore: tuple[type[BaseException], ...] = (),
 ) -> T:
     """``eventually`` for code that runs outside an event loop (it blocks the thread)."""
-    deadline = _Deadline(what, within, detail, time.monotonic)
+    deadline = _Deadline(what, within, detail, alive, time.monotonic)
     while True:
         try:
             result = check()
@@ -147,9 +151,7 @@ def eventually_sync(
             deadline.last_error, result = exc, None
         if result:
             return result
-        if alive is not None:
-            alive()
-        deadline.check_time()
+        deadline.next_round()
         time.sleep(interval)
 
 
@@ -201,6 +203,22 @@ async def wait_until(
         return "".join(f"\n  {site.spec.name}: {site.view()}" for site in sites)
 
     await eventually(predicate, what, within, interval=interval, alive=alive, detail=views)
+
+
+async def timed_ramp(
+    wait: Awaitable[object], process: _Process, say: Callable[[str], None]
+) -> tuple[bool, float]:
+    """Await ``wait`` (a ramp to a benchmark's target) and time it: (reached, seconds). A
+    timeout is a result (said, and the target not reached); ``process`` exiting is not."""
+    started = time.monotonic()
+    try:
+        await wait
+    except WaitFailed as exc:
+        if process.returncode is not None:
+            raise
+        say(str(exc))
+        return False, time.monotonic() - started
+    return True, time.monotonic() - started
 
 
 @contextlib.asynccontextmanager

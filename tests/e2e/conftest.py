@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.marks import mark_tier
 from tools.control_plane import local_control_plane
 from tools.e2e_karpenter import ensure_karpenter
 from tools.e2e_site import Stage
@@ -21,11 +22,7 @@ from tools.localcluster.karpenter import Karpenter
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.e2e)
-            item.add_marker(pytest.mark.cluster)
+    mark_tier(items, __file__, pytest.mark.e2e, pytest.mark.cluster)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import local_cluster, stage
 from tests.support.image_listener import ImageListenerProcess
+from tests.support.marks import mark_tier
 from tools.image import Built, Container, ImageError, build_image, missing_tools
 
 __all__ = ["local_cluster", "stage"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.image)
+    mark_tier(items, __file__, pytest.mark.image)
 
 
 def unavailable() -> str | None:

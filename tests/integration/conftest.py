@@ -23,6 +23,7 @@ import pytest
 from kubernetes_asyncio import client, config
 
 from tests.support.karpenter_kit import TIMINGS
+from tests.support.marks import mark_tier
 from tools.localcluster import BuildError, ClusterError, LocalCluster, ensure_built
 from tools.localcluster.build import ensure_karpenter_built
 from tools.localcluster.karpenter import Karpenter, attach_karpenter, start_karpenter
@@ -30,10 +31,7 @@ from tools.localcluster.testkit import node_reservation
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.cluster)
+    mark_tier(items, __file__, pytest.mark.cluster)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.config_files import scale_set_config
+
 SECRET = "ghp_thisIsNotARealTokenButLooksLikeOne"
 
 
@@ -28,19 +30,7 @@ def run_listener(env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def valid_config(**overrides: object) -> dict[str, object]:
-    config: dict[str, object] = {
-        "configure_url": "https://github.com/acme",
-        "github_token": SECRET,
-        "ephemeral_runner_set_namespace": "arc-runners",
-        "ephemeral_runner_set_name": "linux-abcde",
-        "max_runners": 5,
-        "min_runners": 0,
-        "runner_scale_set_id": 7,
-        "log_level": "info",
-        "log_format": "text",
-    }
-    config.update(overrides)
-    return config
+    return scale_set_config(**{"github_token": SECRET, **overrides})
 
 
 def test_missing_config_path() -> None:

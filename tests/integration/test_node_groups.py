@@ -27,6 +27,7 @@ from tests.support.deploy_cluster_kit import (
     assert_each_verb_needed,
     bind_to,
     dynamic,
+    granted_listener,
     status_of,
     watch_status,
     with_verbs,
@@ -91,13 +92,9 @@ def reader(api: client.ApiClient, status_ns: str) -> NodeGroupRoom:
 async def test_the_reader_works_with_the_role_and_it_opens_nothing_else(
     local_cluster: LocalCluster, controller_namespace: str, status_ns: str, grant: Any
 ) -> None:
-    await grant()
-    async with as_listener(local_cluster, controller_namespace) as api:
-
-        async def allowed() -> bool:
-            return await status_of(api, "GET", path(status_ns, NAME)) == 200
-
-        await eventually(allowed, "get the status ConfigMap allowed", within=15)
+    async with granted_listener(
+        local_cluster, controller_namespace, grant, path(status_ns, NAME)
+    ) as api:
         groups = reader(api, status_ns)
         async with running(groups.run()):
 

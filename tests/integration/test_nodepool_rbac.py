@@ -25,13 +25,12 @@ from tests.support.deploy_cluster_kit import (
     apply,
     as_listener,
     assert_each_verb_needed,
-    bind_to,
+    cluster_rbac_per_test,
     dynamic,
+    granted_listener,
     status_of,
     watch_status,
-    with_verbs,
 )
-from tests.support.deploy_files import DEPLOY, yaml_docs
 from tools.localcluster import LocalCluster
 from tools.localcluster.karpenter import GENERAL_TYPES, Karpenter, nodepool_manifest
 from tools.waits import eventually, running
@@ -39,23 +38,6 @@ from tools.waits import eventually, running
 pytestmark = pytest.mark.cluster
 
 VERBS = ("get", "list", "watch")
-
-
-def shipped() -> tuple[dict[str, Any], dict[str, Any]]:
-    role, binding = yaml_docs(DEPLOY / "rbac" / "clusterrole-nodepools.yaml")
-    return role, binding
-
-
-def per_test(controller_ns: str, verbs: tuple[str, ...] = VERBS) -> list[dict[str, Any]]:
-    """The shipped ClusterRole and binding, renamed for this test (they are cluster-wide),
-    bound to the controller namespace, with only ``verbs``."""
-    role, binding = shipped()
-    role = with_verbs(role, verbs)
-    role["metadata"]["name"] += f"-{controller_ns}"
-    binding = bind_to(binding, controller_ns)
-    binding["metadata"]["name"] += f"-{controller_ns}"
-    binding["roleRef"]["name"] = role["metadata"]["name"]
-    return [role, binding]
 
 
 @pytest.fixture
@@ -76,7 +58,9 @@ async def grant(
     applied: list[dict[str, Any]] = []
 
     async def make(verbs: tuple[str, ...] = VERBS) -> None:
-        bodies = per_test(controller_namespace, verbs)
+        bodies = cluster_rbac_per_test(
+            "clusterrole-nodepools.yaml", controller_namespace, controller_namespace, verbs
+        )
         async with dynamic(kube_api, tmp_path) as dyn:
             for body in bodies:
                 await apply(dyn, body, None, dry_run=False)
@@ -104,25 +88,12 @@ def reader(api: client.ApiClient) -> tuple[NodePoolLimits, list[int]]:
     return limits, pokes
 
 
-@contextlib.asynccontextmanager
-async def granted_listener(
-    cluster: LocalCluster, controller_ns: str, pool: str, grant: Any
-) -> AsyncIterator[client.ApiClient]:
-    """The listener's identity once the ClusterRole is bound and in force."""
-    await grant()
-    async with as_listener(cluster, controller_ns) as api:
-
-        async def allowed() -> bool:
-            return await status_of(api, "GET", f"{RESOURCE.path}/{pool}") == 200
-
-        await eventually(allowed, "get nodepools allowed", within=15)
-        yield api
-
-
 async def test_the_reader_works_with_the_cluster_role(
     local_cluster: LocalCluster, controller_namespace: str, pool: str, grant: Any
 ) -> None:
-    async with granted_listener(local_cluster, controller_namespace, pool, grant) as api:
+    async with granted_listener(
+        local_cluster, controller_namespace, grant, f"{RESOURCE.path}/{pool}"
+    ) as api:
         assert await watch_status(api, RESOURCE.path, {}) == 200
         limits, pokes = reader(api)
         async with running(limits.run()):
@@ -153,7 +124,9 @@ async def test_the_reader_works_with_the_cluster_role(
 async def test_it_grants_no_writes(
     local_cluster: LocalCluster, controller_namespace: str, pool: str, grant: Any
 ) -> None:
-    async with granted_listener(local_cluster, controller_namespace, pool, grant) as api:
+    async with granted_listener(
+        local_cluster, controller_namespace, grant, f"{RESOURCE.path}/{pool}"
+    ) as api:
         patch = {"spec": {"limits": {"cpu": "100"}}}
         assert await status_of(api, "PATCH", f"{RESOURCE.path}/{pool}", body=patch) == 403
         assert await status_of(api, "DELETE", f"{RESOURCE.path}/{pool}") == 403

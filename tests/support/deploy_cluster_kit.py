@@ -113,6 +113,22 @@ async def as_listener(cluster: LocalCluster, controller_ns: str) -> AsyncIterato
         yield api
 
 
+@contextlib.asynccontextmanager
+async def granted_listener(
+    cluster: LocalCluster, controller_ns: str, grant: Callable[[], Awaitable[None]], probe: str
+) -> AsyncIterator[client.ApiClient]:
+    """The listener's identity (``as_listener``) once ``grant()`` has applied its RBAC and
+    the API server enforces it (GET ``probe`` allowed)."""
+    await grant()
+    async with as_listener(cluster, controller_ns) as api:
+
+        async def allowed() -> bool:
+            return await status_of(api, "GET", probe) == 200
+
+        await eventually(allowed, f"GET {probe} allowed", within=15)
+        yield api
+
+
 def with_verbs(role: dict[str, Any], verbs: tuple[str, ...]) -> dict[str, Any]:
     """A copy of the shipped ``role`` whose rules keep only ``verbs``."""
     role = copy.deepcopy(role)
@@ -235,9 +251,14 @@ def arc_listener_role(runner_set: str, service_account: str, controller_ns: str)
     ]
 
 
-def node_checks_rbac(controller_ns: str, suffix: str) -> list[dict[str, Any]]:
-    """The node ClusterRole and binding, renamed per test (they are cluster-wide)."""
-    role, binding = copy.deepcopy(yaml_docs(DEPLOY / "rbac" / "clusterrole-node-checks.yaml"))
+def cluster_rbac_per_test(
+    file: str, controller_ns: str, suffix: str, verbs: tuple[str, ...] | None = None
+) -> list[dict[str, Any]]:
+    """A shipped ClusterRole and its binding (deploy/rbac/``file``), renamed per test (they
+    are cluster-wide), bound to the controller namespace; with only ``verbs`` if given."""
+    role, binding = yaml_docs(DEPLOY / "rbac" / file)
+    if verbs is not None:
+        role = with_verbs(role, verbs)
     role["metadata"]["name"] += f"-{suffix}"
     binding = bind_to(binding, controller_ns)
     binding["metadata"]["name"] += f"-{suffix}"
@@ -278,7 +299,7 @@ async def listener_with_shipped_rbac(
         bind_to(yaml_docs(DEPLOY / "rbac" / "rolebinding.yaml")[0], controller_namespace),
         *arc_listener_role(set_name, service_account, controller_namespace),
     ]
-    node_docs = node_checks_rbac(controller_namespace, suffix)
+    node_docs = cluster_rbac_per_test("clusterrole-node-checks.yaml", controller_namespace, suffix)
     async with dynamic(kube_api, tmp_path) as dyn:
         for body in [*rbac_docs, *node_docs]:
             await apply(dyn, body, namespace, dry_run=False)

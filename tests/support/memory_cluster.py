@@ -5,8 +5,8 @@ It keeps pods, EphemeralRunners, EphemeralRunnerSets and nodes as plain JSON dic
 label- and field-selected informers from them (a Reset, then an Upserted or Removed per
 change, in order), and lets a test play the cluster's part: ``set_phase`` for the scheduler
 and kubelet, ``remove`` for preemption or eviction. Failures are injected per operation
-(``fail_creates``, ``fail_deletes``), deletes can be made to hang (``hold_deletes``) and
-watches to lag (``hold_events``).
+(``fail_creates``, ``fail_deletes``, ``fail_informers``), deletes can be made to hang
+(``hold_deletes``) and watches to lag (``hold_events``).
 
 What it does not do is Kubernetes' own work — no scheduling, no preemption, no garbage
 collection, no resourceVersion semantics — which is tested on the real control plane.
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from base.kube import (
+    Failed,
     KubeError,
     NodeState,
     Projection,
@@ -96,6 +97,8 @@ class MemoryCluster:
         self._uids = itertools.count(1)
         self.fail_creates: list[KubeError] = []  # raised by the next creates, in order
         self.fail_deletes: list[KubeError] = []
+        # each answered by the next informer (list+watch) as one Failed, before it lists
+        self.fail_informers: list[KubeError] = []
         self.hold_deletes: asyncio.Event | None = None  # set: deletes wait for it
         # set: watches deliver changes only once it is set (a watch that lags behind)
         self.hold_events: asyncio.Event | None = None
@@ -169,6 +172,9 @@ class MemoryCluster:
         label_selector: str = "",
         field_selector: str = "",
     ) -> AsyncIterator[WatchEvent[T]]:
+        while self.fail_informers:
+            yield Failed(self.fail_informers.pop(0), 0.0)
+            await asyncio.sleep(0)
         watcher = _Watcher(resource.path, label_selector, field_selector)
         self._watchers.append(watcher)
         try:

@@ -298,30 +298,27 @@ async def test_create_session_bad_sessions(
     assert actions.session is None
 
 
+@pytest.mark.parametrize(
+    ("missing", "delete_status"),
+    [
+        pytest.param("statistics", 204, id="deleted"),
+        # A failed delete must not hide the first error.
+        pytest.param("messageQueueUrl", 404, id="delete-fails"),
+    ],
+)
 @respx.mock
 async def test_an_unusable_created_session_is_deleted_before_the_error(
-    actions: ActionsClient,
+    actions: ActionsClient, missing: str, delete_status: int
 ) -> None:
     # The service holds a session now: leaving it would make the next pod meet a 409.
-    body = {k: v for k, v in session_json().items() if k != "statistics"}
+    body = {k: v for k, v in session_json().items() if k != missing}
     respx.post(SESSIONS, params=API).respond(200, json=body)
-    delete = respx.delete(f"{SESSIONS}/{SESSION_ID}", params=API).respond(204)
-    with pytest.raises(ProtocolError, match="statistics: missing from the session"):
+    delete = respx.delete(f"{SESSIONS}/{SESSION_ID}", params=API).respond(delete_status)
+    with pytest.raises(ProtocolError, match=f"{missing}: missing"):
         await actions.create_session("listener-pod", conflict_timeout=0)
     assert delete.call_count == 1
     assert delete.calls.last.request.headers["Authorization"] == f"Bearer {ADMIN_TOKEN}"
     assert actions.session is None
-
-
-@respx.mock
-async def test_a_failed_delete_of_an_unusable_session_keeps_the_first_error(
-    actions: ActionsClient,
-) -> None:
-    body = {k: v for k, v in session_json().items() if k != "messageQueueUrl"}
-    respx.post(SESSIONS, params=API).respond(200, json=body)
-    respx.delete(f"{SESSIONS}/{SESSION_ID}", params=API).respond(404)
-    with pytest.raises(ProtocolError, match="messageQueueUrl: missing"):
-        await actions.create_session("listener-pod", conflict_timeout=0)
 
 
 @respx.mock

@@ -18,10 +18,14 @@ from tests.unit.test_actions import (
     QUEUE,
     SCALE_SETS,
     SESSIONS,
-    StubAuth,
+    actions,
+    auth,
     message_json,
     with_session,
 )
+
+# The same client on the same stub as test_actions.py, as fixtures.
+__all__ = ["actions", "auth"]
 
 NEW_ID = "11111111-2222-3333-4444-555555555555"
 EVICTED = {
@@ -32,16 +36,6 @@ GONE = {
     "typeName": "GitHub.Actions.Runtime.WebApi.RunnerScaleSetNotFoundException",
     "message": "The runner scale set was not found.",
 }
-
-
-@pytest.fixture
-def auth() -> StubAuth:
-    return StubAuth()
-
-
-@pytest.fixture
-def actions(client: httpx.AsyncClient, auth: StubAuth, fake: FakeTime) -> ActionsClient:
-    return ActionsClient(client, auth, 7, sleep=fake.sleep, clock=fake.clock, wall_clock=fake.clock)
 
 
 def new_session() -> httpx.Response:

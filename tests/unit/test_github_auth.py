@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 
 import httpx
 import jwt
@@ -35,6 +36,7 @@ ACTIONS_URL = "https://pipelines.example/tenant/"
 ORG_URL = "https://github.com/acme"
 REG_TOKEN_URL = "https://api.github.com/orgs/acme/actions/runners/registration-token"
 RUNNER_REGISTRATION_URL = "https://api.github.com/actions/runner-registration"
+ACCESS_TOKENS = "https://api.github.com/app/installations/9/access_tokens"
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +54,23 @@ def pat_auth(
         clock=fake.clock,
         sleep=fake.sleep,
         force_ghes=force_ghes,
+    )
+
+
+def app_auth(
+    client: httpx.AsyncClient,
+    fake: FakeTime,
+    rsa_key: rsa.RSAPrivateKey,
+    on_secret: Callable[[str], None] = lambda _secret: None,
+) -> GitHubAuth:
+    """A GitHub App's auth (installation 9, the token at ``ACCESS_TOKENS``)."""
+    return GitHubAuth(
+        client,
+        parse_github_target(ORG_URL),
+        AppCredentials(app_id="1", installation_id=9, private_key=pem_pkcs1(rsa_key)),
+        clock=fake.clock,
+        sleep=fake.sleep,
+        on_secret=on_secret,
     )
 
 
@@ -265,17 +284,9 @@ def test_unusable_private_key_is_one_line_without_key_material(key: str) -> None
 async def test_installation_token_is_fetched_again_on_every_refresh(
     client: httpx.AsyncClient, fake: FakeTime, rsa_key: rsa.RSAPrivateKey
 ) -> None:
-    access = respx.post("https://api.github.com/app/installations/9/access_tokens").respond(
-        201, json={"token": INSTALLATION_TOKEN}
-    )
+    access = respx.post(ACCESS_TOKENS).respond(201, json={"token": INSTALLATION_TOKEN})
     mock_registration(fake, lifetime=600)
-    auth = GitHubAuth(
-        client,
-        parse_github_target(ORG_URL),
-        AppCredentials(app_id="1", installation_id=9, private_key=pem_pkcs1(rsa_key)),
-        clock=fake.clock,
-        sleep=fake.sleep,
-    )
+    auth = app_auth(client, fake, rsa_key)
     await auth.admin_connection()
     fake.now += 600
     await auth.admin_connection()
@@ -287,16 +298,8 @@ async def test_installation_token_is_fetched_again_on_every_refresh(
 async def test_installation_token_must_be_201(
     client: httpx.AsyncClient, fake: FakeTime, rsa_key: rsa.RSAPrivateKey, status: int
 ) -> None:
-    respx.post("https://api.github.com/app/installations/9/access_tokens").respond(
-        status, json={"token": INSTALLATION_TOKEN, "message": "nope"}
-    )
-    auth = GitHubAuth(
-        client,
-        parse_github_target(ORG_URL),
-        AppCredentials(app_id="1", installation_id=9, private_key=pem_pkcs1(rsa_key)),
-        clock=fake.clock,
-        sleep=fake.sleep,
-    )
+    respx.post(ACCESS_TOKENS).respond(status, json={"token": INSTALLATION_TOKEN, "message": "nope"})
+    auth = app_auth(client, fake, rsa_key)
     with pytest.raises(ActionsHTTPError) as info:
         await auth.admin_connection()
     assert info.value.status == status
@@ -461,19 +464,10 @@ async def test_registration_token_missing_from_201(
 async def test_every_token_is_reported_for_log_masking(
     client: httpx.AsyncClient, fake: FakeTime, rsa_key: rsa.RSAPrivateKey
 ) -> None:
-    respx.post("https://api.github.com/app/installations/9/access_tokens").respond(
-        201, json={"token": INSTALLATION_TOKEN}
-    )
+    respx.post(ACCESS_TOKENS).respond(201, json={"token": INSTALLATION_TOKEN})
     mock_registration(fake)
     secrets: list[str] = []
-    auth = GitHubAuth(
-        client,
-        parse_github_target(ORG_URL),
-        AppCredentials(app_id="1", installation_id=9, private_key=pem_pkcs1(rsa_key)),
-        clock=fake.clock,
-        sleep=fake.sleep,
-        on_secret=secrets.append,
-    )
+    auth = app_auth(client, fake, rsa_key, on_secret=secrets.append)
     connection = await auth.admin_connection()
     assert secrets[0].startswith("ey")  # the App JWT
     assert secrets[1:] == [
@@ -496,16 +490,10 @@ async def test_api_token_reuses_an_installation_token_for_50_minutes(
     client: httpx.AsyncClient, fake: FakeTime, rsa_key: rsa.RSAPrivateKey
 ) -> None:
     tokens = iter(["ghs_first", "ghs_second"])
-    access = respx.post("https://api.github.com/app/installations/9/access_tokens").mock(
+    access = respx.post(ACCESS_TOKENS).mock(
         side_effect=lambda _request: httpx.Response(201, json={"token": next(tokens)})
     )
-    auth = GitHubAuth(
-        client,
-        parse_github_target(ORG_URL),
-        AppCredentials(app_id="1", installation_id=9, private_key=pem_pkcs1(rsa_key)),
-        clock=fake.clock,
-        sleep=fake.sleep,
-    )
+    auth = app_auth(client, fake, rsa_key)
     assert [await auth.api_token() for _ in range(3)] == ["ghs_first"] * 3
     fake.now += 49 * 60
     assert await auth.api_token() == "ghs_first"

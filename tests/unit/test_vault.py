@@ -22,6 +22,7 @@ from listener.config import (
     VaultError,
 )
 from listener.vault import check, read_secret
+from tests.support.config_files import scale_set_config
 from tests.support.fake_azure import FakeAzure
 
 TOKEN = "ghp_fromTheVaultNotTheConfig123456"
@@ -150,24 +151,17 @@ def test_checks_are_arcs(tmp_path: Path, overrides: dict[str, Any], message: str
 
 
 def write_config(tmp_path: Path, fake: FakeAzure, **overrides: Any) -> dict[str, str]:
-    config: dict[str, Any] = {
-        "configure_url": "https://github.com/acme",
-        "vault_type": "azure_key_vault",
-        "vault_lookup_key": "github-app",
-        "azure_key_vault": {
+    config = scale_set_config(
+        vault_type="azure_key_vault",
+        vault_lookup_key="github-app",
+        azure_key_vault={
             "tenant_id": fake.tenant_id,
             "client_id": fake.client_id,
             "url": fake.vault_url,
             "certificate_path": str(fake.client_certificate_path),
         },
-        "ephemeral_runner_set_namespace": "arc-runners",
-        "ephemeral_runner_set_name": "linux-abcde",
-        "max_runners": 5,
-        "min_runners": 0,
-        "runner_scale_set_id": 7,
-        "log_level": "info",
-        "log_format": "json",
-    }
+        log_format="json",
+    )
     config.update(overrides)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))

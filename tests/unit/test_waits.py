@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from tools.waits import WaitFailed, eventually, eventually_sync, running
+from tools.waits import WaitFailed, eventually, eventually_sync, running, timed_ramp
 
 
 async def test_it_returns_what_the_check_returned_once_truthy() -> None:
@@ -68,3 +68,25 @@ async def test_running_cancels_the_task_at_the_end_of_the_block() -> None:
     async with running(asyncio.Event().wait()) as task:
         await asyncio.sleep(0)
     assert task.cancelled()
+
+
+class _Listener:
+    name = "listener"
+
+    def __init__(self, returncode: int | None) -> None:
+        self.returncode = returncode
+
+    def log_tail(self, lines: int = 20) -> str:
+        del lines
+        return ""
+
+
+async def test_a_timed_ramp_says_a_timeout_and_reports_the_target_missed() -> None:
+    said: list[str] = []
+    assert (await timed_ramp(asyncio.sleep(0), _Listener(None), said.append))[0] is True
+    missed = eventually(lambda: False, "10 pairs", 0)
+    assert (await timed_ramp(missed, _Listener(None), said.append))[0] is False
+    assert said == ["timed out after 0s waiting for 10 pairs"]
+    # A listener that exited is a failure, not a missed target.
+    with pytest.raises(WaitFailed):
+        await timed_ramp(eventually(lambda: False, "10 pairs", 0), _Listener(1), said.append)

@@ -14,6 +14,7 @@ import respx
 from capacity.whatif.trace import from_github, read_lines
 from listener import whatif
 from listener.history import GitHubHistory, HistoryError
+from tests.support.config_files import scale_set_config
 from tests.support.fake_clock import FakeClock
 from tools.fake_github_rest import FakeGitHubRest
 
@@ -23,21 +24,7 @@ API = "https://api.github.com"
 
 def _config(tmp_path: Path, configure_url: str) -> Path:
     path = tmp_path / "config.json"
-    path.write_text(
-        json.dumps(
-            {
-                "configure_url": configure_url,
-                "github_token": PAT,
-                "ephemeral_runner_set_namespace": "arc-runners",
-                "ephemeral_runner_set_name": "linux-abcde",
-                "max_runners": 5,
-                "min_runners": 0,
-                "runner_scale_set_id": 7,
-                "log_level": "info",
-                "log_format": "text",
-            }
-        )
-    )
+    path.write_text(json.dumps(scale_set_config(configure_url=configure_url, github_token=PAT)))
     return path
 
 

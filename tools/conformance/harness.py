@@ -28,7 +28,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,50 +231,29 @@ async def run_listener(
     command: Sequence[str], scenario: Scenario, *, extra_env: Mapping[str, str] | None = None
 ) -> Run:
     """Run ``command`` (a listener process) through ``scenario``; see the module docstring."""
-    options: dict[str, Any] = {"pats": [PAT], "poll_hold": POLL_HOLD, **scenario.fake_options}
-    fake = FakeActions(**options)
-    kube = FakeKube()
     started = time.monotonic()
-    async with contextlib.AsyncExitStack() as stack:
-        await fake.start()
-        stack.push_async_callback(fake.stop)
-        await kube.start()
-        stack.push_async_callback(kube.stop)
-        fake.add_scale_set(SCALE_SET_ID, "linux")
-        scenario.script(fake)
-
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="conformance-")))
-        kubeconfig = workdir / "kubeconfig"
-        kubeconfig.write_text(_kubeconfig(kube.url))
-        listener = ListenerProcess(
-            "listener",
-            workdir,
-            config_json(fake, scenario.config),
-            kubeconfig=kubeconfig,
-            command=command,
-            # Both listeners see the same small environment, nothing of this machine's.
-            base_env={
-                "PATH": os.environ.get("PATH", ""),
-                "HOME": os.environ.get("HOME", str(workdir)),
-            },
-            env={
-                "CONFORMANCE_RECORD_URL": f"{kube.url}/record",
-                # Our probes bind loopback only; the reference has none.
-                "LISTENER_PROBE_ADDR": "127.0.0.1:0",
-                # The ARC release the reference stands in for, as a deployment would declare it.
-                "LISTENER_ARC_VERSION": "0.14.2",
-                **scenario.env,
-                **(extra_env or {}),
-            },
-        ).start()
-        try:
-            needed_sigterm = await _play_out(fake, listener, scenario.budget)
-            # stop() sends SIGTERM only to a process still running (needed_sigterm).
-            exit_code = await listener.stop(within=EXIT_TIMEOUT)
-            if listener.killed:
-                raise TimeoutError(f"{command[0]} still ran {EXIT_TIMEOUT:.0f}s after SIGTERM")
-        finally:
-            listener.kill()
+    async with staged_listener(
+        command,
+        scenario,
+        fake_options={"pats": [PAT], "poll_hold": POLL_HOLD, **scenario.fake_options},
+        config=scenario.config,
+        # Both listeners see the same small environment, nothing of this machine's.
+        home=os.environ.get("HOME"),
+        env={
+            # Our probes bind loopback only; the reference has none.
+            "LISTENER_PROBE_ADDR": "127.0.0.1:0",
+            # The ARC release the reference stands in for, as a deployment would declare it.
+            "LISTENER_ARC_VERSION": "0.14.2",
+            **scenario.env,
+            **(extra_env or {}),
+        },
+        prefix="conformance-",
+    ) as (fake, kube, listener):
+        needed_sigterm = await _play_out(fake, listener, scenario.budget)
+        # stop() sends SIGTERM only to a process still running (needed_sigterm).
+        exit_code = await listener.stop(within=EXIT_TIMEOUT)
+        if listener.killed:
+            raise TimeoutError(f"{command[0]} still ran {EXIT_TIMEOUT:.0f}s after SIGTERM")
         session_left = fake.session(SCALE_SET_ID) is not None
         events = _request_events(fake)
         events += kube.events
@@ -289,6 +268,49 @@ async def run_listener(
             seconds=time.monotonic() - started,
             output=listener.log_text(),
         )
+
+
+@contextlib.asynccontextmanager
+async def staged_listener(
+    command: Sequence[str],
+    scenario: Scenario,
+    *,
+    fake_options: Mapping[str, Any],
+    config: Mapping[str, Any],
+    home: str | None,
+    env: Mapping[str, str],
+    prefix: str,
+) -> AsyncIterator[tuple[FakeActions, FakeKube, ListenerProcess]]:
+    """Both fakes up and scripted for ``scenario``, and ``command`` started against them
+    with a config.json and kubeconfig in a fresh directory (HOME is ``home`` or that
+    directory; PATH is this process's, nothing else of this machine's environment). The
+    process is killed on the way out, whatever happened."""
+    fake = FakeActions(**fake_options)
+    kube = FakeKube()
+    async with contextlib.AsyncExitStack() as stack:
+        await fake.start()
+        stack.push_async_callback(fake.stop)
+        await kube.start()
+        stack.push_async_callback(kube.stop)
+        fake.add_scale_set(SCALE_SET_ID, "linux")
+        scenario.script(fake)
+
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+        kubeconfig = workdir / "kubeconfig"
+        kubeconfig.write_text(_kubeconfig(kube.url))
+        listener = ListenerProcess(
+            "listener",
+            workdir,
+            config_json(fake, config),
+            kubeconfig=kubeconfig,
+            command=command,
+            base_env={"PATH": os.environ.get("PATH", ""), "HOME": home or str(workdir)},
+            env={"CONFORMANCE_RECORD_URL": f"{kube.url}/record", **env},
+        ).start()
+        try:
+            yield fake, kube, listener
+        finally:
+            listener.kill()
 
 
 async def _play_out(fake: FakeActions, listener: ListenerProcess, budget: float) -> bool:

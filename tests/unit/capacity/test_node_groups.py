@@ -21,7 +21,12 @@ from capacity.node_groups import NodeGroup, node_groups_from
 from capacity.policy import node_group_room
 from capacity.settings import ClusterAutoscalerSettings
 from tests.support.memory_cluster import MemoryCluster
-from tests.unit.capacity.test_nodepool_watch import FailingCluster, Pokes, Rechecks, optional_reader
+from tests.unit.capacity.test_nodepool_watch import (
+    Pokes,
+    Rechecks,
+    failing_cluster,
+    optional_reader,
+)
 
 LABELS = {"name": "arc", "namespace": "ns"}
 CONFIGMAPS = Resource.configmaps("kube-system")
@@ -316,7 +321,7 @@ async def test_403_and_404_cost_one_line_no_cap_and_a_look_again_later(
     status: int, line: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="capacity.node_groups")
-    cluster = FailingCluster(*[KubeError("list configmaps", status, "nope")] * 2)
+    cluster = failing_cluster(*[KubeError("list configmaps", status, "nope")] * 2)
     rechecks = Rechecks()
     groups, _, _ = reader(cluster, rechecks, runner=["runners"])
     task = asyncio.create_task(groups.run())

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from base.kube import Failed, KubeError, Projection, Resource, WatchEvent
+from base.kube import KubeError
 from capacity.metrics import CapacityMetrics
 from capacity.model import Observed, Role
 from capacity.nodepool_watch import RESOURCE, NodePoolLimits
@@ -21,33 +21,15 @@ from capacity.specs import HalfShape
 from tests.support.memory_cluster import MemoryCluster
 from tools.waits import eventually
 
-T = TypeVar("T")
 R = TypeVar("R")
 LABELS = {"name": "arc", "namespace": "ns"}
 
 
-class FailingCluster(MemoryCluster):
-    """NodePool list+watch answers with ``errors`` (one Failed each), then as usual."""
-
-    def __init__(self, *errors: KubeError) -> None:
-        super().__init__()
-        self.errors = list(errors)
-
-    async def informer(
-        self,
-        resource: Resource,
-        project: Projection[T],
-        *,
-        label_selector: str = "",
-        field_selector: str = "",
-    ) -> AsyncIterator[WatchEvent[T]]:
-        while self.errors:
-            yield Failed(self.errors.pop(0), 0.0)
-            await asyncio.sleep(0)
-        async for event in super().informer(
-            resource, project, label_selector=label_selector, field_selector=field_selector
-        ):
-            yield event
+def failing_cluster(*errors: KubeError) -> MemoryCluster:
+    """Every list+watch answers with ``errors`` (one Failed each), then as usual."""
+    cluster = MemoryCluster()
+    cluster.fail_informers.extend(errors)
+    return cluster
 
 
 def nodepool(name: str, cpu: str, *, used: str = "0", pool: str = "runners") -> dict[str, Any]:
@@ -196,7 +178,7 @@ async def test_unreadable_nodepools_cost_one_line_and_no_cap(
     status: int, state: str, line: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="capacity.nodepools")
-    cluster = FailingCluster(*[KubeError("list nodepools", status, "nope")] * 3)
+    cluster = failing_cluster(*[KubeError("list nodepools", status, "nope")] * 3)
     rechecks = Rechecks()
     limits, registry, pokes = reader(cluster, rechecks)
     task = asyncio.create_task(limits.run())
@@ -221,7 +203,7 @@ async def test_a_role_bound_later_is_picked_up_without_a_restart(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="capacity.nodepools")
-    cluster = FailingCluster(KubeError("list nodepools", 403, "forbidden"))
+    cluster = failing_cluster(KubeError("list nodepools", 403, "forbidden"))
     cluster.add(RESOURCE, nodepool("runners", "4"))
     rechecks = Rechecks()
     limits, _, pokes = reader(cluster, rechecks)
@@ -240,7 +222,7 @@ async def test_a_role_bound_later_is_picked_up_without_a_restart(
 
 
 async def test_other_failures_are_retried_and_hold_creates() -> None:
-    cluster = FailingCluster(KubeError("list nodepools", 0, "connection refused"))
+    cluster = failing_cluster(KubeError("list nodepools", 0, "connection refused"))
     cluster.add(RESOURCE, nodepool("runners", "4"))
     limits, registry, pokes = reader(cluster)
     task = asyncio.create_task(limits.run())
