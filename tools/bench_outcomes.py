@@ -803,22 +803,32 @@ def with_reference(document: Mapping[str, Any]) -> dict[str, Any]:
 def merge(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One document from runs of the same configuration on different seeds (a long benchmark
     run in parts): seeds together, the summary computed again. The first run's figures and
-    load averages are kept; each seed keeps its own. ValueError if the runs differ in
-    anything but their seeds, or share a seed."""
+    load averages are kept; each seed keeps its own. ValueError if the runs differ in a
+    setting both recorded, or share a seed.
+
+    A setting an older run did not record yet (the JSON gained it later) is taken from the
+    runs that did, and ``unrecorded`` names it with the seeds whose run lacked it: the reader
+    sees which values are stated rather than recorded."""
     if not documents:
         raise ValueError("merge: no documents")
-    first = documents[0]
-    base = {k: v for k, v in first["config"].items() if k != "seeds"}
+    configs = [{k: v for k, v in d["config"].items() if k != "seeds"} for d in documents]
+    combined: dict[str, Any] = {}
+    for config in configs:
+        for key, value in config.items():
+            if key in combined and combined[key] != value:
+                raise ValueError(f"merge: the runs have another configuration: {key}")
+            combined[key] = value
     seeds: dict[str, Any] = {}
-    for number, document in enumerate(documents):
-        other = {k: v for k, v in document["config"].items() if k != "seeds"}
-        if other != base:
-            raise ValueError(f"merge: run {number + 1} has another configuration than run 1")
+    unrecorded: dict[str, list[int]] = {}
+    for config, document in zip(configs, documents, strict=True):
+        for key in sorted(combined.keys() - config.keys()):
+            unrecorded.setdefault(key, []).extend(int(k) for k in document["seeds"])
         for key, figures in document["seeds"].items():
             if key in seeds:
                 raise ValueError(f"merge: seed {key} is in more than one run")
             seeds[key] = figures
-    config_doc = {**first["config"], "seeds": sorted(int(k) for k in seeds)}
+    first = documents[0]
+    config_doc = {**combined, "seeds": sorted(int(k) for k in seeds)}
     merged = {
         **first,
         "config": config_doc,
@@ -829,6 +839,8 @@ def merge(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             for d in documents
         ],
     }
+    if unrecorded:
+        merged["unrecorded"] = {key: sorted(found) for key, found in unrecorded.items()}
     return with_reference(merged)
 
 
@@ -994,7 +1006,9 @@ def main(argv: list[str] | None = None) -> int:
     run_cmd.add_argument("--workdir", type=Path, default=None)
     table_cmd = sub.add_parser("table", help="print the README table from a saved JSON")
     table_cmd.add_argument("json", type=Path)
-    merge_cmd = sub.add_parser("merge", help="one JSON from runs of the same config on other seeds")
+    merge_cmd = sub.add_parser(
+        "merge", help="one JSON from runs of the same config on other seeds; redraws the summary"
+    )
     merge_cmd.add_argument("json", type=Path, nargs="+")
     merge_cmd.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -1008,6 +1022,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             print(f"bench: {exc}", file=sys.stderr)
             return 2
+        # The summary figure has a point per variant and seed: drawn again for all of them.
+        # (The per-variant timelines show the first seed, which the first run kept.)
+        _draw_summary(merged["seeds"], config_of(merged), args.out.parent / "outcomes-summary.png")
         _write(args.out, merged)
         print(table(merged))
         return 0

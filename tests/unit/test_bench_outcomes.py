@@ -207,5 +207,26 @@ def test_runs_on_other_seeds_merge_into_one_document() -> None:
         merge([run(2, 40.0), run(2, 50.0)])
     other = run(3, 60.0)
     other["config"]["N"] = 5
-    with pytest.raises(ValueError, match="another configuration"):
+    with pytest.raises(ValueError, match="another configuration: N"):
         merge([run(2, 40.0), other])
+
+
+def test_an_older_run_that_did_not_record_a_setting_merges_and_says_so() -> None:
+    config = replace(SMOKE, variants=("stock_min0",))
+
+    def run(seed: int) -> dict[str, Any]:
+        return {
+            "config": replace(config, seeds=(seed,)).describe(),
+            "seeds": {str(seed): {"variants": {"stock_min0": _variant(0, 50.0, 100.0)}}},
+            "run_seconds": 10.0,
+        }
+
+    older = run(2)
+    del older["config"]["hud_lag_s"]  # recorded only since a later version
+    merged = merge([older, run(3)])
+    assert merged["config"]["hud_lag_s"] == run(3)["config"]["hud_lag_s"]
+    assert merged["unrecorded"] == {"hud_lag_s": [2]}
+    newer = run(3)
+    newer["config"]["hud_lag_s"] = 99.0  # recorded by both, but different
+    with pytest.raises(ValueError, match="another configuration: hud_lag_s"):
+        merge([run(2), newer])
