@@ -677,6 +677,9 @@ def _figures(run: VariantRun, config: Config, window: float) -> dict[str, Any]:
 
 METRICS = (
     ("failed by prepare timeout", ("failed_by_timeout",)),
+    # A runner or workflow pod lost mid-run (its node removed, e.g. by consolidation).
+    ("failed otherwise (pod lost mid-run)", ("failed_other",)),
+    ("unfinished at the window's end", ("unfinished",)),
     ("waited > 60 s (incl. failed)", ("waited_over_60s",)),
     ("queue → workflow Running p50 (s)", ("queue_to_workflow_running_s", "p50")),
     ("queue → workflow Running p90 (s)", ("queue_to_workflow_running_s", "p90")),
@@ -761,6 +764,8 @@ def reference(config: Config, seed_plan: SeedPlan) -> dict[str, Any]:
         "lead_s": config.launch_delay[0],
         "slots_per_node": SLOTS_PER_NODE,
         "failed_by_timeout": 0,
+        "failed_other": 0,
+        "unfinished": 0,
         "waited_over_60s": 0,
         "queue_to_workflow_running_s": {"p50": 0, "p90": 0, "p99": 0, "max": 0},
         "node_seconds": {
@@ -788,12 +793,13 @@ def config_of(document: Mapping[str, Any]) -> Config:
 
 
 def with_reference(document: Mapping[str, Any]) -> dict[str, Any]:
-    """``document`` with the reference per seed and in the summary (older runs lack it)."""
+    """``document`` with the reference per seed (planned again: it depends on the trace
+    alone, and older runs lack it or some of its figures) and the summary."""
     config = config_of(document)
     seeds = {
         key: {
             **figures,
-            "reference": figures.get("reference") or reference(config, plan(config, int(key))),
+            "reference": reference(config, plan(config, int(key))),
         }
         for key, figures in document["seeds"].items()
     }
