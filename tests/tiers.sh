@@ -8,7 +8,7 @@
 #   slow:  every other directory of tests/ (chart: helm lint/template with the pinned Helm;
 #          integration, e2e, conformance, image, and any
 #          tier added later), each its own pytest run, all run even if one fails;
-#          integration and e2e on TEST_WORKERS (default 2) pytest-xdist workers.
+#          integration on TEST_WORKERS (default 2) pytest-xdist workers.
 #
 # Ends with one line per tier: name, wall seconds, result. Exit 1 if any tier failed.
 set -uo pipefail
@@ -64,12 +64,15 @@ for dir in tests/*/; do
     *) ls "$dir"test_*.py >/dev/null 2>&1 && others+=("$name") ;;
   esac
 done
-# The tiers that wait mostly on the control plane and Karpenter (launch delays, consolidation,
-# reconcile ticks) run their files on several pytest-xdist workers, each with its own local
-# control plane and Karpenter; --dist loadfile keeps a file's tests, which share fixtures, on
-# one worker. TEST_WORKERS=1 runs them one at a time.
+# The integration tier waits mostly on the control plane and Karpenter (launch delays,
+# consolidation, reconcile ticks): its files run on several pytest-xdist workers, each with
+# its own local control plane and Karpenter; --dist loadfile keeps a file's tests, which share
+# fixtures, on one worker. TEST_WORKERS=1 runs them one at a time. The e2e tier stays on one
+# worker: its fault soak judges every poll's header against the pods listed within 2 s, and
+# beside a second worker one run saw a header above confirmed capacity for under a second
+# (docs/soak.md, "Known"); a check that fails with the machine's load is not a gate.
 workers=${TEST_WORKERS:-2}
-spread=" integration e2e "
+spread=" integration "
 for name in "${ordered[@]}" "${others[@]}"; do
   [ -d "tests/$name" ] || continue
   extra=()

@@ -39,9 +39,11 @@ async def test_a_short_soak_loses_duplicates_and_leaks_nothing(
     assert figures["unplanned_exits"] == 0, run["unplanned"]
     # Beyond the documented tolerance (Config.tolerance either side of a poll), never — except
     # in the seconds after an apiserver restart, a known defect (docs/soak.md, "Known").
-    assert figures["header_over_capacity_polls_not_after_apiserver_restart"] == 0, run[
-        "header_per_site"
-    ]
+    over = [(index, site["over"]) for index, site in enumerate(run["header_per_site"])]
+    applied = [(a["t"], a["kind"]) for a in run["applied"]]
+    assert figures["header_over_capacity_polls_not_after_apiserver_restart"] == 0, (
+        f"[site, [t, header, confirmed]...]: {over}; faults: {applied}"
+    )
     assert figures["polls_judged"] > 0
     assert figures["restarts"] >= 2  # the SIGTERM and the SIGKILL
     assert figures["restarts_without_session"] == 0, run
