@@ -106,9 +106,12 @@ class Trigger:
             now = loop.time()
             quiet_at = self._last + self.idle
             latest = self._first + self.max_delay
-            if now >= quiet_at or now >= latest:
+            left = min(quiet_at, latest) - now
+            # A microsecond short counts as there: a clock that rounds to its resolution
+            # (a virtual one in tests) could otherwise be asked to sleep 1e-12 s for ever.
+            if left <= 1e-6:
                 break
-            await asyncio.sleep(min(quiet_at, latest) - now)
+            await asyncio.sleep(left)
         self._event.clear()
         return True
 
