@@ -28,6 +28,11 @@ class Interrupted(enum.Enum):
     INTERRUPTED = "interrupted"
 
 
+# A wait this close to its end is over: a clock that rounds to its resolution (the unit
+# tier's virtual one) can end a timer a hair early, and a 1e-12 s sleep would never let it
+# move on. The view's Trigger, the loop's rise wait and the fake Actions service use it.
+CLOCK_RESOLUTION: Final = 1e-6
+
 INTERRUPTED: Final = Interrupted.INTERRUPTED
 """What :func:`run_until` returns when an interrupt ended the work."""
 

@@ -44,6 +44,7 @@ from base.kube import (
     Upserted,
     WatchEvent,
 )
+from base.tasks import CLOCK_RESOLUTION
 from capacity import contract
 from capacity.cluster import Cluster
 from capacity.model import Observed, Placeholder, PodPhase, RealPod, Role
@@ -107,9 +108,7 @@ class Trigger:
             quiet_at = self._last + self.idle
             latest = self._first + self.max_delay
             left = min(quiet_at, latest) - now
-            # A microsecond short counts as there: a clock that rounds to its resolution
-            # (a virtual one in tests) could otherwise be asked to sleep 1e-12 s for ever.
-            if left <= 1e-6:
+            if left <= CLOCK_RESOLUTION:
                 break
             await asyncio.sleep(left)
         self._event.clear()

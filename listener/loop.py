@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from base.tasks import INTERRUPTED, run_until
+from base.tasks import CLOCK_RESOLUTION, INTERRUPTED, run_until
 from listener.advertised import AdvertisedCapacity
 from listener.wire import JobMessage, Message, Session, Statistics
 
@@ -306,6 +306,6 @@ class Listener:
             # A rise waits out the rate limit, so a flapping value cannot turn into a request
             # storm; a change meanwhile (a drop below the value in flight) is looked at at once.
             left = issued_at + self._reissue_interval - self._clock()
-            if left <= 1e-6:  # a microsecond short is there (a rounding clock, as in tests)
+            if left <= CLOCK_RESOLUTION:
                 return
             await run_until(self._capacity.wait_changed(version), asyncio.sleep(left))

@@ -58,6 +58,7 @@ from typing import Any
 import jwt
 from aiohttp import web
 
+from base.tasks import CLOCK_RESOLUTION
 from tools.fake_http import (
     Fault,
     LoopbackFake,
@@ -74,8 +75,6 @@ MESSAGE_TYPE = "RunnerScaleSetJobMessages"
 MAX_JOB_MESSAGES_PER_ENVELOPE = 50
 ZERO_TIME = "0001-01-01T00:00:00Z"
 _EXC_NS = "GitHub.Actions.Runtime.WebApi"
-# Waits shorter than this are over (see FakeActions._hold).
-_CLOCK_RESOLUTION = 1e-6
 
 ROUTES = frozenset(
     {
@@ -1181,10 +1180,7 @@ class FakeActions(LoopbackFake):
                 poll.record.outcome = "closed"
                 return None
             remaining = deadline - self.clock()
-            # Within a microsecond counts as over: a virtual clock (the unit tier's) rounds
-            # to its resolution, so the timer can end a hair before the deadline and a wait
-            # of 1e-12 s would never let that clock move on.
-            if remaining <= _CLOCK_RESOLUTION:
+            if remaining <= CLOCK_RESOLUTION:  # see base.tasks
                 poll.record.outcome = "empty"
                 return None
             with contextlib.suppress(TimeoutError):
