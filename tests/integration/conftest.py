@@ -1,8 +1,15 @@
 """Fixtures for tests on the real local control plane.
 
-``local_cluster`` (session): one control plane for the whole run, built from the Go module
-proxy on first use (a warm cache takes seconds) or, with LOCALCLUSTER_KUBECONFIG set, an
-existing disposable cluster. A failed build or start fails the tests; nothing is skipped.
+``shared_cluster`` (session): one control plane for the whole run (per xdist worker), built
+from the Go module proxy on first use (a warm cache takes seconds) or, with
+LOCALCLUSTER_KUBECONFIG set, an existing disposable cluster. A failed build or start fails the
+tests; nothing is skipped.
+
+``local_cluster`` (per test): that shared control plane, except for tests marked
+``restarts_apiserver``, which get one of their own (~9 s to start). After a long apiserver
+outage the scheduler's and kwok's caches can stay wrong for minutes (pods that never schedule,
+a wrong count of what a node holds), and a test that met them later failed for reasons of
+the test before it.
 
 ``karpenter`` (session, opt-in): Karpenter started on that control plane the first time a test
 asks for it, so runs without such tests neither build nor start it. ``nodepools`` (per test)
@@ -65,20 +72,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             terminalreporter.write_line(json.dumps(entry))
 
 
-@pytest.fixture(scope="session")
-def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def _started_cluster(workdir: Path) -> Iterator[LocalCluster]:
     try:
         artifacts = ensure_built()
     except BuildError as exc:
         pytest.fail(f"local control plane build failed: {exc}", pytrace=False)
-    external = os.environ.get("LOCALCLUSTER_KUBECONFIG")
-    if external:
-        cluster = LocalCluster.attach(Path(external))
-        cluster.install_crds(artifacts.crd_dir)
-        yield cluster
-        cluster.stop()
-        return
-    workdir = tmp_path_factory.mktemp("localcluster")
     cluster = LocalCluster(artifacts, workdir)
     try:
         cluster.start()
@@ -91,6 +89,40 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         cluster.stop()
         # etcd preallocates its WAL; pytest keeps the last few temp dirs, logs are enough.
         shutil.rmtree(workdir / "etcd", ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    external = os.environ.get("LOCALCLUSTER_KUBECONFIG")
+    if external:
+        try:
+            artifacts = ensure_built()
+        except BuildError as exc:
+            pytest.fail(f"local control plane build failed: {exc}", pytrace=False)
+        cluster = LocalCluster.attach(Path(external))
+        cluster.install_crds(artifacts.crd_dir)
+        yield cluster
+        cluster.stop()
+        return
+    yield from _started_cluster(tmp_path_factory.mktemp("localcluster"))
+
+
+@pytest.fixture
+def local_cluster(
+    request: pytest.FixtureRequest,
+    shared_cluster: LocalCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LocalCluster]:
+    """The shared control plane, or a private one for a test that takes the apiserver down
+    (on an attached external cluster such a test skips itself: it cannot restart it)."""
+    if request.node.get_closest_marker("restarts_apiserver") is None or not (
+        shared_cluster.components
+    ):
+        yield shared_cluster
+        return
+    if "karpenter" in request.fixturenames:
+        pytest.fail("Karpenter runs on the shared control plane only", pytrace=False)
+    yield from _started_cluster(tmp_path_factory.mktemp("private-cluster"))
 
 
 @pytest.fixture
@@ -146,10 +178,10 @@ async def kube_api(local_cluster: LocalCluster) -> AsyncIterator[client.ApiClien
 
 
 @pytest.fixture(scope="session")
-def karpenter(local_cluster: LocalCluster) -> Karpenter:
+def karpenter(shared_cluster: LocalCluster) -> Karpenter:
     """Karpenter with the kwok cloud provider, running until the control plane stops."""
-    if not local_cluster.components:
-        attached = attach_karpenter(local_cluster)
+    if not shared_cluster.components:
+        attached = attach_karpenter(shared_cluster)
         if attached is None:
             pytest.fail(
                 "Karpenter tests need a cluster started here or by `up --karpenter`",
@@ -161,7 +193,7 @@ def karpenter(local_cluster: LocalCluster) -> Karpenter:
     except BuildError as exc:
         pytest.fail(f"Karpenter build failed: {exc}", pytrace=False)
     try:
-        return start_karpenter(local_cluster, artifacts)
+        return start_karpenter(shared_cluster, artifacts)
     except ClusterError as exc:
         pytest.fail(f"Karpenter did not start: {exc}", pytrace=False)
 

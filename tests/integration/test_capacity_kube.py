@@ -164,6 +164,7 @@ async def test_informer_lists_watches_and_selects_on_the_server(
     assert kube.requests["watch pods"] == 1
 
 
+@pytest.mark.restarts_apiserver
 async def test_informer_relists_after_410(
     local_cluster: LocalCluster, kube_api: client.ApiClient, namespace: str
 ) -> None:
@@ -190,6 +191,7 @@ async def test_informer_relists_after_410(
     assert kube.requests["watch pods"] == 2  # the stale one, then the one after the list
 
 
+@pytest.mark.restarts_apiserver
 async def test_informer_survives_an_apiserver_restart(
     local_cluster: LocalCluster, kube_api: client.ApiClient, namespace: str
 ) -> None:

@@ -541,6 +541,7 @@ async def test_hud_outage_falls_back_to_the_floor_and_recovers(scene: Scene) -> 
         await run.close()
 
 
+@pytest.mark.restarts_apiserver
 async def test_monitor_survives_an_apiserver_restart(
     local_cluster: LocalCluster, scene: Scene
 ) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 
 from tools.capacity_kit import restart_apiserver
 from tools.localcluster import LocalCluster
 
 
+@pytest.mark.restarts_apiserver
 async def test_restart_apiserver_stops_it_gracefully_and_brings_it_back(
     local_cluster: LocalCluster,
 ) -> None:

@@ -35,6 +35,7 @@ async def readyz(site: Site) -> tuple[int, str]:
         return response.status_code, response.text
 
 
+@pytest.mark.restarts_apiserver
 async def test_listener_rides_out_an_apiserver_restart(
     local_cluster: LocalCluster, tmp_path: Path
 ) -> None:
