@@ -54,6 +54,7 @@ import random
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -98,6 +99,9 @@ HEADERS = {
 }
 # Runner pods fit two to a 2-CPU node; workflow pods two to a 4-CPU node, in either cluster.
 RUNNER_REQUESTS = {"cpu": "900m", "memory": "1Gi"}
+# What the shipped chart and overlays put on runner and workflow pods: without it Karpenter's
+# consolidation may remove a node under a running job, which no user of the chart would see.
+SHIPPED_POD_ANNOTATIONS = {"karpenter.sh/do-not-disrupt": "true"}
 WORKFLOW_REQUESTS = {"cpu": "1900m", "memory": "3Gi"}
 # Site A's workflow pool uses the type that runs out; site B's workflow pool another one.
 SITE_TYPES: tuple[dict[str, tuple[str, ...]], ...] = (
@@ -162,6 +166,7 @@ class Config:
             "hud_lag_s": self.hud_lag,
             "consolidate_after": self.consolidate_after,
             "prepare_timeout_s": self.prepare_timeout,
+            "runner_and_workflow_pod_annotations": dict(SHIPPED_POD_ANNOTATIONS),
             "changed_settings": self.changed_settings(),
         }
 
@@ -396,6 +401,7 @@ async def _run_seed(
                         workflow_requests=WORKFLOW_REQUESTS,
                         strand_after=config.waited_long,
                         prepare_timeout=config.prepare_timeout,
+                        pod_annotations=SHIPPED_POD_ANNOTATIONS,
                     )
                 )
                 run.pools += await asyncio.to_thread(
@@ -646,6 +652,14 @@ def _figures(run: VariantRun, config: Config, window: float) -> dict[str, Any]:
         "succeeded": sum(j.result == "succeeded" for j in jobs),
         "failed_by_timeout": timed_out,
         "failed_other": other_failed,
+        # Why each of those went: "<runner|workflow>: <DisruptionTarget reason or deleted>".
+        "failed_other_why": dict(
+            Counter(
+                j.failure or "unknown"
+                for j in jobs
+                if j.result == "failed" and j.failure != "prepare_timeout"
+            )
+        ),
         "unfinished": sum(j.state is not JobState.COMPLETED for j in jobs),
         "waited_over_60s": sum(w > config.waited_long for w in waits) + timed_out,
         "queue_to_workflow_running_s": {

@@ -91,6 +91,8 @@ class SiteSpec:
     strand_after: float = 10.0
     # The runner-container hooks' prepare-job timeout (ACTIONS_RUNNER_PREPARE_JOB_TIMEOUT_SECONDS).
     prepare_timeout: float = PREPARE_JOB_TIMEOUT
+    # Annotations on runner and workflow pods (what the runner pod template would set).
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -312,6 +314,7 @@ class Site:
                 default_job_seconds=spec.job_seconds,
                 strand_after=spec.strand_after,
                 prepare_timeout=spec.prepare_timeout,
+                pod_annotations=spec.pod_annotations,
             ),
         )
         await self.standin.start()

@@ -44,6 +44,7 @@ import logging
 import secrets
 import string
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -115,6 +116,9 @@ class StandInSpec:
     # The hooks' ACTIONS_RUNNER_PREPARE_JOB_TIMEOUT_SECONDS: how long the runner waits for its
     # workflow pod to be Running before it fails the job.
     prepare_timeout: float = PREPARE_JOB_TIMEOUT
+    # On runner and workflow pods, as a runner pod template would set them (the shipped chart
+    # puts karpenter.sh/do-not-disrupt on both, so consolidation leaves a running job alone).
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -198,6 +202,19 @@ def _random_suffix(n: int = 5) -> str:
     return "".join(secrets.choice(alphabet) for _ in range(n))
 
 
+def _removal(pod: Mapping[str, Any]) -> str:
+    """Why a pod went away, as far as the pod says: the reason of its DisruptionTarget
+    condition (PreemptionByScheduler, EvictionByEvictionAPI, DeletionByPodGC, ...), else its
+    end phase, else "deleted"."""
+    for condition in pod.get("status", {}).get("conditions") or ():
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            return str(condition.get("reason") or "DisruptionTarget")
+    phase = pod.get("status", {}).get("phase")
+    if phase in ("Failed", "Succeeded"):
+        return f"phase {phase}"
+    return "deleted"
+
+
 def _phase(pod: Mapping[str, Any] | None) -> str | None:
     if pod is None:
         return None
@@ -219,6 +236,8 @@ class RunnerStandIn:
         self.runners: dict[str, Runner] = {}
         self.pods: dict[str, dict[str, Any]] = {}  # watch cache, by name
         self.deleted_uids: set[str] = set()  # pods seen deleted (names are reused)
+        self.removals: dict[str, str] = {}  # uid of a deleted pod -> why it went (_removal)
+        self.loss_reasons: Counter[str] = Counter()  # "runner: <why>" / "workflow: <why>"
         self.ers: dict[str, Any] | None = None
         self.jobs_completed = 0
         self.jobs_lost = 0
@@ -324,9 +343,10 @@ class RunnerStandIn:
             fresh = {p["metadata"]["name"]: p for p in items}
             live = {p["metadata"]["uid"] for p in items}
             # Anything that vanished while the watch was down was deleted.
-            self.deleted_uids |= {
-                p["metadata"]["uid"] for p in self.pods.values() if p["metadata"]["uid"] not in live
-            }
+            for pod in self.pods.values():
+                if pod["metadata"]["uid"] not in live:
+                    self.deleted_uids.add(pod["metadata"]["uid"])
+                    self.removals[pod["metadata"]["uid"]] = _removal(pod)
             self.pods = fresh
             self._synced.set()
             self._notify()
@@ -335,6 +355,7 @@ class RunnerStandIn:
             name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
             if kind == "DELETED":
                 self.deleted_uids.add(uid)
+                self.removals[uid] = _removal(pod)
                 current = self.pods.get(name)
                 if current is not None and current["metadata"]["uid"] == uid:
                     del self.pods[name]
@@ -363,6 +384,12 @@ class RunnerStandIn:
 
     def _lost(self, name: str, uid: str) -> bool:
         return self.pod_phase(name, uid) in _LOST
+
+    def _removal_of(self, name: str, uid: str) -> str:
+        pod = self.pods.get(name)
+        if pod is not None and pod["metadata"]["uid"] == uid:
+            return _removal(pod)
+        return self.removals.get(uid, "unknown")
 
     async def _watch_ers(self) -> None:
         def on_list(items: list[dict[str, Any]]) -> None:
@@ -554,8 +581,16 @@ class RunnerStandIn:
             duration = job.duration if job.duration is not None else self.spec.default_job_seconds
             await self._until(lost, within=duration)
         failed = lost()
+        failure = None
+        if failed:
+            which, pod, pod_uid = (
+                ("runner", name, uid) if self._lost(name, uid) else ("workflow", wf, wf_uid)
+            )
+            failure = f"{which}: {self._removal_of(pod, pod_uid)}"
+            self.loss_reasons[failure] += 1
+            log.info("job %s lost mid-run (%s)", job.job_id, failure)
         if job.state is not JobState.COMPLETED:
-            self.fake.complete_job(job.job_id, "failed" if failed else "succeeded")
+            self.fake.complete_job(job.job_id, "failed" if failed else "succeeded", failure=failure)
         if failed:
             self.jobs_lost += 1
         else:
@@ -655,7 +690,12 @@ class RunnerStandIn:
         return {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "labels": dict(labels), "ownerReferences": [dict(owner)]},
+            "metadata": {
+                "name": name,
+                "labels": dict(labels),
+                "annotations": dict(self.spec.pod_annotations),
+                "ownerReferences": [dict(owner)],
+            },
             "spec": {
                 "containers": [
                     {"name": container, "image": IMAGE, "resources": {"requests": dict(requests)}}

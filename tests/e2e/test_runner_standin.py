@@ -153,3 +153,35 @@ async def test_a_workflow_pod_that_cannot_schedule_fails_its_job_after_the_prepa
     workflow = await core.list_namespaced_pod(site.namespace, label_selector=LABEL_RUNNER_POD)
     assert [p for p in workflow.items if not p.metadata.deletion_timestamp] == []
     assert standin.errors == []
+
+
+async def test_a_workflow_pod_evicted_mid_run_fails_its_job_and_says_why(stage: Stage) -> None:
+    # The pods carry what the runner pod template sets (the shipped chart's do-not-disrupt);
+    # an eviction mid-run (what consolidation does to a pod without it) fails the job, and the
+    # job's failure names the pod and the reason the API server recorded on it.
+    annotations = {"karpenter.sh/do-not-disrupt": "true"}
+    site = await stage.add_site(
+        SiteSpec(name="evict", scale_set_id=13, job_seconds=120.0, pod_annotations=annotations)
+    )
+    standin = site.standin
+    assert standin is not None
+    core = client.CoreV1Api(stage.api)
+    await patch_ers(site, 1, 1)
+    await site.wait_for(lambda: standin.stats().runners_idle == 1, "an idle runner", 60)
+    (job,) = stage.fake.add_jobs(1, labels=["linux"])
+    stage.fake.assign(site.scale_set_id, None)
+    await site.wait_for(lambda: job.workflow_started_at is not None, "the job running", 60)
+
+    workflow = job.runner_name and standin.runners[job.runner_name].workflow_pod
+    assert workflow
+    for name in (job.runner_name, workflow):
+        pod = await core.read_namespaced_pod(name, site.namespace)
+        assert pod.metadata.annotations == annotations, name
+    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=workflow))
+    await core.create_namespaced_pod_eviction(workflow, site.namespace, eviction)
+    await site.wait_for(lambda: job.state is JobState.COMPLETED, "the job to end", 60)
+
+    assert (job.result, job.failure) == ("failed", "workflow: EvictionByEvictionAPI")
+    stats = standin.stats()
+    assert (stats.jobs_lost, stats.jobs_completed) == (1, 0)
+    assert dict(standin.loss_reasons) == {"workflow: EvictionByEvictionAPI": 1}
