@@ -37,10 +37,10 @@ from tools.listener_process import (
     HUD_TOKEN,
     PAT,
     ListenerProcess,
-    free_port,
     listener_config,
 )
 from tools.localcluster import LocalCluster
+from tools.localcluster.ports import free_port
 from tools.runner_standin import (
     ARC_GROUP,
     ARC_VERSION,

@@ -16,7 +16,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tools.fake_actions import FakeActions
+from tools.localcluster.ports import free_port
 from tools.waits import WaitFailed, eventually, exited
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -36,13 +36,6 @@ PAT = "ghp_e2e_fake_token"
 HUD_TOKEN = "hud-e2e-token"
 LISTENER_COMMAND = (sys.executable, "-m", "listener")
 _PR_SET_PDEATHSIG = 1
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def listener_config(

@@ -46,7 +46,7 @@ from tests.support.deploy_files import (
 from tests.support.prometheus import TIME_SCALE, Prometheus, seconds, shortened_rules
 from tools.e2e_site import Pool, Site, SiteSpec, Stage
 from tools.fake_actions import FakeJob, JobState
-from tools.listener_process import free_port
+from tools.localcluster.ports import free_port
 from tools.waits import eventually, exited
 
 pytestmark = pytest.mark.skipif(

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ import yaml
 
 from tools.build_cache import build_once, cache_dir, input_key
 from tools.localcluster import LocalCluster
+from tools.localcluster.ports import free_port
 from tools.localcluster.rest import KubeError
 from tools.localcluster.testkit import OWNER_KEY
 from tools.waits import WaitFailed, eventually_sync
@@ -146,12 +146,6 @@ def template(owner: str, group: Group) -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class ClusterAutoscaler:
     """One CA process for one test namespace."""
@@ -202,7 +196,7 @@ class ClusterAutoscaler:
             f"--kubeconfig={self.cluster.kubeconfig}",
             f"--namespace={self.namespace}",
             "--leader-elect=false",
-            f"--address=127.0.0.1:{_free_port()}",
+            f"--address=127.0.0.1:{free_port()}",
             "--scan-interval=1s",
             # Short on purpose: CA's default is 10 minutes.
             f"--scale-down-unneeded-time={self.unneeded_time}",

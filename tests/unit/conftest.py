@@ -5,6 +5,9 @@ Virtual time: every test here runs with ``looptime`` (kopf's pytest plugin), so 
 loop's clock is virtual: ``asyncio.sleep``, ``asyncio.timeout``, a held poll or a retry's
 back-off move the loop's time at once instead of waiting. The virtual clock starts at the real
 ``time.monotonic()`` so timers a fixture scheduled before the test body keep their order.
+Float rounding depends on that start, so a wait that ends a hair early can hang at one clock
+value and not at another: ``UNIT_CLOCK_START=<seconds>`` starts every test's clock there
+instead, to replay such a run or sweep a few values.
 Code that reads the time itself takes a clock (``FakeClock``, or the loop's ``time``).
 
 The guards (``no_real_time``): ``time.sleep`` and starting a process raise ``RealTimeUsed``;
@@ -42,6 +45,16 @@ class RealTimeUsed(AssertionError):
     """A unit test slept in real time or started a process (both belong to integration)."""
 
 
+def _clock_start() -> float:
+    fixed = os.environ.get("UNIT_CLOCK_START")
+    if fixed is None:
+        return time.monotonic()
+    try:
+        return float(fixed)
+    except ValueError:
+        raise pytest.UsageError(f"UNIT_CLOCK_START: not a number of seconds: {fixed!r}") from None
+
+
 def _in_unit(item: pytest.Item) -> bool:
     return UNIT in item.path.parents
 
@@ -50,7 +63,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The hook sees the whole session's items: only the unit tier's run in virtual time.
     for item in items:
         if _in_unit(item):
-            item.add_marker(pytest.mark.looptime(start=time.monotonic))
+            item.add_marker(pytest.mark.looptime(start=_clock_start))
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)
@@ -73,7 +86,7 @@ def _refuse(what: str) -> Any:
 
 
 def _virtual_loop() -> asyncio.AbstractEventLoop:
-    return looptime.new_event_loop(start=time.monotonic)
+    return looptime.new_event_loop(start=_clock_start)
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -42,6 +41,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from tools.waits import WaitFailed
 
 from .build import Artifacts
+from .ports import free_ports
 from .rest import KubeError, KubeREST, wait_for
 
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
@@ -57,20 +57,6 @@ _PR_SET_PDEATHSIG = 1
 
 class ClusterError(RuntimeError):
     """The control plane did not come up; the message names the component and its log."""
-
-
-def _free_ports(count: int) -> list[int]:
-    # Hold every socket until all are chosen so the kernel cannot hand out one port twice.
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _die_with_parent() -> None:
@@ -259,7 +245,7 @@ class LocalCluster:
         for d in (self.log_dir, pki, self.workdir / "etcd"):
             d.mkdir(parents=True, exist_ok=True)
         names = ("etcd_client", "etcd_peer", "apiserver", "kcm", "scheduler")
-        self.ports = dict(zip(names, _free_ports(len(names)), strict=True))
+        self.ports = dict(zip(names, free_ports(len(names)), strict=True))
         token = self._write_credentials(pki)
         p = self.ports
         server = f"https://127.0.0.1:{p['apiserver']}"

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from .build import KarpenterArtifacts
-from .harness import STATE_FILE, LocalCluster, _free_ports
+from .harness import STATE_FILE, LocalCluster
+from .ports import free_ports
 from .rest import KubeError, wait_for
 from .testkit import OWNER_KEY
 
@@ -266,7 +267,7 @@ def start_karpenter(
     types_file.write_text(json.dumps(instance_types(), indent=1) + "\n")
     capacity_file = state / "capacity.json"
     capacity_file.write_text("{}")
-    metrics_port, health_port = _free_ports(2)
+    metrics_port, health_port = free_ports(2)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "KUBECONFIG": str(cluster.kubeconfig),
