@@ -6,8 +6,10 @@ loop's clock is virtual: ``asyncio.sleep``, ``asyncio.timeout``, a held poll or 
 back-off move the loop's time at once instead of waiting. The virtual clock starts at the real
 ``time.monotonic()`` so timers a fixture scheduled before the test body keep their order.
 Float rounding depends on that start, so a wait that ends a hair early can hang at one clock
-value and not at another: ``UNIT_CLOCK_START=<seconds>`` starts every test's clock there
-instead, to replay such a run or sweep a few values.
+value and not at another: ``UNIT_CLOCK_OFFSET=<seconds>`` (0 to 5) starts every test's clock
+that much later than the real one, to sweep a few values. (Not a fixed start: fixtures run on
+the real clock, and a test starting far from it would jump past their timers, e.g. a loopback
+server's keep-alive.)
 Code that reads the time itself takes a clock (``FakeClock``, or the loop's ``time``).
 
 The guards (``no_real_time``): ``time.sleep`` and starting a process raise ``RealTimeUsed``;
@@ -45,14 +47,27 @@ class RealTimeUsed(AssertionError):
     """A unit test slept in real time or started a process (both belong to integration)."""
 
 
-def _clock_start() -> float:
-    fixed = os.environ.get("UNIT_CLOCK_START")
-    if fixed is None:
-        return time.monotonic()
+def _clock_offset() -> float:
+    raw = os.environ.get("UNIT_CLOCK_OFFSET", "0")
     try:
-        return float(fixed)
+        offset = float(raw)
     except ValueError:
-        raise pytest.UsageError(f"UNIT_CLOCK_START: not a number of seconds: {fixed!r}") from None
+        offset = -1.0
+    if not 0 <= offset <= 5:
+        raise pytest.UsageError(f"UNIT_CLOCK_OFFSET: not a number of seconds from 0 to 5: {raw!r}")
+    return offset
+
+
+_clock_offset_s = 0.0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _clock_offset_s
+    _clock_offset_s = _clock_offset()
+
+
+def _clock_start() -> float:
+    return time.monotonic() + _clock_offset_s
 
 
 def _in_unit(item: pytest.Item) -> bool:
