@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from tools.e2e_site import Pool, Site, SiteSpec, Stage
-from tools.fake_actions import JobState
+from tools.fake_actions import FakeJob, JobState
 from tools.runner_standin import (
     ARC_GROUP,
     ARC_VERSION,
@@ -22,6 +22,7 @@ from tools.runner_standin import (
     LABEL_RUNNER_POD,
     LABEL_SCALE_SET_NAME,
     MERGE_PATCH,
+    RunnerStandIn,
 )
 
 
@@ -36,6 +37,17 @@ async def patch_ers(site: Site, replicas: int, patch_id: int) -> None:
         body,
         _content_type=MERGE_PATCH,
     )
+
+
+async def one_job_on_an_idle_runner(site: Site) -> tuple[RunnerStandIn, FakeJob]:
+    """One runner made idle, then one job queued and assigned to this site."""
+    standin = site.standin
+    assert standin is not None
+    await patch_ers(site, 1, 1)
+    await site.wait_for(lambda: standin.stats().runners_idle == 1, "an idle runner", 60)
+    (job,) = site.stage.fake.add_jobs(1, labels=["linux"])
+    site.stage.fake.assign(site.scale_set_id, None)
+    return standin, job
 
 
 async def ephemeral_runners(site: Site) -> list[dict[str, Any]]:
@@ -131,13 +143,8 @@ async def test_a_workflow_pod_that_cannot_schedule_fails_its_job_after_the_prepa
             prepare_timeout=3.0,
         )
     )
-    standin = site.standin
-    assert standin is not None
+    standin, doomed = await one_job_on_an_idle_runner(site)
     core = client.CoreV1Api(stage.api)
-    await patch_ers(site, 1, 1)
-    await site.wait_for(lambda: standin.stats().runners_idle == 1, "an idle runner", 60)
-    (doomed,) = stage.fake.add_jobs(1, labels=["linux"])
-    stage.fake.assign(site.scale_set_id, None)
     await site.wait_for(lambda: doomed.state is JobState.COMPLETED, "the job to end", 60)
 
     assert (doomed.result, doomed.failure) == ("failed", "prepare_timeout")
@@ -163,13 +170,8 @@ async def test_a_workflow_pod_evicted_mid_run_fails_its_job_and_says_why(stage: 
     site = await stage.add_site(
         SiteSpec(name="evict", scale_set_id=13, job_seconds=120.0, pod_annotations=annotations)
     )
-    standin = site.standin
-    assert standin is not None
+    standin, job = await one_job_on_an_idle_runner(site)
     core = client.CoreV1Api(stage.api)
-    await patch_ers(site, 1, 1)
-    await site.wait_for(lambda: standin.stats().runners_idle == 1, "an idle runner", 60)
-    (job,) = stage.fake.add_jobs(1, labels=["linux"])
-    stage.fake.assign(site.scale_set_id, None)
     await site.wait_for(lambda: job.workflow_started_at is not None, "the job running", 60)
 
     workflow = job.runner_name and standin.runners[job.runner_name].workflow_pod
