@@ -485,16 +485,28 @@ class Kube:
         *,
         label_selector: str = "",
         field_selector: str = "",
+        resource_version: str = "",
     ) -> tuple[dict[str, T], str]:
         """Every matching object (projected; None projections are skipped) and the list's
-        resourceVersion. Paginated, so a large collection never sits in memory as one body."""
+        resourceVersion. Paginated, so a large collection never sits in memory as one body.
+
+        Without ``resource_version`` the list is a consistent read (what etcd holds now).
+        With it, the collection exactly as it was at that revision: lists of several
+        collections at the revision of the first form one snapshot, which separate watches
+        do not (each delivers its own events in order, but not in order with the others)."""
         items: dict[str, T] = {}
         query = _selectors(label_selector, field_selector)
         query["limit"] = str(self.list_page)
+        if resource_version:
+            query["resourceVersion"] = resource_version
+            query["resourceVersionMatch"] = "Exact"
         cont = ""
         while True:
             page = dict(query)
             if cont:
+                # The token carries the first page's revision; the API refuses both.
+                page.pop("resourceVersion", None)
+                page.pop("resourceVersionMatch", None)
                 page["continue"] = cont
             _, data = await self._call(
                 "GET",

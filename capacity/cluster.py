@@ -55,6 +55,20 @@ class Cluster(Protocol):
         """Create a ConfigMap: True if created, False if it exists; KubeError else."""
         ...
 
+    async def list_objects(
+        self,
+        resource: Resource,
+        project: Projection[T],
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        resource_version: str = "",
+    ) -> tuple[dict[str, T], str]:
+        """Every matching object (projected; None skipped) and the list's resourceVersion: a
+        consistent read, or with ``resource_version`` the collection exactly at that
+        revision; KubeError else."""
+        ...
+
     def informer(
         self,
         resource: Resource,

@@ -54,6 +54,10 @@ WARM_POOL_MODES: Final = ("fixed", "scheduled", "adaptive")
 WARM_POOL_ESTIMATES: Final = ("fast", "profile")
 # The node-group reader: unreadable is a ConfigMap without CA's structured status.
 NODE_GROUP_STATES: Final = ("off", "starting", "watching", "forbidden", "absent", "unreadable")
+# A rise of the advertised value checked against the pods read at one revision: confirmed
+# as the watches had it, lowered (the watches were ahead of the apiserver's order), or not
+# checked (the read failed; the rise waits).
+RISE_CHECKS: Final = ("confirmed", "lowered", "failed")
 
 _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _HUD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -174,6 +178,9 @@ class CapacityMetrics:
     def record_delete(self, reason: str, count: int = 1) -> None:
         self._events.pair_deletes.labels(*self._key, reason).inc(count)
 
+    def record_rise_check(self, result: str) -> None:
+        self._events.rise_checks.labels(*self._key, result).inc()
+
     def record_kube_error(self, operation: str, kind: str) -> None:
         self._events.kube_errors.labels(*self._key, operation, kind).inc()
 
@@ -234,7 +241,14 @@ class _Events:
         self.signal_changes = counter(
             "gha_capacity_signal_changes", "Times the advertised capacity changed."
         )
+        self.rise_checks = counter(
+            "gha_capacity_rise_checks",
+            "Rises of the advertised capacity checked against the pods read at one revision, "
+            "by result (lowered: the watches counted capacity the apiserver no longer had).",
+            "result",
+        )
         self.all: list[Source] = [
+            self.rise_checks,
             self.github_calls,
             self.hud_requests,
             self.hud_duration,
@@ -250,6 +264,8 @@ class _Events:
             self.hud_requests.labels(name, namespace, result.value)
         for outcome in (CREATE_OK, CREATE_EXISTS):
             self.pair_creates.labels(name, namespace, outcome)
+        for check in RISE_CHECKS:
+            self.rise_checks.labels(name, namespace, check)
 
 
 def _one_hot(choices: Iterable[str], current: str | None) -> dict[tuple[str, ...], float]:

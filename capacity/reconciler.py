@@ -13,6 +13,12 @@ it does (or ``expectation_ttl`` passes), the pass plans on the view *plus* what 
 a pod it created counts as a Pending placeholder, a pod it deleted as terminating. So the next
 pass neither repeats the create nor counts capacity that is going away.
 
+Rises are confirmed. The view's three pod watches are not in order with each other, so for a
+moment it can count a real pod and the placeholder that pod pushed out. A drop is published at
+once; a rise only as far as the same plan on the pods read at one revision
+(``View.read_pods``) confirms it, at most once per ``confirm_interval`` (a rise that must
+wait for that, or whose read failed, is tried again when the interval is over).
+
 Failures never end the loops: a failed call is logged and counted; a failed create stops the
 pass's remaining creates and holds new creates back with exponential backoff (a quota or RBAC
 problem must not become a create storm); the next pass retries.
@@ -28,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from base.backoff import Backoff
-from base.kube import KubeError
+from base.kube import KubeError, KubeErrorKind
 from capacity import policy
 from capacity.cluster import Cluster
 from capacity.metrics import CREATE_EXISTS, CREATE_OK, CapacityMetrics
@@ -44,7 +50,7 @@ from capacity.model import (
     Role,
 )
 from capacity.pods import RunnerSet
-from capacity.view import View
+from capacity.view import Pods, View
 
 log = logging.getLogger("capacity.reconciler")
 
@@ -159,6 +165,8 @@ class Reconciler:
         clock: Callable[[], float] = time.time,
         pool_room: Callable[[Observed, bool], int | None] | None = None,
         warm_pool: WarmTarget | None = None,
+        confirm_interval: float = 0.5,
+        confirm_timeout: float = 5.0,
     ) -> None:
         self.view = view
         self.kube = kube
@@ -179,6 +187,13 @@ class Reconciler:
         self.warm_pool = warm_pool
         self.published: int | None = None
         self.passes = 0
+        # Rises: at most one read per confirm_interval (loop time), each within
+        # confirm_timeout; a rise not published yet is retried at _rise_retry_at.
+        self.confirm_interval = confirm_interval
+        self.confirm_timeout = confirm_timeout
+        self._confirmed_at = float("-inf")
+        self._rise_retry_at: float | None = None
+        self._confirming = asyncio.Lock()
         self._gate = _CreateGate()
         self._limit = asyncio.Semaphore(concurrency)
         self._nodes_checked_at = float("-inf")
@@ -186,11 +201,15 @@ class Reconciler:
     # --- planning -------------------------------------------------------------------------
 
     def evaluate(
-        self, now: float, *, commit: bool = False
+        self, now: float, *, commit: bool = False, pods: Pods | None = None
     ) -> tuple[Plan, Memory, Observed, Demand, Params]:
-        """Plan on the view plus expectations (pure apart from settling expectations)."""
-        seen = self.view.snapshot()
-        self.expectations.settle({p.name: p for p in seen.placeholders}, now)
+        """Plan on the view plus expectations (pure apart from settling expectations); with
+        ``pods``, on those pods in place of the watches' (expectations are settled by the
+        view only: one the read already shows is still wanted until the watch shows it, or
+        the next pass would create again what the view does not have yet)."""
+        seen = self.view.snapshot(pods)
+        if pods is None:
+            self.expectations.settle({p.name: p for p in seen.placeholders}, now)
         observed = self.expectations.overlay(seen)
         params = self.params()
         demand = self.demand(now)
@@ -210,12 +229,58 @@ class Reconciler:
         self._set_max_capacity(value)
         self.metrics.record_advertised(value, changed=changed)
 
+    async def offer(self, value: int) -> None:
+        """Publish ``value`` planned on the view: a drop or a repeat at once, a rise only as
+        far as the pods read at one revision confirm it."""
+        current = self.published if self.published is not None else 0
+        if value <= current:
+            self._rise_retry_at = None
+            self.publish(value)
+            return
+        async with self._confirming:
+            loop = asyncio.get_running_loop()
+            wait = self._confirmed_at + self.confirm_interval - loop.time()
+            if wait > 0:
+                self._rise_retry_at = loop.time() + wait
+                return
+            self._confirmed_at = loop.time()
+            try:
+                async with asyncio.timeout(self.confirm_timeout):
+                    pods = await self.view.read_pods()
+            except (KubeError, TimeoutError) as exc:
+                kind = (exc.kind if isinstance(exc, KubeError) else KubeErrorKind.TRANSPORT).value
+                log.warning("rise not confirmed: pods not read", extra={"error": str(exc)})
+                self.metrics.record_kube_error("list pods", kind)
+                self.metrics.record_rise_check("failed")
+                self._rise_retry_at = loop.time() + self.confirm_interval
+                return
+            now = self.clock()
+            fresh = self.evaluate(now, pods=pods)[0].advertised
+            # The view as it is now: a drop seen while the pods were read still counts.
+            seen = self.evaluate(now)[0].advertised
+            value = min(fresh, seen)
+            self.metrics.record_rise_check("confirmed" if fresh >= seen else "lowered")
+            if fresh < seen:
+                log.info(
+                    "rise lowered by a read at one revision",
+                    extra={"watches": seen, "read": fresh, "published": self.published},
+                )
+            self._rise_retry_at = loop.time() + self.confirm_interval if fresh < seen else None
+            if value != self.published:
+                self.publish(value)
+
+    def _rise_wait(self) -> float | None:
+        """Seconds until a rise waiting to be confirmed is tried again; None if none waits."""
+        if self._rise_retry_at is None:
+            return None
+        return max(0.0, self._rise_retry_at - asyncio.get_running_loop().time())
+
     # --- the signal path ------------------------------------------------------------------
 
     async def signal_loop(self) -> None:
-        """Republish on every coalesced view change."""
+        """Republish on every coalesced view change (and when a waiting rise is due)."""
         while True:
-            await self.view.signal.wait()
+            await self.view.signal.wait(within=self._rise_wait())
             if not self.view.synced:
                 continue  # nothing is verified yet; the monitor advertised 0 at start
             try:
@@ -224,7 +289,9 @@ class Reconciler:
                 log.exception("capacity signal computation failed")
                 continue
             if plan.advertised != self.published:
-                self.publish(plan.advertised)
+                await self.offer(plan.advertised)
+            else:
+                self._rise_retry_at = None  # nothing waits any more
 
     # --- the reconcile path ---------------------------------------------------------------
 
@@ -259,7 +326,7 @@ class Reconciler:
         self.memory = memory
         self.passes += 1
         # First the signal: the value must not wait for the cluster calls below.
-        self.publish(plan.advertised)
+        await self.offer(plan.advertised)
         # The configured value; the warm pool's target has a series of its own.
         self.metrics.record_pass(plan, observed, demand, proactive=self.params().proactive_capacity)
         if self.pool_room is not None:

@@ -24,6 +24,12 @@ With node checks on, the nodes under Running placeholders are fetched one by one
 
 Every change that matters pokes two coalescing triggers: a fast one for the capacity signal
 and a slower one for reconcile passes (a burst of events becomes one pass).
+
+The three pod streams are three watches: each delivers its own events in the apiserver's
+order, but not in order with the others. A pod that takes a placeholder's room is bound only
+after the placeholder is gone, yet its binding can reach this process first, and for a moment
+both count. ``read_pods`` lists the three at one revision instead: the reconciler confirms
+every rise of the advertised value with it.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from base.kube import (
     Failed,
@@ -118,6 +124,14 @@ class Trigger:
 # --- the view -----------------------------------------------------------------------------
 
 
+class Pods(NamedTuple):
+    """The three pod collections the policy counts, by pod name."""
+
+    placeholders: Mapping[str, PlaceholderPod]
+    runner_pods: Mapping[str, RealPod]
+    workflow_pods: Mapping[str, WorkflowPod]
+
+
 class View:
     """The caches and their triggers. Run ``run()`` as a task; read ``snapshot()``."""
 
@@ -155,6 +169,14 @@ class View:
         self._synced: set[str] = set()
         self._streams = ("placeholders", "runner pods", "workflow pods", "runners", "runner set")
         self.synced_event = asyncio.Event()
+        self.runner_selector = f"{SCALE_SET_LABEL}={contract.label_value(scale_set_name)}"
+        self.placeholder_selector = contract.placeholder_selector(scale_set_name)
+        # Runner pods: this scale set's, not workflow pods, not our placeholders.
+        self.runner_pod_selector = (
+            f"{self.runner_selector},!{RUNNER_POD_LABEL},"
+            f"{contract.LABEL_MANAGED_BY}!={contract.MANAGED_BY_VALUE}"
+        )
+        self.workflow_pod_selector = RUNNER_POD_LABEL
 
     # --- streams --------------------------------------------------------------------------
 
@@ -162,15 +184,12 @@ class View:
         """Run every list+watch until cancelled."""
         pods_here = Resource.pods(self.placeholder_namespace)
         pods_there = Resource.pods(self.runner_namespace)
-        runner_sel = f"{SCALE_SET_LABEL}={contract.label_value(self.scale_set_name)}"
         async with asyncio.TaskGroup() as tg:
             tg.create_task(
                 self._follow(
                     "placeholders",
                     self.kube.informer(
-                        pods_here,
-                        placeholder_from,
-                        label_selector=contract.placeholder_selector(self.scale_set_name),
+                        pods_here, placeholder_from, label_selector=self.placeholder_selector
                     ),
                     self.placeholders,
                 )
@@ -179,12 +198,7 @@ class View:
                 self._follow(
                     "runner pods",
                     self.kube.informer(
-                        pods_there,
-                        real_pod_from,
-                        label_selector=(
-                            f"{runner_sel},!{RUNNER_POD_LABEL},"
-                            f"{contract.LABEL_MANAGED_BY}!={contract.MANAGED_BY_VALUE}"
-                        ),
+                        pods_there, real_pod_from, label_selector=self.runner_pod_selector
                     ),
                     self.runner_pods,
                 )
@@ -193,7 +207,7 @@ class View:
                 self._follow(
                     "workflow pods",
                     self.kube.informer(
-                        pods_there, workflow_pod_from, label_selector=RUNNER_POD_LABEL
+                        pods_there, workflow_pod_from, label_selector=self.workflow_pod_selector
                     ),
                     self.workflow_pods,
                 )
@@ -204,7 +218,7 @@ class View:
                     self.kube.informer(
                         Resource.arc("ephemeralrunners", self.runner_namespace),
                         runner_active,
-                        label_selector=runner_sel,
+                        label_selector=self.runner_selector,
                     ),
                     self.runners,
                 )
@@ -345,22 +359,49 @@ class View:
             self._expected = (owner, dict(self._spec_hashes(owner)))
         return self._expected[1]
 
-    def snapshot(self) -> Observed:
-        """The current state as the policy's input. A placeholder is ``owned`` only when it
+    async def read_pods(self) -> Pods:
+        """The three pod collections read from the apiserver at one revision: the
+        placeholders by a consistent list, the runner and workflow pods as they were at
+        that list's revision. KubeError if a list fails."""
+        placeholders, version = await self.kube.list_objects(
+            Resource.pods(self.placeholder_namespace),
+            placeholder_from,
+            label_selector=self.placeholder_selector,
+        )
+        pods_there = Resource.pods(self.runner_namespace)
+        runner_pods, _ = await self.kube.list_objects(
+            pods_there,
+            real_pod_from,
+            label_selector=self.runner_pod_selector,
+            resource_version=version,
+        )
+        workflow_pods, _ = await self.kube.list_objects(
+            pods_there,
+            workflow_pod_from,
+            label_selector=self.workflow_pod_selector,
+            resource_version=version,
+        )
+        return Pods(placeholders, runner_pods, workflow_pods)
+
+    def snapshot(self, pods: Pods | None = None) -> Observed:
+        """The current state as the policy's input: the watches' caches, or ``pods`` (a
+        ``read_pods``) in place of their pods. A placeholder is ``owned`` only when it
         names the current EphemeralRunnerSet's uid (ownerReference or owner annotation) and
         carries the spec hash of the current template and settings. Before every stream
         has listed once, ``synced`` is False."""
+        if pods is None:
+            pods = Pods(self.placeholders, self.runner_pods, self.workflow_pods)
         owner = self.runner_set.uid if self.runner_set is not None else None
         hashes = self.expected_hashes()
         placeholders = tuple(
             _with_context(
                 p, owner, hashes, self.node_usable(p.placeholder.node_name, p.tolerations)
             )
-            for p in self.placeholders.values()
+            for p in pods.placeholders.values()
         )
-        runner_pods = tuple(self.runner_pods.values())
-        ours = self.runner_pods.keys()
-        workflow_pods = tuple(w.pod for w in self.workflow_pods.values() if w.runner in ours)
+        runner_pods = tuple(pods.runner_pods.values())
+        ours = pods.runner_pods.keys()
+        workflow_pods = tuple(w.pod for w in pods.workflow_pods.values() if w.runner in ours)
         return Observed(
             placeholders=placeholders,
             runner_pods=runner_pods,

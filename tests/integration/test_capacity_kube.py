@@ -164,6 +164,31 @@ async def test_informer_lists_watches_and_selects_on_the_server(
     assert kube.requests["watch pods"] == 1
 
 
+async def test_a_list_at_a_revision_reads_the_collection_as_it_was(
+    kube_api: client.ApiClient, namespace: str
+) -> None:
+    """What a rise is confirmed with: lists at the revision of an earlier list, also when
+    they take several pages (the continue token carries the revision)."""
+    kube = Kube(kube_api, list_page=1)
+    pods = Resource.pods(namespace)
+    for name in ("a", "b"):
+        await kube.create_pod(namespace, pod_manifest(name, owner=namespace))
+    before, version = await kube.list_objects(pods, name_of)
+    await kube.delete_pod(namespace, "a")
+    await kube.create_pod(namespace, pod_manifest("c", owner=namespace))
+
+    async def a_gone() -> bool:
+        return "a" not in (await kube.list_objects(pods, name_of))[0]
+
+    await eventually(a_gone, "pod a deleted")
+    now, _ = await kube.list_objects(pods, name_of)
+    then, then_version = await kube.list_objects(pods, name_of, resource_version=version)
+    assert set(before) == {"a", "b"}
+    assert set(now) == {"b", "c"}
+    assert set(then) == {"a", "b"}  # two pages, both at the first list's revision
+    assert then_version == version
+
+
 @pytest.mark.restarts_apiserver
 async def test_informer_relists_after_410(
     local_cluster: LocalCluster, kube_api: client.ApiClient, namespace: str

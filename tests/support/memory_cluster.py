@@ -6,10 +6,12 @@ label- and field-selected informers from them (a Reset, then an Upserted or Remo
 change, in order), and lets a test play the cluster's part: ``set_phase`` for the scheduler
 and kubelet, ``remove`` for preemption or eviction. Failures are injected per operation
 (``fail_creates``, ``fail_deletes``, ``fail_informers``), deletes can be made to hang
-(``hold_deletes``) and watches to lag (``hold_events``).
+(``hold_deletes``) and watches to lag (``hold_events``, or only some: ``lag_selectors``).
+Lists (``list_objects``) read the current objects, or with a resourceVersion the objects at
+that revision: every change is one revision, kept in a log.
 
 What it does not do is Kubernetes' own work — no scheduling, no preemption, no garbage
-collection, no resourceVersion semantics — which is tested on the real control plane.
+collection — which is tested on the real control plane.
 """
 
 from __future__ import annotations
@@ -102,6 +104,14 @@ class MemoryCluster:
         self.hold_deletes: asyncio.Event | None = None  # set: deletes wait for it
         # set: watches deliver changes only once it is set (a watch that lags behind)
         self.hold_events: asyncio.Event | None = None
+        # label selector -> event: only the watches with exactly that selector lag until it
+        # is set (one stream behind the others, as separate watches can be)
+        self.lag_selectors: dict[str, asyncio.Event] = {}
+        self.fail_lists: list[KubeError] = []  # raised by the next list_objects, in order
+        self.lists: list[str] = []  # every list_objects call: "<path> <selector> @<version>"
+        # Every change in order: (collection path, name, the object or None when deleted);
+        # its length is the current resourceVersion.
+        self._log: list[tuple[str, str, Json | None]] = []
         self.creates: list[str] = []  # every create_pod call, by pod name
         self.deletes: list[str] = []  # every delete_pod call, by pod name
 
@@ -164,6 +174,37 @@ class MemoryCluster:
         self.config_maps[(namespace, name)] = dict(data)
         return True
 
+    async def list_objects(
+        self,
+        resource: Resource,
+        project: Projection[T],
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        resource_version: str = "",
+    ) -> tuple[dict[str, T], str]:
+        self.lists.append(f"{resource.path} {label_selector} @{resource_version}")
+        if self.fail_lists:
+            raise self.fail_lists.pop(0)
+        if resource_version:
+            objects: dict[str, Json] = {}
+            for path, name, obj in self._log[: int(resource_version)]:
+                if path != resource.path:
+                    continue
+                if obj is None:
+                    objects.pop(name, None)
+                else:
+                    objects[name] = obj
+        else:
+            objects = self.objects.get(resource.path, {})
+        selector = _Watcher(resource.path, label_selector, field_selector)
+        items: dict[str, T] = {}
+        for name, obj in objects.items():
+            kept = project(copy.deepcopy(obj)) if selector.wants(obj) else None
+            if kept is not None:
+                items[name] = kept
+        return items, resource_version or str(len(self._log))
+
     async def informer(
         self,
         resource: Resource,
@@ -188,6 +229,9 @@ class MemoryCluster:
                 kind, obj = await watcher.queue.get()
                 if self.hold_events is not None:
                     await self.hold_events.wait()
+                lag = self.lag_selectors.get(label_selector)
+                if lag is not None:
+                    await lag.wait()
                 name = obj["metadata"]["name"]
                 kept = project(copy.deepcopy(obj)) if kind != "DELETED" else None
                 yield Removed(name) if kept is None else Upserted(name, kept)
@@ -222,11 +266,13 @@ class MemoryCluster:
     def _put(self, path: str, obj: Json) -> None:
         existed = obj["metadata"]["name"] in self.objects.get(path, {})
         self.objects.setdefault(path, {})[obj["metadata"]["name"]] = obj
+        self._log.append((path, obj["metadata"]["name"], copy.deepcopy(obj)))
         self._publish(path, "MODIFIED" if existed else "ADDED", obj)
 
     def _drop(self, path: str, name: str) -> None:
         obj = self.objects.get(path, {}).pop(name, None)
         if obj is not None:
+            self._log.append((path, name, None))
             self._publish(path, "DELETED", obj)
 
     def _publish(self, path: str, kind: str, obj: Json) -> None:

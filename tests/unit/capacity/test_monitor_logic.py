@@ -21,7 +21,7 @@ from capacity import monitor as monitor_module
 from capacity.contract import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, LABEL_ROLE
 from capacity.model import Role
 from capacity.monitor import PROFILE_KEY, profile_config_map
-from capacity.pods import SCALE_SET_LABEL
+from capacity.pods import RUNNER_POD_LABEL, SCALE_SET_LABEL
 from capacity.settings import CapacitySettings, Resources
 from capacity.warm_pool import AdaptivePool, FixedPool, _Sums
 from tests.support.fake_clock import FakeClock
@@ -357,6 +357,80 @@ async def test_signal_loop_waits_for_the_view_to_sync() -> None:
     finally:
         signal.cancel()
         await asyncio.gather(signal, return_exceptions=True)
+
+
+def job_pods(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A job's runner pod and workflow pod, both bound and Running."""
+    workflow = {
+        "metadata": {"name": f"{name}-workflow", "labels": {RUNNER_POD_LABEL: name}},
+        "spec": {"nodeName": "node-1"},
+        "status": {"phase": "Running"},
+    }
+    return runner_pod(name), workflow
+
+
+def rise_checks(scene: Scene, result: str) -> float:
+    value = scene.registry.get_sample_value(
+        "gha_capacity_rise_checks_total", {"name": RUNNER_SET, "namespace": NS, "result": result}
+    )
+    return -1.0 if value is None else value
+
+
+async def test_a_job_seen_before_the_placeholders_it_pushed_out_raises_nothing() -> None:
+    """The placeholder watch lags: the job's pods are seen, the pair they replaced is not
+    gone yet. The watches count both (2); the pods read at one revision count 1."""
+    scene = start(proactive=1)
+    async with Running(scene):
+        await scene.reconciler.reconcile_once()
+        signal = asyncio.create_task(scene.reconciler.signal_loop())
+        try:
+            await scene.run_all()
+            await until(lambda: scene.advertised_values[-1] == 1, "the pair advertised")
+            view = scene.monitor.view
+            confirmed = rise_checks(scene, "confirmed")  # the pair's own rise: 0 -> 1
+            lag = scene.cluster.lag_selectors[view.placeholder_selector] = asyncio.Event()
+            for name in scene.placeholders():
+                scene.cluster.remove(NS, name)  # preempted by the job's pods
+            for pod in job_pods("job-1"):
+                scene.cluster.add(Resource.pods(NS), pod)
+            await scene.settle()
+            assert scene.reconciler.evaluate(scene.clock())[0].advertised == 2  # the watches
+            await asyncio.sleep(3.0)  # signal passes and confirmations go on meanwhile
+            assert max(scene.advertised_values) == 1
+            assert rise_checks(scene, "lowered") >= 1
+            assert rise_checks(scene, "confirmed") == confirmed
+
+            lag.set()  # the watch catches up: the watches count 1 too
+            await scene.settle()
+            assert scene.reconciler.evaluate(scene.clock())[0].advertised == 1
+            assert scene.advertised_values[-1] == 1
+        finally:
+            signal.cancel()
+            await asyncio.gather(signal, return_exceptions=True)
+
+
+async def test_a_rise_whose_read_fails_waits_and_is_tried_again() -> None:
+    scene = start(proactive=2)
+    scene.cluster.fail_lists = [KubeError("list pods", 503, "Service Unavailable")]
+    async with Running(scene):
+        await scene.reconciler.reconcile_once()
+        signal = asyncio.create_task(scene.reconciler.signal_loop())
+        try:
+            await scene.run_all()
+            await until(lambda: scene.advertised_values[-1] == 2, "both pairs advertised")
+            assert 1 not in scene.advertised_values[-2:]  # held at 0, then confirmed whole
+            assert rise_checks(scene, "failed") == 1
+            assert rise_checks(scene, "confirmed") == 1
+            # The failed read, then one read of three lists: the placeholders (a consistent
+            # read), then the runner and workflow pods at that list's revision.
+            versions = [call.rsplit("@", 1)[1] for call in scene.cluster.lists]
+            assert len(versions) == 4, scene.cluster.lists
+            assert versions[:2] == ["", ""]
+            assert versions[2] != ""
+            assert versions[3] == versions[2]
+        finally:
+            signal.cancel()
+            await asyncio.gather(signal, return_exceptions=True)
 
 
 # --- warm pools ---------------------------------------------------------------------------

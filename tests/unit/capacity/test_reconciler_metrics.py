@@ -48,6 +48,7 @@ NAMES = {
     "gha_capacity_reconcile_duration_seconds": "histogram",
     "gha_capacity_reconcile_last_success_timestamp_seconds": "gauge",
     "gha_capacity_signal_changes_total": "counter",
+    "gha_capacity_rise_checks_total": "counter",
     "gha_capacity_kube_errors_total": "counter",
     "gha_capacity_nodepool_limit": "gauge",
     "gha_capacity_nodepool_used": "gauge",
