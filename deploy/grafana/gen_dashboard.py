@@ -314,10 +314,16 @@ def capacity() -> list[PanelBuilder]:
         timeseries(
             "Capacity signal changes",
             "How often the advertised capacity changed (each change re-issues the long poll "
-            "so GitHub sees it at once).",
+            "so GitHub sees it at once), and rises held back: lowered when one read of the "
+            "pods showed less than the watches counted, failed when that read failed.",
             Query(
                 f"sum by (name) (increase(gha_capacity_signal_changes_total{{{SEL}}}[{RATE}]))",
                 "{{name}}",
+            ),
+            Query(
+                "sum by (name, result) (increase(gha_capacity_rise_checks_total"
+                f'{{{SEL}, result!="confirmed"}}[{RATE}]))',
+                "{{name}} rise {{result}}",
             ),
         ),
         timeseries(
