@@ -235,6 +235,7 @@ class Reconciler:
     async def offer(self, value: int) -> None:
         """Publish ``value`` planned on the view: a drop or a repeat at once, a rise only as
         far as the pods read at one revision confirm it."""
+        offered = value
         current = self.published if self.published is not None else 0
         if value <= current:
             self._rise_retry_at = None
@@ -259,16 +260,18 @@ class Reconciler:
                 return
             now = self.clock()
             fresh = self.evaluate(now, pods=pods)[0].advertised
-            # The view as it is now: a drop seen while the pods were read still counts.
+            # The view as it is now: a drop seen while the pods were read still counts, and
+            # a rise seen meanwhile waits for the next read.
             seen = self.evaluate(now)[0].advertised
-            value = min(fresh, seen)
-            self.metrics.record_rise_check("confirmed" if fresh >= seen else "lowered")
-            if fresh < seen:
+            # Lowered: the read, taken after the watches gave `offered`, has less.
+            self.metrics.record_rise_check("confirmed" if fresh >= offered else "lowered")
+            if fresh < offered:
                 log.info(
                     "rise lowered by a read at one revision",
-                    extra={"watches": seen, "read": fresh, "published": self.published},
+                    extra={"watches": offered, "read": fresh, "published": self.published},
                 )
             self._rise_retry_at = loop.time() + self.confirm_interval if fresh < seen else None
+            value = min(fresh, seen)
             if value != self.published:
                 self.publish(value)
 
