@@ -235,7 +235,6 @@ class Reconciler:
     async def offer(self, value: int) -> None:
         """Publish ``value`` planned on the view: a drop or a repeat at once, a rise only as
         far as the pods read at one revision confirm it."""
-        offered = value
         current = self.published if self.published is not None else 0
         if value <= current:
             self._rise_retry_at = None
@@ -263,17 +262,17 @@ class Reconciler:
             # The view as it is now: a drop seen while the pods were read still counts, and
             # a rise seen meanwhile waits for the next read.
             seen = self.evaluate(now)[0].advertised
-            # Lowered: the read, taken after the watches gave `offered`, has less.
-            self.metrics.record_rise_check("confirmed" if fresh >= offered else "lowered")
-            if fresh < offered:
+            # Lowered: the read, taken after the watches gave `value`, has less.
+            self.metrics.record_rise_check("confirmed" if fresh >= value else "lowered")
+            if fresh < value:
                 log.info(
                     "rise lowered by a read at one revision",
-                    extra={"watches": offered, "read": fresh, "published": self.published},
+                    extra={"watches": value, "read": fresh, "published": self.published},
                 )
             self._rise_retry_at = loop.time() + self.confirm_interval if fresh < seen else None
-            value = min(fresh, seen)
-            if value != self.published:
-                self.publish(value)
+            confirmed = min(fresh, seen)
+            if confirmed != self.published:
+                self.publish(confirmed)
 
     def _rise_wait(self) -> float | None:
         """Seconds until a rise waiting to be confirmed is tried again; None if none waits."""
