@@ -32,6 +32,8 @@ def sharded(site: Site, index: int, count: int = 2) -> dict[str, Any]:
         hud=True,
         hud_floor=0,
         demand={"cluster_index": index, "cluster_count": count, "aged_after": "1m"},
+        # Pairs are counted exactly: a slow start must not be deleted and made again.
+        placeholder_ready_timeout="60s",
     )
 
 

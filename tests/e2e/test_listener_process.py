@@ -29,7 +29,9 @@ async def runner_statuses(site: Site) -> dict[str, dict[str, Any]]:
 async def test_listener_runs_the_whole_protocol_and_shuts_down_cleanly(stage: Stage) -> None:
     fake = stage.fake
     fake.ghes_mode = True  # JobAvailable → acquirejobs → JobAssigned
-    site = await stage.add_site(SiteSpec(name="ghes", scale_set_id=21, job_seconds=4.0))
+    # Jobs long enough that both are running at once and both EphemeralRunners are still
+    # there to be marked busy, even when one runner comes up seconds after the other.
+    site = await stage.add_site(SiteSpec(name="ghes", scale_set_id=21, job_seconds=20.0))
     standin = site.standin
     assert standin is not None
     listener = site.start_listener(capacity=None, max_runners=5)

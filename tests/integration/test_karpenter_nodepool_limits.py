@@ -45,16 +45,22 @@ scene = test_karpenter.scene  # the same fixture: runner set, NodePools, one mon
 WANTED = 6  # pairs wanted (proactive capacity)
 FITS = 4  # pairs the runner pool's 4-CPU limit holds
 WINDOW = 20.0  # seconds watched after the pairs that fit run: over three ready timeouts
-READY_TIMEOUT = 6.0
+READY_TIMEOUT = 6.0  # without the limits: pairs that cannot start time out within the window
+# With the limits read, no pair should ever wait, so none needs to time out; a pair on a new
+# node takes about 5 s to run here (longer under load), and at 6 s a slow launch would be
+# deleted and re-made, which the exact create counts below would take for a wrong plan.
+READY_TIMEOUT_WITH_LIMITS = 60.0
 
 
-def config(scene: Scene, nodepools: NodePoolSettings) -> CapacitySettings:
+def config(
+    scene: Scene, nodepools: NodePoolSettings, ready_timeout: float = READY_TIMEOUT
+) -> CapacitySettings:
     return settings(
         scene.ns,
         WORKFLOWS,
         proactive_capacity=WANTED,
         max_pending_pairs=WANTED,
-        placeholder_ready_timeout=READY_TIMEOUT,
+        placeholder_ready_timeout=ready_timeout,
         nodepools=nodepools,
     )
 
@@ -85,7 +91,9 @@ async def test_pairs_stay_within_the_limits_and_follow_a_raise(scene: Scene) -> 
     runners = runner_pool(scene, limits={"cpu": "4"})
     workflow_pool(scene)
     started = time.monotonic()
-    run = scene.start(config(scene, NodePoolSettings(enabled=True)))
+    run = scene.start(
+        config(scene, NodePoolSettings(enabled=True), ready_timeout=READY_TIMEOUT_WITH_LIMITS)
+    )
     seen = await settle(scene, run)
     record_timings("nodepool limits on", **seen)
 
