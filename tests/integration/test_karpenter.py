@@ -429,3 +429,30 @@ async def test_node_checks_drop_placeholders_on_a_node_karpenter_disrupts(scene:
         replaced_after_drop_s=back - dropped,
     )
     await run.close()
+
+
+async def test_deleting_a_pool_also_removes_the_late_node_of_an_unregistered_claim(
+    scene: Scene,
+) -> None:
+    # The kwok provider creates a launched NodeClaim's Node after the registration delay even
+    # when the NodeClaim was deleted meanwhile. The harness must remove that Node too, or it
+    # outlives its pool (and a later wait for the pool's nodes to go never ends).
+    delay = 8.0
+    scene.karpenter.set_registration_delay(f"{delay:.0f}s")
+    pool = runner_pool(scene)
+    await scene.create(pod_on_pool("pending", scene.ns, RUNNERS))
+
+    def launched_unregistered() -> bool:
+        claims = scene.karpenter.nodeclaims(pool)
+        return any(
+            (c.get("status") or {}).get("providerID") and not c["status"].get("nodeName")
+            for c in claims
+        )
+
+    await eventually(lambda: asyncio.to_thread(launched_unregistered), "a launched NodeClaim", 60)
+    launched = time.monotonic()
+    assert scene.karpenter.nodes(pool) == []
+    await asyncio.to_thread(scene.karpenter.delete_nodepool, pool, 60.0)
+    # Past the moment the provider creates the Node, whenever delete_nodepool returned.
+    await asyncio.sleep(max(0.0, launched + delay + 3.0 - time.monotonic()))
+    assert scene.karpenter.nodes(pool) == []

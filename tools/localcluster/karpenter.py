@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,9 @@ NODEPOOL_LABEL = "karpenter.sh/nodepool"
 DISRUPTED_TAINT = "karpenter.sh/disrupted"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 ZONE = "test-zone-a"
+# Slack on top of the launch and registration delays before a NodeClaim deleted unregistered
+# can no longer produce a Node (the provider retries its create with a backoff).
+LATE_NODE_MARGIN = 5.0
 
 # A few general types and one that only workflow pools list. Price per CPU is the same for the
 # general ones, so Karpenter's choice follows packing, not price. Allocatable is capacity
@@ -207,23 +213,64 @@ class Karpenter:
         return list(found.get("items", []))
 
     def delete_nodepool(self, name: str, timeout: float = 120.0) -> None:
-        """Delete a NodePool and wait until Karpenter has removed its nodes."""
+        """Delete a NodePool and wait until Karpenter has removed its nodes, including the
+        late Nodes of NodeClaims deleted before they registered (see ``_delete_node``)."""
         try:
             self.cluster.rest.request("DELETE", f"{NODEPOOLS}/{name}")
         except KubeError as exc:
             if exc.status != 404:
                 raise
+        # NodeClaim name -> until when its Node may still appear (wall clock), for every
+        # NodeClaim seen before it registered; listed before the delete, which removes an
+        # unregistered NodeClaim at once.
+        unregistered: dict[str, float] = {}
+        window = self._launch_window()
+
+        def note_unregistered(claims: list[dict[str, Any]]) -> None:
+            for claim in claims:
+                if not (claim.get("status") or {}).get("nodeName"):
+                    created = _timestamp(claim["metadata"]["creationTimestamp"])
+                    unregistered.setdefault(claim["metadata"]["name"], created + window)
+
+        note_unregistered(self.nodeclaims(name))
         # The garbage collector would delete the pool's NodeClaims (they are its dependents),
         # but only once its discovery has seen Karpenter's CRDs, up to 30 s after they were
         # installed. Deleting them directly starts Karpenter's termination at once.
         self.cluster.rest.request(
             "DELETE", NODECLAIMS, params={"labelSelector": f"{NODEPOOL_LABEL}={name}"}
         )
-        wait_for(
-            lambda: not self.nodeclaims(name) and not self.nodes(name),
-            timeout,
-            f"nodes of NodePool {name} removed",
-        )
+
+        def removed() -> bool:
+            claims = self.nodeclaims(name)
+            note_unregistered(claims)
+            if claims:
+                return False
+            nodes = self.nodes(name)
+            for node in nodes:
+                self._delete_node(node["metadata"]["name"])
+            now = time.time()
+            return not nodes and all(until <= now for until in unregistered.values())
+
+        wait_for(removed, timeout, f"nodes of NodePool {name} removed")
+
+    def _launch_window(self) -> float:
+        """The longest a launch can take from NodeClaim to Node here: the launch delay's upper
+        bound, the NodeClass's registration delay, and a margin for a loaded machine."""
+        launch = self.launch_delay["high"] if self.launch_delay else 0.0
+        nodeclass = self.cluster.rest.request("GET", f"{NODECLASSES}/{NODE_CLASS}")
+        registration = _seconds(str(nodeclass["spec"].get("nodeRegistrationDelay") or "0s"))
+        return launch + registration + LATE_NODE_MARGIN
+
+    def _delete_node(self, node: str) -> None:
+        # The kwok cloud provider creates a launched NodeClaim's Node in a goroutine after the
+        # registration delay, whether or not the NodeClaim still exists by then; nothing in
+        # Karpenter removes such a Node (a real cloud's garbage collection would terminate the
+        # instance). Only the pool's own Nodes with no NodeClaim left get here.
+        try:
+            self.cluster.rest.request("DELETE", f"/api/v1/nodes/{node}")
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
 
     def log_tail(self, lines: int = 30) -> str:
         comp = next(c for c in self.cluster.components if c.name == "karpenter")
@@ -301,3 +348,19 @@ def attach_karpenter(cluster: LocalCluster) -> Karpenter | None:
     if not recorded:
         return None
     return Karpenter(cluster, Path(recorded["capacity_file"]), int(recorded["pid"]))
+
+
+def _timestamp(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _seconds(duration: str) -> float:
+    """A Go duration as the NodeClass holds it ("10s", "1m30s") in seconds."""
+    parts = _DURATION.findall(duration)
+    if not parts or "".join(n + u for n, u in parts) != duration:
+        raise ValueError(f"nodeRegistrationDelay: not a duration: {duration!r}")
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
