@@ -24,6 +24,7 @@ is the rule; the informer is most of the lines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -258,6 +259,7 @@ class Kube:
         request_timeout: float = 15.0,
         watch_timeout: tuple[int, int] = (240, 360),
         list_page: int = 100,
+        watch_retry: tuple[float, float] = (0.5, 8.0),
     ) -> None:
         self.api = api
         self.timeout = request_timeout
@@ -268,7 +270,13 @@ class Kube:
         # keeps its high-water mark (measured: 2,000 pods cost +28 MiB RSS with 500 per
         # page, +12 MiB with 100). A relist is rare; a few more requests are cheap.
         self.list_page = list_page
+        # A failed stream's retry delay: exponential from the first to the cap, half-jittered.
+        self.watch_retry = watch_retry
         self.requests: Counter[str] = Counter()
+        # Streams waiting out a retry delay after the apiserver did not answer; woken when any
+        # other request of this client is answered (see _retry_after). Replaced on every wake.
+        self._answered = asyncio.Event()
+        self._retrying = 0
 
     # --- raw requests ---------------------------------------------------------------------
 
@@ -324,6 +332,7 @@ class Kube:
         finally:
             resp.release()
         if 200 <= resp.status < 300 or resp.status in ok_statuses:
+            self._apiserver_answered()
             return resp.status, data
         raise _status_error(action, resp.status, data, rbac, resp.headers.get("Retry-After"))
 
@@ -542,7 +551,7 @@ class Kube:
         list (for a caller that already holds a list)."""
         # Jittered so the watches of many listeners do not reconnect to a recovering
         # apiserver at the same instant; reset by every sign of a working stream.
-        backoff = Backoff(base=0.5, cap=8.0, jitter=half_jitter)
+        backoff = Backoff(base=self.watch_retry[0], cap=self.watch_retry[1], jitter=half_jitter)
         version = since
         while True:
             try:
@@ -576,7 +585,7 @@ class Kube:
                     version = ""
                 delay = backoff.next()
                 yield Failed(exc, delay)
-                await asyncio.sleep(delay)
+                await self._retry_after(delay, early=_unanswered(exc))
             except Exception as exc:  # a body it cannot read: never end the subscription
                 log.exception("watch stream unreadable", extra={"resource": resource.plural})
                 version = ""  # start clean: relist
@@ -584,6 +593,30 @@ class Kube:
                 action = f"watch {resource.plural}"
                 yield Failed(KubeError(action, 0, _one_line(f"{type(exc).__name__}: {exc}")), delay)
                 await asyncio.sleep(delay)
+
+    async def _retry_after(self, delay: float, *, early: bool) -> None:
+        """Wait out a stream's retry delay. With ``early`` (the apiserver did not answer: no
+        connection, or a 5xx without Retry-After), the wait ends as soon as another request of
+        this client is answered: the apiserver is back, and a stream that slept on would keep
+        a stale cache for up to the back-off's cap (the view would count pods that are gone).
+        Refusals (RBAC, throttling, a bad request) wait their whole delay: the apiserver
+        answering others says nothing about them."""
+        if not early:
+            await asyncio.sleep(delay)
+            return
+        answered = self._answered
+        self._retrying += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await answered.wait()
+        finally:
+            self._retrying -= 1
+
+    def _apiserver_answered(self) -> None:
+        if self._retrying:
+            woken, self._answered = self._answered, asyncio.Event()
+            woken.set()
 
     async def _watch(
         self,
@@ -615,6 +648,7 @@ class Kube:
                 except _TRANSPORT_ERRORS:
                     body = b""
                 raise _status_error(action, resp.status, body, resource.rbac("watch"))
+            self._apiserver_answered()
             while True:
                 try:
                     line = await resp.content.readline()
@@ -645,6 +679,13 @@ class Kube:
                     yield str(rv)
         finally:
             resp.close()  # an unfinished stream must not go back to the pool
+
+
+def _unanswered(exc: KubeError) -> bool:
+    """A failure that says the apiserver was not there, not that it refused."""
+    if exc.kind == KubeErrorKind.TRANSPORT:
+        return True
+    return exc.kind == KubeErrorKind.SERVER and exc.retry_after is None
 
 
 def _selectors(label_selector: str, field_selector: str) -> dict[str, str]:
