@@ -31,7 +31,8 @@ keeps polling (the session stays alive, the header stays current, 202s only upda
 state) but holds a message *before acking it* until the patch goes through: a job acked and
 acquired while no runner can be created would wait for nothing. While it holds one, it polls
 again from the same ``lastMessageId`` every ``keepalive_interval`` so the session does not
-expire; the answer (the same message) is dropped and comes again later.
+expire, and at once when the value drops below the header last sent; the answer (the same
+message) is dropped and comes again later.
 
 Shutdown: ``stop`` ends the loop between messages; a message being handled is finished first
 (every call in it has its own deadline), like ARC's ``context.WithoutCancel``. A held poll
@@ -191,18 +192,26 @@ class Listener:
         """
         log.warning("holding a message until the runner set can be patched")
         while True:
+            # A drop below the header last sent polls at once (with the lower value), as on
+            # the normal path: between keep-alives no poll is open, and the last one's header
+            # is what the service goes by.
             synced = await run_until(
-                self._scaler.wait_in_sync(), stop.wait(), asyncio.sleep(self._keepalive_interval)
+                self._scaler.wait_in_sync(),
+                stop.wait(),
+                asyncio.sleep(self._keepalive_interval),
+                self._drop_below_sent(),
             )
             if stop.is_set():
                 return False
             if synced is not INTERRUPTED:
                 return True
             # A keep-alive poll; it is not needed any more once the patch goes through.
+            self._sent = self._capacity.value  # (read again as the request is built)
             answer = await run_until(
                 self._session.get_message(self._last_message_id, self._header),
                 stop.wait(),
                 self._scaler.wait_in_sync(),
+                self._drop_below_sent(),  # a held keep-alive is re-issued lower at once
             )
             if answer is not INTERRUPTED:
                 self._on_poll()  # an error above is as fatal as on any poll
@@ -289,6 +298,14 @@ class Listener:
             #    path (the scale-down patch): after a hold period without a message, take it.
             if self._clock() - self._last_sync >= self._quiet_interval:
                 return _QUIET
+
+    async def _drop_below_sent(self) -> None:
+        """Return once the advertised value is below the header last sent."""
+        while True:
+            version = self._capacity.version
+            if self._capacity.value < self._sent:
+                return
+            await self._capacity.wait_changed(version)
 
     async def _reissue_due(self, issued_at: float) -> None:
         """Return once the poll issued at ``issued_at`` should be re-issued: at once when the

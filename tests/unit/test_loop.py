@@ -7,7 +7,7 @@ That is what makes abandoning a poll safe, and these tests check it end to end: 
 
 Size: the tests of one module, listener/loop.py, through one harness: the stateful
 ``FakeQueue`` and the recording patcher and metrics are what every test drives and reads, so
-the harness and its thirteen tests stay together.
+the harness and its fourteen tests stay together.
 """
 
 from __future__ import annotations
@@ -426,6 +426,33 @@ async def test_apiserver_outage_keeps_polling_and_holds_messages_unacked(harness
     await harness.until(lambda: q.acked == [1], "the held message handled")
     await harness.until(lambda: harness.patcher.replicas[-1:] == [2], "desired count applied")
     assert q.acquired == [[11]]
+
+
+@pytest.mark.parametrize("harness", [{"keepalive_interval": 30.0}], indirect=True)
+async def test_a_drop_while_a_message_is_held_is_sent_at_once(harness: Harness) -> None:
+    """Holding a message, the loop polls only every keep-alive interval; a drop of the value
+    must not wait for the next one (the last poll's header is what the service goes by)."""
+    q = harness.queue
+    q.hold = 0.02
+    await harness.until(lambda: len(q.headers) >= 1, "first poll")
+    harness.capacity.set_max_capacity(9)  # re-issue the first poll with the short hold
+    await harness.until(lambda: len(q.headers) >= 3, "short polls")
+    harness.patcher.failing = REFUSED
+    polls = len(q.headers)
+    await harness.until(lambda: len(q.headers) >= polls + 2, "polling goes on (202s)")
+    q.add(1, assigned=2, jobs=[job("JobAvailable", runnerRequestId=11)])
+    await harness.until(lambda: any(last == 0 for last in q.last_ids[polls:]), "delivered")
+    await asyncio.sleep(1.0)  # holding: the next keep-alive is 29 s away
+    held_at = len(q.headers)
+    harness.capacity.set_max_capacity(4)
+    await harness.until(lambda: q.headers[held_at:] == [4], "the drop sent at once", within=1)
+    # A rise waits for the keep-alive as before; nothing is acked meanwhile.
+    harness.capacity.set_max_capacity(8)
+    await asyncio.sleep(5.0)
+    assert q.headers[held_at:] == [4]
+    assert q.acked == []
+    harness.patcher.failing = None
+    await harness.until(lambda: q.acked == [1], "the held message handled", within=60)
 
 
 @pytest.mark.parametrize(
