@@ -24,7 +24,6 @@ is the rule; the informer is most of the lines.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -274,7 +273,7 @@ class Kube:
         self.watch_retry = watch_retry
         self.requests: Counter[str] = Counter()
         # Streams waiting out a retry delay after the apiserver did not answer; woken when any
-        # other request of this client is answered (see _retry_after). Replaced on every wake.
+        # other request of this client succeeds (see _wait_to_retry). Replaced on every wake.
         self._answered = asyncio.Event()
         self._retrying = 0
 
@@ -552,6 +551,9 @@ class Kube:
         # Jittered so the watches of many listeners do not reconnect to a recovering
         # apiserver at the same instant; reset by every sign of a working stream.
         backoff = Backoff(base=self.watch_retry[0], cap=self.watch_retry[1], jitter=half_jitter)
+        # At most one retry cut short per run of failures: an apiserver that answers some
+        # requests and not others is overloaded, and the back-off is what spares it.
+        cut_short = False
         version = since
         while True:
             try:
@@ -564,12 +566,14 @@ class Kube:
                     )
                     yield Reset(items)
                     backoff.reset()
+                    cut_short = False
                 async for event in self._watch(
                     resource, project, version, label_selector, field_selector
                 ):
                     if isinstance(event, str):  # a newer resourceVersion (bookmark or event)
                         version = event
                         backoff.reset()
+                        cut_short = False
                     else:
                         yield event
             except _Gone:
@@ -585,7 +589,8 @@ class Kube:
                     version = ""
                 delay = backoff.next()
                 yield Failed(exc, delay)
-                await self._retry_after(delay, early=_unanswered(exc))
+                early = _unanswered(exc) and not cut_short
+                cut_short = await self._wait_to_retry(delay, early=early) or cut_short
             except Exception as exc:  # a body it cannot read: never end the subscription
                 log.exception("watch stream unreadable", extra={"resource": resource.plural})
                 version = ""  # start clean: relist
@@ -594,24 +599,26 @@ class Kube:
                 yield Failed(KubeError(action, 0, _one_line(f"{type(exc).__name__}: {exc}")), delay)
                 await asyncio.sleep(delay)
 
-    async def _retry_after(self, delay: float, *, early: bool) -> None:
-        """Wait out a stream's retry delay. With ``early`` (the apiserver did not answer: no
-        connection, or a 5xx without Retry-After), the wait ends as soon as another request of
-        this client is answered: the apiserver is back, and a stream that slept on would keep
-        a stale cache for up to the back-off's cap (the view would count pods that are gone).
-        Refusals (RBAC, throttling, a bad request) wait their whole delay: the apiserver
-        answering others says nothing about them."""
+    async def _wait_to_retry(self, delay: float, *, early: bool) -> bool:
+        """Wait out a stream's retry delay; True if it was cut short. With ``early`` (the
+        apiserver did not answer: no connection, or a 5xx without Retry-After), the wait ends
+        as soon as another request of this client succeeds (a 2xx, or a watch opened): the
+        apiserver is back, and a stream that slept on would keep a stale cache for up to the
+        back-off's cap (the view would count pods that are gone). Refusals (RBAC, throttling,
+        a bad request) wait their whole delay: others succeeding says nothing about them."""
         if not early:
             await asyncio.sleep(delay)
-            return
+            return False
         answered = self._answered
         self._retrying += 1
         try:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await answered.wait()
+            async with asyncio.timeout(delay):
+                await answered.wait()
+        except TimeoutError:
+            return False
         finally:
             self._retrying -= 1
+        return True
 
     def _apiserver_answered(self) -> None:
         if self._retrying:
@@ -647,7 +654,13 @@ class Kube:
                     body = await resp.read()
                 except _TRANSPORT_ERRORS:
                     body = b""
-                raise _status_error(action, resp.status, body, resource.rbac("watch"))
+                raise _status_error(
+                    action,
+                    resp.status,
+                    body,
+                    resource.rbac("watch"),
+                    resp.headers.get("Retry-After"),
+                )
             self._apiserver_answered()
             while True:
                 try:
