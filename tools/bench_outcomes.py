@@ -576,6 +576,9 @@ async def _play(
                     raise RuntimeError(
                         f"{run.name}: {site.listener.name} exited:\n{site.listener.log_tail(20)}"
                     )
+        # Karpenter v1.8.0 can die of a concurrent map access (its NodePool registration
+        # health tracker) when NodePools are deleted and made again between seeds.
+        karpenter.check_alive()
         finished = not events and all(
             j.state is JobState.COMPLETED for run in runs.values() for j in run.jobs
         )

@@ -434,7 +434,8 @@ class LocalCluster:
     def _component(self, name: str) -> Component:
         return next(c for c in self.components if c.name == name)
 
-    def _check_alive(self, name: str) -> None:
+    def check_alive(self, name: str) -> None:
+        """Raise ClusterError (with the log's tail) if component ``name`` has exited."""
         comp = self._component(name)
         if comp.proc is not None and comp.proc.poll() is not None:
             raise ClusterError(
@@ -444,7 +445,7 @@ class LocalCluster:
     def _wait_ready(self, name: str, check: Any, timeout: float = START_TIMEOUT) -> None:
         def probe() -> bool:
             for comp in self.components:
-                self._check_alive(comp.name)
+                self.check_alive(comp.name)
             return bool(check())
 
         try:

@@ -272,6 +272,11 @@ class Karpenter:
             if exc.status != 404:
                 raise
 
+    def check_alive(self) -> None:
+        """Raise ClusterError if Karpenter has exited: without it no node comes or goes,
+        and a run would go on measuring a cluster that cannot scale."""
+        self.cluster.check_alive("karpenter")
+
     def log_tail(self, lines: int = 30) -> str:
         comp = next(c for c in self.cluster.components if c.name == "karpenter")
         return comp.log_tail(lines)
