@@ -601,7 +601,7 @@ class Kube:
 
     async def _wait_to_retry(self, delay: float, *, early: bool) -> bool:
         """Wait out a stream's retry delay; True if it was cut short. With ``early`` (the
-        apiserver did not answer: no connection, or a 5xx without Retry-After), the wait ends
+        apiserver did not answer, or answered 5xx: down or starting), the wait ends
         as soon as another request of this client succeeds (a 2xx, or a watch opened): the
         apiserver is back, and a stream that slept on would keep a stale cache for up to the
         back-off's cap (the view would count pods that are gone). Refusals (RBAC, throttling,
@@ -695,10 +695,10 @@ class Kube:
 
 
 def _unanswered(exc: KubeError) -> bool:
-    """A failure that says the apiserver was not there, not that it refused."""
-    if exc.kind == KubeErrorKind.TRANSPORT:
-        return True
-    return exc.kind == KubeErrorKind.SERVER and exc.retry_after is None
+    """A failure that says the apiserver was not there or not ready, not that it refused. A
+    starting apiserver answers 503 with Retry-After ("before all known HTTP paths have been
+    installed") until it is ready; another request succeeding says it is."""
+    return exc.kind in (KubeErrorKind.TRANSPORT, KubeErrorKind.SERVER)
 
 
 def _selectors(label_selector: str, field_selector: str) -> dict[str, str]:
