@@ -17,7 +17,6 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from tools.e2e_site import POOL_KEY, Site
@@ -29,6 +28,7 @@ from tools.localcluster.karpenter import (
     Karpenter,
     attach_karpenter,
     start_karpenter,
+    timestamp,
 )
 from tools.localcluster.rest import TRANSIENT, KubeError
 from tools.sampling import Sampler
@@ -153,12 +153,6 @@ def reset_cloud(karpenter: Karpenter) -> None:
         karpenter.set_registration_delay("0s")
 
 
-def _timestamp(value: str | None) -> float | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-
-
 @dataclass
 class Claim:
     """One NodeClaim as sampled: when it was created and last seen (wall clock)."""
@@ -217,7 +211,7 @@ class NodeClaimLog(Sampler):
             listed.add(name)
             claim = self.claims.get(name)
             if claim is None:
-                created = _timestamp(meta.get("creationTimestamp")) or now
+                created = timestamp(meta.get("creationTimestamp")) or now
                 claim = self.claims[name] = Claim(name, pool, created, now)
             claim.last_seen = now
             claim.launched |= bool(status.get("providerID"))

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from capacity.settings import parse_duration
 
 from .build import KarpenterArtifacts
 from .harness import STATE_FILE, LocalCluster
@@ -229,7 +230,7 @@ class Karpenter:
         def note_unregistered(claims: list[dict[str, Any]]) -> None:
             for claim in claims:
                 if not (claim.get("status") or {}).get("nodeName"):
-                    created = _timestamp(claim["metadata"]["creationTimestamp"])
+                    created = timestamp(claim["metadata"].get("creationTimestamp")) or time.time()
                     unregistered.setdefault(claim["metadata"]["name"], created + window)
 
         note_unregistered(self.nodeclaims(name))
@@ -258,7 +259,7 @@ class Karpenter:
         bound, the NodeClass's registration delay, and a margin for a loaded machine."""
         launch = self.launch_delay["high"] if self.launch_delay else 0.0
         nodeclass = self.cluster.rest.request("GET", f"{NODECLASSES}/{NODE_CLASS}")
-        registration = _seconds(str(nodeclass["spec"].get("nodeRegistrationDelay") or "0s"))
+        registration = parse_duration(nodeclass["spec"].get("nodeRegistrationDelay") or "0s")
         return launch + registration + LATE_NODE_MARGIN
 
     def _delete_node(self, node: str) -> None:
@@ -355,17 +356,8 @@ def attach_karpenter(cluster: LocalCluster) -> Karpenter | None:
     return Karpenter(cluster, Path(recorded["capacity_file"]), int(recorded["pid"]))
 
 
-def _timestamp(value: str) -> float:
+def timestamp(value: str | None) -> float | None:
+    """An object's RFC 3339 time (``creationTimestamp``) in epoch seconds; None if absent."""
+    if not value:
+        return None
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def _seconds(duration: str) -> float:
-    """A Go duration as the NodeClass holds it ("10s", "1m30s") in seconds."""
-    parts = _DURATION.findall(duration)
-    if not parts or "".join(n + u for n, u in parts) != duration:
-        raise ValueError(f"nodeRegistrationDelay: not a duration: {duration!r}")
-    return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
