@@ -400,9 +400,9 @@ async def test_stop_lets_the_message_in_progress_finish(harness: Harness) -> Non
 REFUSED = KubeError("patch ephemeralrunnersets", 0, "ClientConnectorError: connection refused")
 
 
-async def test_apiserver_outage_keeps_polling_and_holds_messages_unacked(harness: Harness) -> None:
-    """The runner set cannot be patched: 202s keep the session polling, a message is held
-    (not acked, not acquired) until the patch goes through, then handled once."""
+async def hold_a_message(harness: Harness, *, polls_while_refused: int) -> None:
+    """Short polls, then the runner-set patch refused (polling goes on with 202s), then a
+    JobAvailable message (request 11, 2 assigned) delivered: the loop holds it unacked."""
     q = harness.queue
     q.hold = 0.02
     await harness.until(lambda: len(q.headers) >= 1, "first poll")
@@ -410,10 +410,19 @@ async def test_apiserver_outage_keeps_polling_and_holds_messages_unacked(harness
     await harness.until(lambda: len(q.headers) >= 3, "short polls")
     harness.patcher.failing = REFUSED
     polls = len(q.headers)
-    await harness.until(lambda: len(q.headers) >= polls + 5, "polling goes on (202s)")
-    assert "patch-failed" in q.events
+    await harness.until(
+        lambda: len(q.headers) >= polls + polls_while_refused, "polling goes on (202s)"
+    )
     q.add(1, assigned=2, jobs=[job("JobAvailable", runnerRequestId=11)])
     await harness.until(lambda: any(last == 0 for last in q.last_ids[polls:]), "delivered")
+
+
+async def test_apiserver_outage_keeps_polling_and_holds_messages_unacked(harness: Harness) -> None:
+    """The runner set cannot be patched: 202s keep the session polling, a message is held
+    (not acked, not acquired) until the patch goes through, then handled once."""
+    q = harness.queue
+    await hold_a_message(harness, polls_while_refused=5)
+    assert "patch-failed" in q.events
     held_at = len(q.headers)
     # Held: the session is kept alive by polls from the same lastMessageId, nothing is acked.
     await harness.until(lambda: len(q.headers) >= held_at + 3, "keep-alive polls", within=5)
@@ -433,15 +442,7 @@ async def test_a_drop_while_a_message_is_held_is_sent_at_once(harness: Harness) 
     """Holding a message, the loop polls only every keep-alive interval; a drop of the value
     must not wait for the next one (the last poll's header is what the service goes by)."""
     q = harness.queue
-    q.hold = 0.02
-    await harness.until(lambda: len(q.headers) >= 1, "first poll")
-    harness.capacity.set_max_capacity(9)  # re-issue the first poll with the short hold
-    await harness.until(lambda: len(q.headers) >= 3, "short polls")
-    harness.patcher.failing = REFUSED
-    polls = len(q.headers)
-    await harness.until(lambda: len(q.headers) >= polls + 2, "polling goes on (202s)")
-    q.add(1, assigned=2, jobs=[job("JobAvailable", runnerRequestId=11)])
-    await harness.until(lambda: any(last == 0 for last in q.last_ids[polls:]), "delivered")
+    await hold_a_message(harness, polls_while_refused=2)
     await asyncio.sleep(1.0)  # holding: the next keep-alive is 29 s away
     held_at = len(q.headers)
     harness.capacity.set_max_capacity(4)
