@@ -100,6 +100,23 @@ def admin_url(base: str, path: str) -> URL:
     return url.copy_with(path=f"{url.path.rstrip('/')}/{path.lstrip('/')}", params=params)
 
 
+def service_generation(message_queue_url: str) -> str:
+    """Which generation of the Actions service a session is on, from its queue URL.
+
+    ``broker``: GitHub.com's current service (``…/rest/scalesets/message``, no query; jobs
+    are assigned directly up to ``X-ScaleSetMaxCapacity``, there is no acquire step).
+    ``pipelines``: the ARC-era service and GHES (``…/messagequeues/{id}/messages?sessionId=``;
+    jobs may be offered with ``JobAvailable`` and acquired). Anything else is ``unknown``.
+    The listener handles both the same way; this is for the start-up log line only.
+    """
+    path = URL(message_queue_url).path.rstrip("/")
+    if path.endswith("/scalesets/message"):
+        return "broker"
+    if "/messagequeues/" in path:
+        return "pipelines"
+    return "unknown"
+
+
 def _constant(value: int) -> Callable[[], int]:
     return lambda: value
 
@@ -114,6 +131,12 @@ def _parsed(parse: Callable[[bytes], T], response: Response) -> T:
     except WireError as exc:
         where = f"{response.request.method} {redact_url(response.request.url)}"
         raise ProtocolError(f"{where}: {exc}") from None
+
+
+def _first_line(response: Response) -> str:
+    """The start of a response body, for a log line (bodies here carry no secrets)."""
+    lines = response.content[:120].decode("utf-8", "replace").splitlines()
+    return lines[0] if lines else ""
 
 
 class ActionsClient:
@@ -142,6 +165,7 @@ class ActionsClient:
         self._refresh_lock = asyncio.Lock()
         self._create_args: tuple[str, float, float, float] = ("", 0.0, SESSION_LEASE, 0.0)
         self._recreating: asyncio.Task[Session] | None = None
+        self._acquire_404_seen = False
 
     @property
     def session(self) -> Session | None:
@@ -385,6 +409,19 @@ class ActionsClient:
                 "POST", path, body=body, queue_token=session.message_queue_access_token
             )
         )
+        if response.status_code == 404:
+            # The broker service (GitHub.com today) assigns jobs directly and has no acquire
+            # endpoint: its router answers 404 to it. A JobAvailable is then not ours to take;
+            # the job stays with the service, which assigns it up to the header. Exiting here
+            # (ARC does) would crash-loop the listener on every such message.
+            level = logging.DEBUG if self._acquire_404_seen else logging.WARNING
+            self._acquire_404_seen = True
+            log.log(
+                level,
+                "acquirejobs answered 404; the service assigns jobs directly, none acquired",
+                extra={"requested": len(request_ids), "body": _first_line(response)},
+            )
+            return []
         if response.status_code != 200:
             raise error_from_response(response)
         return _parsed(parse_acquired_jobs, response)

@@ -33,7 +33,7 @@ from base.http.client import Client, make_client, product_user_agent
 from base.kube import KubeError
 from base.tasks import INTERRUPTED, run_until
 from listener import github_auth, http, signals, vault
-from listener.actions import ActionsClient
+from listener.actions import ActionsClient, service_generation
 from listener.advertised import AdvertisedCapacity
 from listener.config import (
     AppCredentials,
@@ -315,7 +315,13 @@ async def _listen(
     )
     if session is INTERRUPTED:
         return
-    log.info("session created", extra={"session_id": session.session_id})
+    log.info(
+        "session created",
+        extra={
+            "session_id": session.session_id,
+            "service": service_generation(session.message_queue_url),
+        },
+    )
     try:
         if p.metrics is not None:
             p.metrics.record_static(cfg.min_runners, cfg.max_runners)

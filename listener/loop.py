@@ -34,6 +34,9 @@ again from the same ``lastMessageId`` every ``keepalive_interval`` so the sessio
 expire, and at once when the value drops below the header last sent; the answer (the same
 message) is dropped and comes again later.
 
+Delivery is at-least-once: a message comes again (same ``messageId``) until its DELETE has
+landed. One this process has already handled is acked again and otherwise ignored.
+
 Shutdown: ``stop`` ends the loop between messages; a message being handled is finished first
 (every call in it has its own deadline), like ARC's ``context.WithoutCancel``. A held poll
 (or the wait for the patch) is cut short by it.
@@ -47,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -118,6 +122,7 @@ class _Quiet:
 
 _STOPPING = _Stopping()
 _QUIET = _Quiet()
+_HANDLED_IDS_KEPT = 256
 
 
 class Listener:
@@ -147,6 +152,9 @@ class Listener:
         self._clock = clock
         self._last_sync = clock()  # when the desired runner count was last applied
         self._last_message_id = 0
+        # Ids of the messages handled most recently. The service's ids grow, so a redelivered
+        # one is among the last few; the bound only keeps memory flat.
+        self._handled: deque[int] = deque(maxlen=_HANDLED_IDS_KEPT)
         self._latest: Statistics | None = None
         self._sent = capacity.value  # the header value of the poll in flight
         self.reissued_polls = 0
@@ -175,11 +183,26 @@ class Listener:
                 self._last_sync = self._clock()
                 continue
             assert isinstance(outcome, Message)
+            if outcome.message_id in self._handled:
+                await self._ack_again(outcome)
+                continue
             if not self._scaler.in_sync and not await self._wait_in_sync(stop):
                 return  # stopping: the message is not acked, the service delivers it again
             self._last_message_id = outcome.message_id
             await self._handle(outcome)
+            self._handled.append(outcome.message_id)
             self._last_sync = self._clock()
+
+    async def _ack_again(self, message: Message) -> None:
+        """A message this process has handled, delivered again (delivery is at-least-once:
+        the service keeps a message until its DELETE lands). Acked again so the service drops
+        it, and nothing else: handling it twice would count its jobs twice in the metrics and
+        send a patch for statistics older than the ones already applied."""
+        log.info(
+            "message delivered again; already handled, acking it only",
+            extra={"message_id": message.message_id},
+        )
+        await self._session.delete_message(message.message_id)
 
     async def _wait_in_sync(self, stop: asyncio.Event) -> bool:
         """Hold a message, unacked, until the runner set can be patched again (the scaler

@@ -24,6 +24,18 @@ message envelope). Where the real service is undocumented the fake makes a choic
 * Any new poll on a session ends the session's older held polls with 202 (their client gave
   them up); the brief's case is the one where the capacity header changed.
 * A missing `X-ScaleSetMaxCapacity` header means "no limit".
+* Two generations of the service (``broker``). By default the fake is the ``pipelines``
+  service of ARC-era sources: runner-registration hands out ``{url}/{tenant}/``, the session's
+  queue URL is ``…/_apis/runtime/messagequeues/{queue}/messages?sessionId=…``, and with
+  ``ghes_mode`` jobs are offered (``JobAvailable``) and must be acquired. With ``broker=True``
+  it is the service GitHub.com runs today, as a public live probe (2026-07) described it:
+  the service URL is ``{url}/rest``, the queue URL ``{that}/scalesets/message`` with no
+  query string (the queue token alone names the session), jobs are assigned directly
+  (``JobAssigned`` with no ``JobAvailable`` before it, up to the header), ``acquirejobs``
+  answers a router-level ``404 page not found``, and job messages carry ``runnerRequestId``
+  0 (the probe saw it on ``JobAssigned``; the fake sends 0 on every job message, the
+  strictest reading, so nothing may rely on it). Unacknowledged messages are delivered again
+  with the same ``messageId`` in both modes (at-least-once, the cursor is ``lastMessageId``).
 * Which scale set gets a job several could take: by default the first to poll with room
   (woken in the order the scale sets were added). With ``assign_seed``, each job gets a seeded
   random order of the scale sets when queued and goes to the first one in it that matches and
@@ -316,6 +328,7 @@ class FakeActions(LoopbackFake):
         session_expiry: float = 60.0,
         poll_hold: float = 2.0,
         ghes_mode: bool = False,
+        broker: bool = False,
         requeue_after: float | None = None,
         max_requeues: int = 3,
         strand_grace: float = 30.0,
@@ -335,7 +348,10 @@ class FakeActions(LoopbackFake):
         self.admin_token_ttl = admin_token_ttl
         self.session_expiry = session_expiry
         self.poll_hold = poll_hold
+        if broker and ghes_mode:
+            raise ValueError("broker and ghes_mode exclude each other: the broker assigns jobs")
         self.ghes_mode = ghes_mode
+        self.broker = broker
         self.requeue_after = requeue_after
         self.max_requeues = max_requeues
         self.strand_grace = strand_grace
@@ -356,6 +372,9 @@ class FakeActions(LoopbackFake):
         self.claims: list[tuple[int, str]] = []  # (runner request id, runner) per claim
         self.expired_sessions: list[FakeSession] = []
         self._evicted_queues: set[str] = set()
+        # Broker mode: the queue token names the session, so a dropped session is known by
+        # its token (the status its queue calls get from then on).
+        self._ended_tokens: dict[str, int] = {}
 
         self._installation_tokens: dict[str, float] = {}
         self._registration_tokens: dict[str, float] = {}
@@ -394,8 +413,15 @@ class FakeActions(LoopbackFake):
 
     @property
     def service_url(self) -> str:
-        """The Actions-service base URL runner-registration hands out (trailing slash)."""
+        """The Actions-service base URL runner-registration hands out: ``{url}/{tenant}/``,
+        or in broker mode ``{url}/rest`` (no trailing slash, as the live service)."""
+        if self.broker:
+            return f"{self.url}/rest"
         return f"{self.url}/{self.tenant}/"
+
+    @property
+    def _service_path(self) -> str:
+        return "/rest" if self.broker else f"/{self.tenant}"
 
     def configure_url(self, scope: str = "acme") -> str:
         """A GHES-style configure_url for this fake: org `acme`, `owner/repo` or `enterprises/e`."""
@@ -680,7 +706,7 @@ class FakeActions(LoopbackFake):
     def _emit(self, scale_set: FakeScaleSet, job: FakeJob, message_type: str) -> None:
         message: dict[str, Any] = {
             "messageType": message_type,
-            "runnerRequestId": job.runner_request_id,
+            "runnerRequestId": 0 if self.broker else job.runner_request_id,
             "repositoryName": job.repository_name,
             "ownerName": job.owner_name,
             "jobId": job.job_id,
@@ -696,7 +722,8 @@ class FakeActions(LoopbackFake):
         }
         if message_type == "JobAvailable":
             message["acquireJobUrl"] = (
-                f"{self.service_url}_apis/runtime/runnerscalesets/{scale_set.id}/acquirejobs"
+                f"{self.url}{self._service_path}/_apis/runtime/runnerscalesets/"
+                f"{scale_set.id}/acquirejobs"
             )
         if message_type in ("JobStarted", "JobCompleted"):
             message["runnerId"] = job.runner_id or 0
@@ -824,6 +851,8 @@ class FakeActions(LoopbackFake):
         session.deleted = True
         if expired:
             self.expired_sessions.append(session)
+        evicted = session.queue_id in self._evicted_queues
+        self._ended_tokens[session.token] = 401 if evicted else 404
         for poll in session.held:
             poll.superseded = True
             poll.wake.set()
@@ -831,10 +860,13 @@ class FakeActions(LoopbackFake):
         self._changed.set()
 
     def _session_json(self, scale_set: FakeScaleSet, session: FakeSession) -> dict[str, Any]:
-        queue_url = (
-            f"{self.service_url}_apis/runtime/messagequeues/{session.queue_id}/messages"
-            f"?sessionId={session.session_id}"
-        )
+        if self.broker:
+            queue_url = f"{self.service_url}/scalesets/message"
+        else:
+            queue_url = (
+                f"{self.service_url}_apis/runtime/messagequeues/{session.queue_id}/messages"
+                f"?sessionId={session.session_id}"
+            )
         return {
             "sessionId": session.session_id,
             "ownerName": session.owner_name,
@@ -931,6 +963,8 @@ class FakeActions(LoopbackFake):
 
     def _queue_session(self, request: web.Request) -> tuple[FakeScaleSet, FakeSession]:
         """Resolve a message-queue call to its live session and check the queue token."""
+        if self.broker:
+            return self._broker_queue_session(request)
         queue_id = request.match_info["queue_id"]
         for scale_set in self.scale_sets.values():
             session = scale_set.session
@@ -949,6 +983,21 @@ class FakeActions(LoopbackFake):
             raise _reject(401, "VssUnauthorizedException", "message queue token is not valid")
         session.last_seen = self.clock()
         return scale_set, session
+
+    def _broker_queue_session(self, request: web.Request) -> tuple[FakeScaleSet, FakeSession]:
+        """Broker mode: the queue URL is the same for every session; the token names it."""
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme == "Bearer" and token:
+            for scale_set in self.scale_sets.values():
+                session = scale_set.session
+                if session is not None and secrets.compare_digest(token, session.token):
+                    if self._live_session(scale_set.id) is not session:
+                        break  # expired just now: answered below like any ended session
+                    session.last_seen = self.clock()
+                    return scale_set, session
+        if self._ended_tokens.get(token) == 404:
+            raise _reject(404, "MessageQueueNotFoundException", "The session has expired.")
+        raise _reject(401, "VssUnauthorizedException", "message queue token is not valid")
 
     # ------------------------------------------------------------------ HTTP: GitHub API
 
@@ -1200,6 +1249,9 @@ class FakeActions(LoopbackFake):
         return web.Response(status=204)
 
     async def _acquire_jobs(self, request: web.Request) -> web.Response:
+        if self.broker:
+            # The live probe: a router-level 404 at every location tried, whatever the token.
+            return web.Response(status=404, text="404 page not found")
         if request.query.get("api-version") is None:
             raise _reject(400, "VssInvalidPreviewVersionException", "api-version is required")
         scale_set = self._scale_set_from(request)
@@ -1307,7 +1359,7 @@ class FakeActions(LoopbackFake):
 
     def _build_app(self) -> web.Application:
         app = web.Application(middlewares=[self._recorder.middleware])
-        svc = f"/{self.tenant}/_apis/runtime"
+        svc = f"{self._service_path}/_apis/runtime"
         sets = f"{svc}/runnerscalesets/{{scale_set_id}}"
         scope = r"{scope:(?:orgs/[^/]+|repos/[^/]+/[^/]+|enterprises/[^/]+)}"
         app.router.add_post(
@@ -1334,7 +1386,10 @@ class FakeActions(LoopbackFake):
         )
         app.router.add_post(f"{sets}/acquirejobs", self._acquire_jobs, name="acquire_jobs")
         app.router.add_get(sets, self._get_scale_set, name="get_scale_set")
-        queue = f"{svc}/messagequeues/{{queue_id}}/messages"
+        if self.broker:
+            queue = f"{self._service_path}/scalesets/message"
+        else:
+            queue = f"{svc}/messagequeues/{{queue_id}}/messages"
         app.router.add_get(queue, self._get_message, name="get_message")
         app.router.add_delete(
             f"{queue}/{{message_id}}", self._delete_message, name="delete_message"

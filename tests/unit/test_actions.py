@@ -18,7 +18,7 @@ import pytest
 import respx
 
 from base.http.client import make_client
-from listener.actions import ActionsClient, admin_url
+from listener.actions import ActionsClient, admin_url, service_generation
 from listener.config import TokenCredentials, parse_github_target
 from listener.errors import (
     ActionsHTTPError,
@@ -812,3 +812,24 @@ async def test_every_queue_token_is_reported_for_log_masking(
     await actions.create_session("pod", conflict_timeout=0)
     await actions.refresh_session()
     assert secrets == ["queue-token-1", "queue-token-2"]
+
+
+@pytest.mark.parametrize(
+    ("queue_url", "generation"),
+    [
+        ("https://broker.actions.githubusercontent.com/rest/scalesets/message", "broker"),
+        ("http://127.0.0.1:8080/rest/scalesets/message/", "broker"),
+        (
+            "https://pipelines.actions.githubusercontent.com/abc/_apis/runtime/messagequeues/"
+            "q1/messages?sessionId=00000000-0000-0000-0000-000000000001",
+            "pipelines",
+        ),
+        (
+            "https://ghes.example/_services/pipelines/_apis/runtime/messagequeues/7/messages",
+            "pipelines",
+        ),
+        ("https://queue.example/_apis/q", "unknown"),
+    ],
+)
+def test_service_generation_from_the_queue_url(queue_url: str, generation: str) -> None:
+    assert service_generation(queue_url) == generation

@@ -78,7 +78,8 @@ class Client:
         self.service, self.admin = r.json()["url"], r.json()["token"]
 
     def sets_url(self, scale_set_id: int, tail: str = "") -> str:
-        return f"{self.service}_apis/runtime/runnerscalesets/{scale_set_id}{tail}"
+        base = self.service.rstrip("/")
+        return f"{base}/_apis/runtime/runnerscalesets/{scale_set_id}{tail}"
 
     @property
     def admin_headers(self) -> dict[str, str]:
@@ -580,6 +581,80 @@ async def test_ghes_mode_offers_jobs_that_must_be_acquired() -> None:
         assert [j["messageType"] for j in jobs_in(m2)] == ["JobAssigned"]
         assert m2["statistics"]["totalAssignedJobs"] == 1
         assert fake.claim_job(1, "r1") is jobs[0]
+
+
+# ---------------------------------------------------------------------- broker mode
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[Client]:
+    async with (
+        FakeActions(poll_hold=HOLD, broker=True, session_expiry=30, clock=loop_clock()) as fake,
+        httpx.AsyncClient() as http,
+    ):
+        fake.add_scale_set(1, "linux")
+        c = Client(fake, http)
+        await c.connect()
+        yield c
+
+
+async def test_broker_urls_are_the_live_services(broker: Client) -> None:
+    assert broker.service == f"{broker.fake.url}/rest"
+    s = await broker.session(1)
+    assert s.queue_url == f"{broker.fake.url}/rest/scalesets/message"  # no query string
+
+
+async def test_broker_assigns_directly_up_to_the_header_with_request_id_zero(
+    broker: Client,
+) -> None:
+    jobs = broker.fake.add_jobs(3)
+    s = await broker.session(1)
+    m = await broker.message(s, 2)
+    assigned = jobs_in(m)
+    assert [j["messageType"] for j in assigned] == ["JobAssigned", "JobAssigned"]
+    assert {j["runnerRequestId"] for j in assigned} == {0}
+    assert [j["jobId"] for j in assigned] == [jobs[0].job_id, jobs[1].job_id]
+    assert all(j["scaleSetAssignTime"] != ZERO_TIME for j in assigned)
+    assert m["statistics"]["totalAssignedJobs"] == 2
+    assert jobs[2].state is JobState.QUEUED  # the header is the only gate
+
+
+async def test_broker_has_no_acquire_endpoint(broker: Client) -> None:
+    s = await broker.session(1)
+    r = await broker.http.post(
+        broker.sets_url(1, "/acquirejobs"),
+        params=API,
+        headers={"Authorization": f"Bearer {s.token}"},
+        json=[1],
+    )
+    assert (r.status_code, r.text) == (404, "404 page not found")
+
+
+async def test_broker_redelivers_an_unacked_message_with_the_same_id(broker: Client) -> None:
+    broker.fake.add_jobs(1)
+    s = await broker.session(1)
+    first = await broker.message(s, 1)
+    again = await broker.message(s, 1)  # lastMessageId 0, nothing acked
+    assert again["messageId"] == first["messageId"]
+    assert jobs_in(again) == jobs_in(first)
+    assert (await broker.ack(s, first["messageId"])).status_code == 204
+    r = await broker.poll(s, 1)
+    assert r.status_code == 202
+
+
+async def test_broker_queue_knows_the_session_by_its_token(broker: Client) -> None:
+    s = await broker.session(1)
+    assert (await broker.poll(s, 1, token="mq_not_a_token")).status_code == 401
+    broker.fake.expire_session(1)
+    assert (await broker.poll(s, 1)).status_code == 404
+    s2 = await broker.session(1)
+    broker.fake.evict_session(1)
+    assert (await broker.poll(s2, 1)).status_code == 401
+
+
+def test_broker_and_ghes_acquire_exclude_each_other() -> None:
+    with pytest.raises(ValueError, match="broker"):
+        FakeActions(broker=True, ghes_mode=True)
 
 
 # ---------------------------------------------------------------------- faults

@@ -67,6 +67,10 @@ class FakeQueue:
     abandoned: int = 0
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     fail_with: list[int] = field(default_factory=list)  # statuses to answer polls with first
+    acquire_status: int = 200
+    # False: every poll gets the oldest unacked message, whatever its lastMessageId (a
+    # service that delivers at least once and may repeat a message the client has seen).
+    cursor: bool = True
     ready_marks: list[int] = field(default_factory=list)  # the loop's on_poll calls
 
     def add(self, message_id: int, assigned: int, jobs: list[dict[str, Any]]) -> None:
@@ -89,7 +93,7 @@ class FakeQueue:
         try:
             async with asyncio.timeout(self.hold):
                 while True:
-                    pending = sorted(i for i in self.messages if i > last)
+                    pending = sorted(i for i in self.messages if i > last or not self.cursor)
                     if pending:
                         return httpx.Response(200, json=self.messages[pending[0]])
                     await self.arrived.wait()
@@ -110,6 +114,8 @@ class FakeQueue:
         ids = json.loads(request.content)
         self.acquired.append(ids)
         self.events.append("acquire")
+        if self.acquire_status == 404:
+            return httpx.Response(404, text="404 page not found")
         return httpx.Response(200, json={"count": len(ids), "value": ids})
 
 
@@ -485,3 +491,40 @@ async def test_capacity_changing_faster_than_a_poll_completes_still_scales_down(
     assert 0 in after, harness.patcher.patch_ids
     assert harness.patcher.replicas[2 + after.index(0)] is None  # replicas 0: scale down
     assert len(q.ready_marks) > marks + 5
+
+
+async def test_a_message_delivered_again_is_acked_and_not_handled_twice(
+    harness: Harness,
+) -> None:
+    q = harness.queue
+    q.cursor = False
+    await harness.until(lambda: len(q.headers) == 1, "first poll")
+    q.add(1, assigned=2, jobs=[job("JobAssigned"), job("JobAssigned")])
+    await harness.until(lambda: q.acked == [1], "message 1 handled")
+    handled = list(q.events)
+    q.add(1, assigned=2, jobs=[job("JobAssigned"), job("JobAssigned")])  # the ack did not stick
+    await harness.until(lambda: q.acked == [1, 1], "message 1 acked again")
+    q.add(2, assigned=3, jobs=[job("JobAssigned")])
+    await harness.until(lambda: q.acked == [1, 1, 2], "message 2 handled")
+    again = q.events[len(handled) :]
+    # Between the two handled messages: polls and the second ack, no statistics, no patch.
+    assert [e for e in again if not e.startswith("poll:")] == [
+        "ack:1",
+        "stats:3",
+        "ack:2",
+        "desired:3",
+    ]
+    assert q.last_ids[-1] == 2
+
+
+async def test_jobs_offered_by_a_service_without_acquire_are_not_fatal(harness: Harness) -> None:
+    """The broker service (GitHub.com today) answers acquirejobs with a router 404."""
+    q = harness.queue
+    q.acquire_status = 404
+    await harness.until(lambda: len(q.headers) == 1, "first poll")
+    q.add(1, assigned=0, jobs=[job("JobAvailable", runnerRequestId=11)])
+    await harness.until(lambda: q.acked == [1], "message 1 handled")
+    q.add(2, assigned=1, jobs=[job("JobAssigned")])
+    await harness.until(lambda: "desired:1" in q.events, "the loop goes on to message 2")
+    assert q.acquired == [[11]]
+    assert q.acked == [1, 2]
