@@ -22,7 +22,7 @@ from tools.conformance.differences import (
     unused_wildcards,
 )
 from tools.conformance.harness import Run, Scenario, our_command, run_listener
-from tools.conformance.scenarios import SCENARIOS
+from tools.conformance.scenarios import RUNS
 
 pytestmark = pytest.mark.conformance
 
@@ -56,12 +56,12 @@ def pairs(reference: Path) -> dict[str, Pair]:
     """Every scenario, run once per session (the wildcard check needs them all)."""
 
     async def run_all() -> dict[str, Pair]:
-        return {s.name: await _run_pair(reference, s) for s in SCENARIOS}
+        return {s.name: await _run_pair(reference, s) for s in RUNS}
 
     return asyncio.run(run_all())
 
 
-@pytest.mark.parametrize("scenario", [s.name for s in SCENARIOS])
+@pytest.mark.parametrize("scenario", [s.name for s in RUNS])
 def test_scenario_differs_only_as_listed(pairs: dict[str, Pair], scenario: str) -> None:
     pair = pairs[scenario]
     # The reference really ran the scenario (a broken harness would make both sides empty).

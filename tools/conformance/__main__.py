@@ -18,7 +18,7 @@ from typing import Any
 from tools.conformance import build
 from tools.conformance.differences import aspect_diffs, load_table, problems_for
 from tools.conformance.harness import our_command, run_listener
-from tools.conformance.scenarios import SCENARIOS
+from tools.conformance.scenarios import RUNS
 
 
 async def main(names: list[str]) -> dict[str, Any]:
@@ -28,7 +28,7 @@ async def main(names: list[str]) -> dict[str, Any]:
     build_seconds = time.monotonic() - built
     table = load_table()
     rows = []
-    for scenario in SCENARIOS:
+    for scenario in RUNS:
         if names and scenario.name not in names:
             continue
         arc = await run_listener([str(reference)], scenario)

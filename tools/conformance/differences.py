@@ -4,10 +4,13 @@
 differently from ARC 0.14.2's ``ghalistener``. Each entry has the two README columns (``arc``,
 ``here``), the reason (``why``), and ``seen``: where the differential suite observes it, as
 ``"<scenario>:<aspect>"``, or ``"*:<aspect>"`` for "in every scenario where that aspect
-differs and no entry names the scenario itself". An empty ``seen`` marks a difference the
-suite cannot observe (metrics exposition, Kubernetes config); it is still listed so the
-README stays complete. ``shows``, when given, maps an aspect to a regular expression its
-observed difference must match, so a claim cannot silently cover a different change there.
+differs and no entry names the scenario itself". Every scenario runs against both service
+generations, the second time named ``<scenario>@broker``: a claim on ``<scenario>`` covers
+both runs (and must show in both), one on ``<scenario>@broker`` only the broker run. An
+empty ``seen`` marks a difference the suite cannot observe (metrics exposition, Kubernetes
+config); it is still listed so the README stays complete. ``shows``, when given, maps an
+aspect to a regular expression its observed difference must match, so a claim cannot
+silently cover a different change there.
 
 The suite fails when a scenario shows a difference no entry claims, when a specific claim no
 longer shows, or when a wildcard claim shows nowhere. The README's "Differences from ARC's
@@ -29,6 +32,7 @@ __all__ = [
     "TABLE_PATH",
     "Difference",
     "aspect_diffs",
+    "covers",
     "load_table",
     "problems_for",
     "readme_rows",
@@ -88,13 +92,25 @@ def aspect_diffs(arc: Run, ours: Run) -> dict[str, str]:
     return diffs
 
 
+def covers(claimed: str, run: str) -> bool:
+    """Whether a claim's scenario part names the run ``run`` (``name`` or ``name@broker``)."""
+    return claimed == run or ("@" not in claimed and run.partition("@")[0] == claimed)
+
+
+def _claims(entry: Difference, run: str, aspect: str) -> bool:
+    return any(
+        covers(claimed, run) and claimed_aspect == aspect
+        for claimed, _, claimed_aspect in (c.partition(":") for c in entry.seen)
+    )
+
+
 def problems_for(scenario: str, diffs: Mapping[str, str], table: Iterable[Difference]) -> list[str]:
-    """Why this scenario's differences do not match the table (empty when they do)."""
+    """Why this scenario run's differences do not match the table (empty when they do)."""
     table = list(table)
     problems = []
     for aspect, text in diffs.items():
         # A claim naming the scenario wins over a wildcard for the same aspect.
-        owners = [d for d in table if f"{scenario}:{aspect}" in d.seen] or [
+        owners = [d for d in table if _claims(d, scenario, aspect)] or [
             d for d in table if f"*:{aspect}" in d.seen
         ]
         if not owners:
@@ -108,7 +124,7 @@ def problems_for(scenario: str, diffs: Mapping[str, str], table: Iterable[Differ
     for entry in table:
         for claim in entry.seen:
             claimed_scenario, _, aspect = claim.partition(":")
-            if claimed_scenario == scenario and aspect not in diffs:
+            if covers(claimed_scenario, scenario) and aspect not in diffs:
                 problems.append(f"{entry.id}: listed for {claim}, but ours now matches ARC there")
     return problems
 

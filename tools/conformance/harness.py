@@ -64,6 +64,10 @@ class Scenario:
     env: Mapping[str, str] = field(default_factory=dict)
     # Seconds the whole scenario may take before the harness stops the process anyway.
     budget: float = 90.0
+    # The service generations it runs against (tools/fake_actions.py): "pipelines" (the
+    # ARC-era service, explicit acquire possible) and "broker" (GitHub.com today: /rest URLs,
+    # the queue named by its token, no acquire endpoint). See ``scenarios.RUNS``.
+    modes: tuple[str, ...] = ("pipelines", "broker")
 
 
 @dataclass

@@ -7,6 +7,7 @@ contents are fixed values, so two runs produce identical bodies.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -14,7 +15,7 @@ from tools.conformance.harness import SCALE_SET_ID, Scenario
 from tools.fake_actions import FakeActions, ScriptedPoll, make_rsa_keypair
 from tools.fake_http import Fault
 
-__all__ = ["SCENARIOS", "by_name"]
+__all__ = ["RUNS", "SCENARIOS", "by_name"]
 
 _T0 = "2026-05-01T10:00:00.0000000Z"
 _T1 = "2026-05-01T10:00:07.1234567Z"
@@ -235,6 +236,48 @@ def _admin_token_expiry(fake: FakeActions) -> None:
     )
 
 
+# As the broker writes them (a public live probe of GitHub.com, 2026-07): runnerRequestId 0
+# and a UUID jobId on every job message of a directly assigned job.
+_BROKER_JOBS = {
+    n: {"runnerRequestId": 0, "jobId": f"6f1c2a4e-0000-4000-8000-00000000000{n}"} for n in (1, 2)
+}
+
+
+def _assigned_directly(fake: FakeActions) -> None:
+    _polls(
+        fake,
+        _message(1, [job("JobAssigned", 101, **_BROKER_JOBS[1])], assigned=1),
+        _message(2, [job("JobAssigned", 102, **_BROKER_JOBS[2])], assigned=2),
+        _EMPTY,
+        _message(3, [job("JobStarted", 101, **_BROKER_JOBS[1])], assigned=2, running=1),
+        _message(4, [job("JobCompleted", 101, **_BROKER_JOBS[1])], assigned=1),
+        _EMPTY,
+    )
+
+
+def _redelivered(fake: FakeActions) -> None:
+    # Delivery is at-least-once: message 1 comes again although it was acked (the DELETE
+    # landed after the service had answered the next poll).
+    first = _message(1, [job("JobAssigned", 101)], assigned=1)
+    _polls(
+        fake,
+        first,
+        first,
+        _message(2, [job("JobStarted", 101)], assigned=1, running=1),
+        _EMPTY,
+    )
+
+
+def _acquire_404(fake: FakeActions) -> None:
+    # The broker has no acquire endpoint; should it ever offer a job, acquiring it is a 404.
+    _polls(
+        fake,
+        _message(1, [job("JobAvailable", 101)], available=1),
+        _message(2, [job("JobAssigned", 101)], assigned=1),
+        _EMPTY,
+    )
+
+
 _APP_KEY, _APP_PUBLIC_KEY = make_rsa_keypair()
 
 
@@ -248,6 +291,24 @@ SCENARIOS: tuple[Scenario, ...] = (
         "every message type (JobAvailable, JobAssigned, JobStarted, JobCompleted, an unknown "
         "type), 202s, acquirejobs, then SIGTERM",
         _happy,
+        modes=("pipelines",),
+    ),
+    Scenario(
+        "assigned-directly",
+        "jobs assigned with no JobAvailable before them, runnerRequestId 0 and UUID job ids "
+        "(the broker's messages), started and completed",
+        _assigned_directly,
+    ),
+    Scenario(
+        "redelivered",
+        "a message delivered again after it was handled and acked",
+        _redelivered,
+    ),
+    Scenario(
+        "acquire-404",
+        "a JobAvailable on the broker, whose acquirejobs is a router 404",
+        _acquire_404,
+        modes=("broker",),
     ),
     Scenario("poll-401", "401 on a poll: refresh the session, poll again", _poll_401_once),
     Scenario("poll-401-twice", "the refreshed queue token is refused too", _poll_401_twice),
@@ -272,8 +333,13 @@ SCENARIOS: tuple[Scenario, ...] = (
         _rate_limited,
     ),
     Scenario("ack-5xx", "500 on the ack, retried", _ack_5xx),
-    Scenario("acquire-5xx", "502 on acquirejobs, retried", _acquire_5xx),
-    Scenario("acquire-gives-up", "503 on every acquirejobs attempt", _acquire_gives_up),
+    Scenario("acquire-5xx", "502 on acquirejobs, retried", _acquire_5xx, modes=("pipelines",)),
+    Scenario(
+        "acquire-gives-up",
+        "503 on every acquirejobs attempt",
+        _acquire_gives_up,
+        modes=("pipelines",),
+    ),
     Scenario("malformed", "a 200 poll answer that is not JSON", _malformed),
     Scenario(
         "unknown-envelope", "a message whose messageType is not job messages", _unknown_envelope
@@ -320,12 +386,29 @@ SCENARIOS: tuple[Scenario, ...] = (
         "the admin token expires between polls: the chain runs again before acquirejobs",
         _admin_token_expiry,
         fake_options={"admin_token_ttl": 62.0},
+        modes=("pipelines",),  # the renewal is seen on acquirejobs
     ),
 )
 
 
+def _run(scenario: Scenario, mode: str) -> Scenario:
+    if mode == "pipelines":
+        return scenario
+    return dataclasses.replace(
+        scenario,
+        name=f"{scenario.name}@{mode}",
+        fake_options={**scenario.fake_options, mode: True},
+        modes=(mode,),
+    )
+
+
+# Every scenario once per service generation it applies to: ``name`` on the pipelines
+# service, ``name@broker`` on the broker (the fake's ``broker`` option).
+RUNS: tuple[Scenario, ...] = tuple(_run(s, mode) for s in SCENARIOS for mode in s.modes)
+
+
 def by_name(name: str) -> Scenario:
-    for scenario in SCENARIOS:
+    for scenario in RUNS:
         if scenario.name == name:
             return scenario
     raise KeyError(name)
