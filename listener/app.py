@@ -22,7 +22,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -47,7 +47,8 @@ from listener.config import (
 )
 from listener.logs import configure_logging, register_secret
 from listener.loop import Listener
-from listener.metrics import ListenerMetrics, PatchMetrics
+from listener.metrics import ListenerMetrics, PatchMetrics, RunnerGroupMetrics
+from listener.runner_group import check_runner_group
 from listener.scaler import KubePatcher, PatchRetry, Scaler
 from listener.server import Health, build_app, parse_addr, serve
 from listener.shutdown import DEFAULT_GRACE, ShutdownBudget
@@ -207,6 +208,7 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
         )
         github_demand = None
         hud_client = None
+        runner_group_check: Callable[[int], Awaitable[object]] | None = None
         if capacity_settings is not None:
             from capacity.github_demand import GitHubScope, reader_factory, repositories_for
 
@@ -215,6 +217,27 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
             if capacity_settings.demand_source == "github":
                 repositories_for(capacity_settings.github, scope)  # a bad scope fails at start-up
             github_demand = reader_factory(client=client, token=auth.api_token, scope=scope)
+            group_metrics = (
+                RunnerGroupMetrics(
+                    registry,
+                    name=cfg.ephemeral_runner_set_name,
+                    namespace=cfg.ephemeral_runner_set_namespace,
+                )
+                if metrics is not None
+                else None
+            )
+            report = group_metrics.report if group_metrics is not None else None
+
+            async def runner_group_check(group_id: int) -> object:
+                return await check_runner_group(
+                    client,
+                    api_url=auth.api_url,
+                    token=auth.api_token,
+                    target=cfg.target,
+                    group_id=group_id,
+                    report=report or (lambda _allowed: None),
+                )
+
             # HUD is read through the same proxy rules as GitHub (Go's NO_PROXY semantics),
             # with the system trust store: the GHES root CA is not HUD's.
             if capacity_settings.demand_source == "hud":
@@ -235,6 +258,7 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
             budget,
             github_demand,
             hud_client,
+            runner_group_check,
         )
         async with asyncio.TaskGroup() as tg:
             tg.create_task(_note_stop(stop, budget))
@@ -296,6 +320,8 @@ class _Parts:
     budget: ShutdownBudget
     github_demand: GitHubReaderFactory | None = None
     hud_client: Client | None = None
+    # Reads the scale set's runner group (by id) and reports what it keeps out.
+    runner_group_check: Callable[[int], Awaitable[object]] | None = None
 
 
 async def _listen(
@@ -362,6 +388,11 @@ async def _listen(
                 from capacity.monitor import CapacityMonitor
 
                 scale_set = await p.actions.get_scale_set(cfg.runner_scale_set_id)
+                if p.runner_group_check is not None:
+                    tg.create_task(
+                        run_until(p.runner_group_check(scale_set.runner_group_id), stop.wait()),
+                        name="runner-group",
+                    )
                 p.health.add(
                     "reconcile", max_age=max(180.0, 6 * capacity_settings.recalculate_interval)
                 )

@@ -383,3 +383,22 @@ class PatchMetrics:
 
     def patch_pending(self, pending: bool) -> None:
         self._pending.set(1 if pending else 0)
+
+
+class RunnerGroupMetrics:
+    """Whether the scale set's runner group lets public repositories' jobs through
+    (listener/runner_group.py). No series until the group has been read."""
+
+    def __init__(self, registry: CollectorRegistry, *, name: str, namespace: str) -> None:
+        self._gauge = Gauge(
+            "gha_listener_runner_group_public_repositories",
+            "1 if the scale set's runner group allows public repositories' jobs, 0 if it "
+            "keeps them out (read once at start-up).",
+            (NAME, NAMESPACE),
+            registry=None,
+        )
+        self._labels = (name, namespace)
+        registry.register(GoStyleCollector([self._gauge]))
+
+    def report(self, allowed: bool) -> None:
+        self._gauge.labels(*self._labels).set(1 if allowed else 0)

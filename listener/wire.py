@@ -112,6 +112,8 @@ class ScaleSetInfo:
     id: int
     name: str
     labels: tuple[str, ...]
+    runner_group_id: int = 0
+    runner_group_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -266,7 +268,13 @@ def _scale_set(fields: _Fields) -> ScaleSetInfo:
             )
         for i, item in enumerate(raw_labels):
             labels.append(_Fields(item, f"{fields.path('labels')}[{i}]").string("name"))
-    return ScaleSetInfo(id=fields.integer("id"), name=fields.string("name"), labels=tuple(labels))
+    return ScaleSetInfo(
+        id=fields.integer("id"),
+        name=fields.string("name"),
+        labels=tuple(labels),
+        runner_group_id=fields.integer("runnerGroupId"),
+        runner_group_name=fields.string("runnerGroupName"),
+    )
 
 
 # Wrongly typed job fields, decided: a numeric ``jobId`` and an empty-string timestamp are

@@ -88,7 +88,7 @@ async def run_demo(workdir: Path, *, burst: int, job_seconds: float) -> int:
     with local_control_plane(workdir / "cluster", progress=_out) as cluster:
         # The real service holds a long poll ~50 s; the listener re-issues it when capacity
         # changes, which is what keeps the header current.
-        fake = FakeActions(pats=[PAT], poll_hold=50.0, strand_grace=10.0)
+        fake = FakeActions(pats=[PAT], poll_hold=50.0, strand_grace=10.0, broker=True)
         async with Stage(cluster, workdir / "stage", fake=fake, prefix="demo") as stage:
             spec = SiteSpec(
                 name="demo-linux",

@@ -108,7 +108,7 @@ async def run_karpenter_demo(workdir: Path, *, burst: int, job_seconds: float) -
     with local_control_plane(workdir / "cluster", progress=_out) as cluster:
         karpenter = await asyncio.to_thread(ensure_karpenter, cluster, _out)
         karpenter.set_registration_delay(REGISTRATION_DELAY)
-        fake = FakeActions(pats=[PAT], poll_hold=50.0, strand_grace=30.0)
+        fake = FakeActions(pats=[PAT], poll_hold=50.0, strand_grace=30.0, broker=True)
         pools: list[str] = []
         try:
             async with Stage(cluster, workdir / "stage", fake=fake, prefix="demo") as stage:

@@ -566,7 +566,9 @@ class Stage:
     ) -> None:
         self.cluster = cluster
         self.workdir = workdir
-        self.fake = fake or FakeActions(pats=[PAT], poll_hold=2.0, strand_grace=10.0)
+        # GitHub.com's service as it is today (direct assignment, no acquire); a scenario
+        # that needs the explicit-acquire service passes its own fake.
+        self.fake = fake or FakeActions(pats=[PAT], poll_hold=2.0, strand_grace=10.0, broker=True)
         self.hud: FakeHUD | None = FakeHUD(HUD_TOKEN) if hud else None
         # GitHub's REST endpoints for the GitHub demand source, served by the Actions fake
         # (where the listener's GitHub API URL points), over its job queue.

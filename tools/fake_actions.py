@@ -100,6 +100,7 @@ ROUTES = frozenset(
         "delete_message",
         "acquire_jobs",
         "get_scale_set",
+        "runner_group",
     }
 )
 
@@ -371,6 +372,8 @@ class FakeActions(LoopbackFake):
         self.session_log: list[FakeSession] = []  # every session created, in order
         self.claims: list[tuple[int, str]] = []  # (runner request id, runner) per claim
         self.expired_sessions: list[FakeSession] = []
+        # GitHub's runner-group settings of every scale set's group (GET runner-groups/{id}).
+        self.runner_group_public = True
         self._evicted_queues: set[str] = set()
         # Broker mode: the queue token names the session, so a dropped session is known by
         # its token (the status its queue calls get from then on).
@@ -1048,6 +1051,26 @@ class FakeActions(LoopbackFake):
             }
         )
 
+    async def _runner_group(self, request: web.Request) -> web.Response:
+        """GitHub REST: one runner group of an organization or enterprise."""
+        if not self.accepts_github_token(self._bearer(request)):
+            raise _github_reject(401, "Bad credentials")
+        group_id = int(request.match_info["group_id"])
+        names = {s.runner_group_id: s.runner_group_name for s in self.scale_sets.values()}
+        if group_id not in names:
+            raise _github_reject(404, "Not Found")
+        return json_response(
+            {
+                "id": group_id,
+                "name": names[group_id],
+                "visibility": "all",
+                "default": group_id == 1,
+                "allows_public_repositories": self.runner_group_public,
+                "restricted_to_workflows": False,
+                "selected_workflows": [],
+            }
+        )
+
     def _admin_token(self) -> str:
         now = time.time()
         self.admin_tokens_issued += 1
@@ -1371,6 +1394,11 @@ class FakeActions(LoopbackFake):
             f"/api/v3/{scope}/actions/runners/registration-token",
             self._registration_token,
             name="registration_token",
+        )
+        app.router.add_get(
+            r"/api/v3/{owner:(?:orgs|enterprises)/[^/]+}/actions/runner-groups/{group_id:[0-9]+}",
+            self._runner_group,
+            name="runner_group",
         )
         app.router.add_post(
             "/api/v3/actions/runner-registration",

@@ -45,7 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poll-hold", type=float, default=50.0)
     p.add_argument("--session-expiry", type=float, default=120.0)
     p.add_argument("--admin-token-ttl", type=float, default=3600.0)
-    p.add_argument("--ghes", action="store_true", help="JobAvailable + acquirejobs flow")
+    service = p.add_mutually_exclusive_group()
+    service.add_argument("--ghes", action="store_true", help="JobAvailable + acquirejobs flow")
+    service.add_argument(
+        "--broker",
+        action="store_true",
+        help="GitHub.com's current service: /rest URLs, direct assignment, no acquirejobs",
+    )
     p.add_argument("--requeue-after", type=float, default=None)
     p.add_argument("--strand-grace", type=float, default=30.0)
     p.add_argument("--hud-token", default="hud-fake-token")
@@ -63,6 +69,7 @@ async def serve(args: argparse.Namespace) -> None:
         session_expiry=args.session_expiry,
         admin_token_ttl=args.admin_token_ttl,
         ghes_mode=args.ghes,
+        broker=args.broker,
         requeue_after=args.requeue_after,
         strand_grace=args.strand_grace,
         host=args.host,

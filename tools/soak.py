@@ -353,6 +353,7 @@ async def run_seed(
         session_expiry=config.lease,
         strand_grace=config.prepare_timeout,
         assign_seed=seed,
+        broker=True,
     )
     proxy = ThrottlingProxy(cluster.server, seed, config.throttle_share)
     proxy_url = await proxy.start()

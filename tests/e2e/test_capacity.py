@@ -22,6 +22,7 @@ import pytest
 from tools.e2e_site import Pool, Site, SiteSpec, Stage
 from tools.fake_actions import FakeJob, JobState
 from tools.fake_hud import Outage
+from tools.listener_process import metric_value
 
 STRAND_AFTER = 5.0
 LOSS = pytest.mark.parametrize("how", ["removed", "full"])
@@ -51,9 +52,15 @@ async def warm(site: Site, pairs: int) -> None:
 
 
 async def test_burst_is_served_from_warm_pairs(stage: Stage) -> None:
+    # The default runner group's default on GitHub: public repositories' jobs are kept out.
+    stage.fake.runner_group_public = False
     site = await stage.add_site(spec("warm", 31))
-    site.start_listener(capacity=site.capacity_settings(proactive=4), max_runners=8)
+    listener = site.start_listener(capacity=site.capacity_settings(proactive=4), max_runners=8)
     await warm(site, 4)
+    # ... which the listener says once at start-up instead of leaving it to silence.
+    assert "does not allow public repositories" in listener.log_text()
+    text = await listener.metrics_text()
+    assert metric_value(text, "gha_listener_runner_group_public_repositories") == 0
 
     jobs = stage.fake.add_jobs(4, labels=["linux"])
     await site.wait_for(

@@ -9,12 +9,15 @@ status, and on SIGTERM deletes its session and exits 0.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
 
 from tools.e2e_site import Site, SiteSpec, Stage
-from tools.fake_actions import JobState
+from tools.fake_actions import FakeActions, JobState
+from tools.listener_process import PAT
+from tools.localcluster import LocalCluster
 from tools.runner_standin import ARC_GROUP, ARC_VERSION, ER_PLURAL
 from tools.waits import eventually
 
@@ -26,9 +29,17 @@ async def runner_statuses(site: Site) -> dict[str, dict[str, Any]]:
     return {r["metadata"]["name"]: r.get("status") or {} for r in listed["items"]}
 
 
-async def test_listener_runs_the_whole_protocol_and_shuts_down_cleanly(stage: Stage) -> None:
-    fake = stage.fake
-    fake.ghes_mode = True  # JobAvailable → acquirejobs → JobAssigned
+async def test_listener_runs_the_whole_protocol_and_shuts_down_cleanly(
+    local_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    # The explicit-acquire service (GHES, ARC-era pipelines): JobAvailable → acquirejobs →
+    # JobAssigned. The other end-to-end tests run on the broker, which assigns directly.
+    fake = FakeActions(pats=[PAT], poll_hold=2.0, strand_grace=10.0, ghes_mode=True)
+    async with Stage(local_cluster, tmp_path / "stage", fake=fake) as stage:
+        await _whole_protocol(stage, fake)
+
+
+async def _whole_protocol(stage: Stage, fake: FakeActions) -> None:
     # Jobs long enough that both are running at once and both EphemeralRunners are still
     # there to be marked busy, even when one runner comes up seconds after the other.
     site = await stage.add_site(SiteSpec(name="ghes", scale_set_id=21, job_seconds=20.0))

@@ -718,13 +718,29 @@ async def test_acquire_jobs_401_refreshes_once(actions: ActionsClient) -> None:
     assert route.calls.last.request.headers["Authorization"] == "Bearer queue-token-2"
 
 
-@pytest.mark.parametrize("status", [400, 404, 409])
+@pytest.mark.parametrize("status", [400, 409])
 @respx.mock
 async def test_acquire_jobs_other_statuses_are_errors(actions: ActionsClient, status: int) -> None:
     await with_session(actions)
     respx.post(f"{SCALE_SETS}/7/acquirejobs", params=API).respond(status)
     with pytest.raises(ActionsHTTPError):
         await actions.acquire_jobs([1])
+
+
+@respx.mock
+async def test_acquire_jobs_404_is_nothing_acquired_with_one_warning(
+    actions: ActionsClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker service has no acquire endpoint: its router answers 404."""
+    await with_session(actions)
+    route = respx.post(f"{SCALE_SETS}/7/acquirejobs", params=API)
+    route.respond(404, text="404 page not found")
+    with caplog.at_level("DEBUG", logger="listener.actions"):
+        assert await actions.acquire_jobs([1, 2]) == []
+        assert await actions.acquire_jobs([3]) == []
+    levels = [r.levelname for r in caplog.records if "acquirejobs answered 404" in r.message]
+    assert levels == ["WARNING", "DEBUG"]
+    assert route.call_count == 2
 
 
 @respx.mock

@@ -652,6 +652,20 @@ async def test_broker_queue_knows_the_session_by_its_token(broker: Client) -> No
     assert (await broker.poll(s2, 1)).status_code == 401
 
 
+async def test_runner_group_settings_for_the_github_rest_api(client: Client) -> None:
+    url = f"{client.fake.api_url}/orgs/acme/actions/runner-groups/1"
+    r = await client.http.get(url, headers={"Authorization": f"Bearer {PAT}"})
+    assert r.json()["allows_public_repositories"] is True
+    client.fake.runner_group_public = False
+    r = await client.http.get(url, headers={"Authorization": f"Bearer {PAT}"})
+    assert (r.json()["name"], r.json()["allows_public_repositories"]) == ("Default", False)
+    assert (await client.http.get(url)).status_code == 401
+    missing = f"{client.fake.api_url}/orgs/acme/actions/runner-groups/9"
+    assert (
+        await client.http.get(missing, headers={"Authorization": f"Bearer {PAT}"})
+    ).status_code == 404
+
+
 def test_broker_and_ghes_acquire_exclude_each_other() -> None:
     with pytest.raises(ValueError, match="broker"):
         FakeActions(broker=True, ghes_mode=True)

@@ -28,7 +28,9 @@ def test_metric_list_matches_listener_metrics_module() -> None:
 
     families = read_metric_list()
     listed = {
-        n for n in families if not n.startswith(("gha_capacity_", "gha_listener_kube_patch_"))
+        n
+        for n in families
+        if not n.startswith(("gha_capacity_", "gha_listener_kube_patch_", "gha_listener_runner_"))
     }
     code = {
         *metrics.GAUGE_HELP,
@@ -72,6 +74,24 @@ def test_metric_list_matches_patch_metrics() -> None:
     assert listed == set(exported)
     for name, (kind, labels) in exported.items():
         assert (families[name].type, set(families[name].labels)) == (kind, labels), name
+
+
+def test_metric_list_matches_runner_group_metrics() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from listener.metrics import RunnerGroupMetrics
+
+    registry = CollectorRegistry()
+    RunnerGroupMetrics(registry, name="arc-cpu", namespace="arc-runners").report(False)
+    families = read_metric_list()
+    exported = {
+        f.name: (f.type, {k for s in f.samples for k in s.labels}) for f in registry.collect()
+    }
+    assert exported == {
+        "gha_listener_runner_group_public_repositories": ("gauge", {"name", "namespace"})
+    }
+    entry = families["gha_listener_runner_group_public_repositories"]
+    assert (entry.type, set(entry.labels)) == ("gauge", {"name", "namespace"})
 
 
 def test_metric_list_matches_capacity_metrics_module() -> None:
