@@ -2,7 +2,7 @@
 on stdout, progress on stderr. Never used for assertions; numbers depend on the machine.
 
 Each benchmark runs the real listener process with the fake Actions service, the fake HUD and
-the runner stand-in on the local control plane (README, "Measured"):
+the runner stand-in on the local control plane (docs/benchmarks.md, "Measured"):
 
 * ``capacity_signal_latency``: a placeholder pair becomes Running, or a placeholder is
   preempted → the new ``X-ScaleSetMaxCapacity`` value arrives at the Actions service. From

@@ -7,7 +7,7 @@ simulator's speed, and the curve figure.
         [--adaptive 0.5,0.9,0.99 --adaptive-max 40] [--seed 1] [--keep]
         [--pool-factory module:callable ...]
 
-Prints JSON (the table of README's "What warm capacity costs" section). ``--adaptive`` adds
+Prints JSON (the table of docs/whatif.md). ``--adaptive`` adds
 the product's adaptive pool per target_ready (and ``--adaptive-max``), built from the
 capacity settings by the factory the listener uses (``listener.whatif.settings_pools``).
 With ``--images`` it also writes ``whatif-curve.png`` (p90 queue time against spare

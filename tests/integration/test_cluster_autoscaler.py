@@ -6,7 +6,7 @@ Each test starts its own CA with two node groups of 4-CPU nodes reserved for its
 ``runners`` and ``workflows``; the two placeholder halves (1 CPU each) select one group each.
 CA runs with short timers (scan 1 s, ``--scale-down-unneeded-time`` 5 s instead of 10
 minutes) so that scale-down happens within a test. The numbers each test prints are what the
-README's table reports.
+docs/benchmarks.md's table reports.
 """
 
 from __future__ import annotations

@@ -1,20 +1,20 @@
 """The table of accepted differences from ARC's listener, and the checks against it.
 
 ``differences.toml`` (beside this file) is the one list of every way this listener behaves
-differently from ARC 0.14.2's ``ghalistener``. Each entry has the two README columns (``arc``,
+differently from ARC 0.14.2's ``ghalistener``. Each entry has the two table columns (``arc``,
 ``here``), the reason (``why``), and ``seen``: where the differential suite observes it, as
 ``"<scenario>:<aspect>"``, or ``"*:<aspect>"`` for "in every scenario where that aspect
 differs and no entry names the scenario itself". Every scenario runs against both service
 generations, the second time named ``<scenario>@broker``: a claim on ``<scenario>`` covers
 both runs (and must show in both), one on ``<scenario>@broker`` only the broker run. An
 empty ``seen`` marks a difference the suite cannot observe (metrics exposition, Kubernetes
-config); it is still listed so the README stays complete. ``shows``, when given, maps an
+config); it is still listed so the table stays complete. ``shows``, when given, maps an
 aspect to a regular expression its observed difference must match, so a claim cannot
 silently cover a different change there.
 
 The suite fails when a scenario shows a difference no entry claims, when a specific claim no
-longer shows, or when a wildcard claim shows nowhere. The README's "Differences from ARC's
-listener" table must list exactly these entries, in this order (checked by a unit test).
+longer shows, or when a wildcard claim shows nowhere. The table in docs/differences.md
+must list exactly these entries, in this order (checked by a unit test).
 """
 
 from __future__ import annotations
