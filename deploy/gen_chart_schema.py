@@ -153,6 +153,9 @@ def _model(model: type[BaseModel], prefix: str) -> dict[str, Any]:
     return {"type": "object", "additionalProperties": False, "properties": properties}
 
 
+_LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
+
+
 def _flag(description: str) -> dict[str, Any]:
     return {"type": "boolean", "description": description}
 
@@ -260,6 +263,24 @@ def render() -> str:
                 "pattern": r"^[0-9]+\.[0-9]+\.[0-9]+\S*$",
                 "description": "The gha-runner-scale-set chart version (LISTENER_ARC_VERSION).",
             },
+            "monitoring": _section(
+                "prometheus-operator and Grafana objects (all off by default).",
+                podMonitor=_section(
+                    "A PodMonitor for the scale sets' listener pods.",
+                    enabled=_flag("Create it."),
+                    labels=_LABELS,
+                ),
+                prometheusRule=_section(
+                    "The alert rules as a PrometheusRule.",
+                    enabled=_flag("Create it."),
+                    labels=_LABELS,
+                ),
+                dashboard=_section(
+                    "The Grafana dashboard as a ConfigMap for Grafana's sidecar.",
+                    enabled=_flag("Create it."),
+                    labels=_LABELS,
+                ),
+            ),
             "priorityClasses": _section(
                 "The ladder's PriorityClasses.", create=_flag("Create them.")
             ),

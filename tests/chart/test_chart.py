@@ -2,7 +2,8 @@
 listener account it binds equals `ghalistener rbac`'s on generated inputs (non-ASCII
 included), its rules equal what the code needs, its objects equal the shipped deploy/ files,
 and the schema refuses bad values naming the field (NOTES need an install:
-tests/integration/test_chart_install.py; the ARC overlay: test_overlays.py). Skipped without the Helm build on a
+tests/integration/test_chart_install.py; the ARC overlay: test_overlays.py; monitoring:
+test_monitoring.py). Skipped without the Helm build on a
 developer machine, failing in CI (tests/support/helm_chart.py)."""
 
 from __future__ import annotations
@@ -253,6 +254,7 @@ def _with(path: str, value: Any) -> dict[str, Any]:
         ("rbac", {"bindGroup": True}, "bindGroup"),
         ("image", {"registery": "ghcr.io"}, "registery"),
         ("imagePullSecrets", [{"nam": "x"}], "nam"),
+        ("monitoring", {"podMonitor": {"enable": True}}, "enable"),
         ("scaleSets.arc-cpu.maxRunners", -1, "maxRunners"),
         ("scaleSets.arc-cpu.runnerPod", {"resource": {}}, "resource"),
         ("scaleSets.arc-cpu.workVolumeClaim", {"storageClass": "x"}, "storageClass"),
