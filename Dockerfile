@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # The capacity-aware listener, as a drop-in image for ARC's listener: ARC starts the listener
 # container with the command /ghalistener, as UID 65532 in ARC's own image.
-#   docker build -t registry.example.com/capacity-listener:0.1.0 .
+#   docker build -t <registry>/capacity-listener:<version> .   (releases: .github/workflows)
 # tests/integration/test_dockerfile.py runs the builder stage's steps in a fresh directory and
 # starts the resulting /ghalistener, so keep the builder stage to ENV, WORKDIR, COPY and RUN.
 # tests/image builds this file as it is (base: PYTHON_IMAGE, a Debian stand-in there) and runs

@@ -5,8 +5,11 @@ variables (environment wins; nested keys use "__", e.g. `CAPACITY_HUD__TIMEOUT=5
     HUD_API_TOKEN          the HUD token (only from the environment; never in the file)
 
 Keys are snake_case, as in `deploy/` examples. Durations accept "30s", "5m", "1h", "1h30m",
-"500ms" or plain seconds. Every bad value fails with one line naming the field, e.g.
-`capacity setting placeholder_ready_timeout: invalid duration '5 minutes'`.
+"500ms" or plain seconds. Bad values are reported all at once, one line each naming the
+field and where its value came from, then a line pointing to deploy/config/REFERENCE.md, e.g.
+`capacity setting placeholder_ready_timeout: invalid duration '5 minutes' (from environment
+CAPACITY_PLACEHOLDER_READY_TIMEOUT)`. Rules between settings (renew_before < placeholder_ttl
+...) are checked once every value is valid on its own.
 
 Size: the settings model is also the documentation (deploy/config/REFERENCE.md is
 generated from it); each field carries its description and validation.
@@ -18,6 +21,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -53,8 +57,37 @@ DEFAULT_IMAGE = "public.ecr.aws/docker/library/alpine:3.21"
 DEFAULT_HUD_URL = "https://hud.pytorch.org/api/clickhouse/queued_jobs_aggregate"
 
 
+REFERENCE = "deploy/config/REFERENCE.md"
+
+
+@dataclass(frozen=True)
+class SettingProblem:
+    """One bad setting: ``text`` names the field (``capacity setting hud.timeout: ...``),
+    ``source`` where its value came from (``environment CAPACITY_HUD__TIMEOUT``, ``file
+    <path>``; empty when no source set it, e.g. a required setting left out)."""
+
+    text: str
+    source: str = ""
+
+    @property
+    def line(self) -> str:
+        return f"{self.text} (from {self.source})" if self.source else self.text
+
+
 class CapacitySettingsError(ValueError):
-    """A bad capacity setting. str() is one line naming the field and the value."""
+    """Bad capacity settings. str(): one line per problem, each naming the field and where
+    its value came from, then a line pointing to the reference (a file that cannot be read at
+    all is one line). Every problem at once: a pod that crash-loops on its settings should
+    need one fix, not one restart per typo."""
+
+    def __init__(self, *problems: SettingProblem | str, reference: bool = True) -> None:
+        self.problems = tuple(
+            p if isinstance(p, SettingProblem) else SettingProblem(p) for p in problems
+        )
+        lines = [p.line for p in self.problems]
+        if reference:
+            lines.append(f"every setting, its default and its variable: {REFERENCE}")
+        super().__init__("\n".join(lines))
 
 
 # --- value types --------------------------------------------------------------------------
@@ -495,38 +528,47 @@ class CapacitySettings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_together(self) -> CapacitySettings:
+        problems = self._contradictions()
+        if problems:
+            # One ValueError per model: the lines are split again in `_problems`.
+            raise ValueError("\n".join(problems))
+        return self
+
+    def _contradictions(self) -> list[str]:
+        """Every rule between settings that these values break, as `field: why`."""
+        problems = []
         if self.enabled and self.workflow_resources is None:
-            raise ValueError(
+            problems.append(
                 "workflow_resources: required when enabled (the requests of the largest "
                 "workflow pod)"
             )
         if self.renew_before >= self.placeholder_ttl:
-            raise ValueError(
+            problems.append(
                 f"renew_before: {self.renew_before:g}s must be shorter than "
                 f"placeholder_ttl ({self.placeholder_ttl:g}s)"
             )
         demand = self.demand
         if demand.cluster_index >= demand.cluster_count:
-            raise ValueError(
+            problems.append(
                 f"demand.cluster_index: {demand.cluster_index} must be less than "
                 f"demand.cluster_count ({demand.cluster_count})"
             )
         if demand.source in ("github", "none") and self.hud.enabled:
-            raise ValueError(
+            problems.append(
                 f"demand.source: {demand.source!r} but hud.enabled is true (choose one source)"
             )
         if self.demand_source == "hud" and demand.cluster_count > 1 and demand.aged_after % 60:
-            raise ValueError(
+            problems.append(
                 f"demand.aged_after: HUD counts queue time in whole minutes, got "
                 f"{demand.aged_after:g}s"
             )
         warm = self.warm_pool.problem(self.proactive_capacity)
         if warm is not None:
-            raise ValueError(warm)
+            problems.append(warm)
         pools = self.nodepools
         if not pools.enabled and (pools.runner is not None or pools.workflow is not None):
             named = "nodepools.runner" if pools.runner is not None else "nodepools.workflow"
-            raise ValueError(f"{named}: set, but nodepools.enabled is false")
+            problems.append(f"{named}: set, but nodepools.enabled is false")
         ca = self.cluster_autoscaler
         if not ca.enabled and (ca.runner is not None or ca.workflow is not None):
             named = (
@@ -534,13 +576,13 @@ class CapacitySettings(BaseSettings):
                 if ca.runner is not None
                 else "cluster_autoscaler.workflow"
             )
-            raise ValueError(f"{named}: set, but cluster_autoscaler.enabled is false")
+            problems.append(f"{named}: set, but cluster_autoscaler.enabled is false")
         if self.demand_source == "none" and demand.cluster_count > 1:
-            raise ValueError(
+            problems.append(
                 "demand.cluster_count: sharding needs a demand source (demand.source: hud or "
                 "github)"
             )
-        return self
+        return problems
 
     @classmethod
     def settings_customise_sources(
@@ -581,7 +623,12 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(part) for part in loc)
 
 
-def _error_line(error: ErrorDetails) -> str:
+_NAMED_FIELD = re.compile(r"([a-z_]+(?:\.[a-z0-9_]+)*): ")
+
+
+def _error_texts(error: ErrorDetails) -> list[tuple[str, str]]:
+    """(field path, `capacity setting <path>: <problem>`) for one pydantic error; a
+    model-level error may hold several lines, each naming its own field."""
     path = _field_path(error["loc"])
     kind = error["type"]
     if kind == "value_error":
@@ -593,16 +640,55 @@ def _error_line(error: ErrorDetails) -> str:
     else:
         problem = f"{error['msg'][:1].lower()}{error['msg'][1:]} (got {error['input']!r})"
     if not path:  # model-level checks name their field themselves
-        return f"capacity setting {problem}"
-    return f"capacity setting {path}: {problem}"
+        texts = []
+        for line in problem.splitlines():
+            named = _NAMED_FIELD.match(line)
+            texts.append((named.group(1) if named else "", f"capacity setting {line}"))
+        return texts
+    return [(path, f"capacity setting {path}: {problem}")]
 
 
-def _first_error_line(exc: ValidationError) -> str:
-    errors = exc.errors(include_url=False)
-    line = _error_line(errors[0])
-    if len(errors) > 1:
-        line += f" (and {len(errors) - 1} more)"
-    return line
+def _env_lookup(env: Mapping[str, str]) -> dict[str, str]:
+    """Upper-cased CAPACITY_* names -> the names as given (the settings ignore case)."""
+    return {name.upper(): name for name in env if name.upper().startswith(ENV_PREFIX)}
+
+
+def _in_file(data: object, parts: list[str]) -> bool:
+    """Whether the file's mapping sets the first part of the path (a nested value comes
+    from the file when its top-level key does)."""
+    return isinstance(data, dict) and bool(parts) and parts[0] in data
+
+
+def _source(path: str, env_names: Mapping[str, str], file_data: object, file_path: str) -> str:
+    """Where the value of `path` came from: the environment variable that set it or a
+    mapping that holds it (the environment wins over the file), else the file, else ""."""
+    parts = path.split(".") if path else []
+    in_file = _in_file(file_data, parts)
+    for end in range(len(parts), 0, -1):
+        if any(part.isdigit() for part in parts[:end]):
+            continue  # list items come in their list's variable
+        name = ENV_PREFIX + "__".join(parts[:end]).upper()
+        if name in env_names:
+            given = env_names[name]
+            return (
+                f"environment {given}, over the file's value"
+                if in_file
+                else (f"environment {given}")
+            )
+    if in_file:
+        return f"file {file_path}, key {path}"
+    return ""
+
+
+def _problems(
+    exc: ValidationError, env: Mapping[str, str], file_data: object, file_path: str
+) -> list[SettingProblem]:
+    env_names = _env_lookup(env)
+    problems = []
+    for error in exc.errors(include_url=False):
+        for path, text in _error_texts(error):
+            problems.append(SettingProblem(text, _source(path, env_names, file_data, file_path)))
+    return problems
 
 
 def _unknown_env_names(env: Mapping[str, str]) -> list[str]:
@@ -619,51 +705,57 @@ def _unknown_env_names(env: Mapping[str, str]) -> list[str]:
     return unknown
 
 
+def _unreadable(line: str) -> CapacitySettingsError:
+    """The settings file cannot be read at all: that one line, nothing else to report."""
+    return CapacitySettingsError(line, reference=False)
+
+
 def load_capacity_settings(env: Mapping[str, str]) -> CapacitySettings:
     """Read the settings from `env` (normally os.environ) and the YAML file it names.
-    Raises CapacitySettingsError with one line on any bad value."""
+    Raises CapacitySettingsError naming every bad value and its source."""
     sources: list[PydanticBaseSettingsSource] = [_MappingEnvSource(CapacitySettings, env)]
+    file_data: object = None  # the file's mapping, to name the source of a bad value
     path_text = env.get(CONFIG_FILE_ENV, "").strip()
     if path_text:
         path = Path(path_text)
         if not path.is_file():
-            raise CapacitySettingsError(f"capacity settings file {path_text}: not found")
+            raise _unreadable(f"capacity settings file {path_text}: not found")
         try:
             yaml_source = YamlConfigSettingsSource(CapacitySettings, yaml_file=path)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" (line {mark.line + 1})" if mark is not None else ""
-            raise CapacitySettingsError(
+            raise _unreadable(
                 f"capacity settings file {path_text}: not valid YAML{where}"
             ) from None
         except (TypeError, ValueError) as exc:
             if isinstance(exc, UnicodeDecodeError):
-                raise CapacitySettingsError(
-                    f"capacity settings file {path_text}: not UTF-8 text"
-                ) from None
+                raise _unreadable(f"capacity settings file {path_text}: not UTF-8 text") from None
             # the top level is a list or a scalar
-            raise CapacitySettingsError(
+            raise _unreadable(
                 f"capacity settings file {path_text}: must be a mapping of settings"
             ) from None
         except OSError as exc:
-            raise CapacitySettingsError(
+            raise _unreadable(
                 f"capacity settings file {path_text}: cannot read ({exc.__class__.__name__})"
             ) from None
         if not isinstance(yaml_source.yaml_data, dict):
-            raise CapacitySettingsError(
-                f"capacity settings file {path_text}: must be a mapping of settings"
-            )
+            raise _unreadable(f"capacity settings file {path_text}: must be a mapping of settings")
+        file_data = yaml_source.yaml_data
         sources.append(yaml_source)  # after env: the environment wins
-    unknown = _unknown_env_names(env)
-    if unknown:
-        raise CapacitySettingsError(f"capacity setting {unknown[0]}: unknown environment variable")
+    problems = [
+        SettingProblem(f"capacity setting {name}: unknown environment variable")
+        for name in _unknown_env_names(env)
+    ]
     token_reset = _LOADING.set(tuple(sources))
     try:
         settings = CapacitySettings()
     except ValidationError as exc:
-        raise CapacitySettingsError(_first_error_line(exc)) from None
+        problems += _problems(exc, env, file_data, path_text)
     finally:
         _LOADING.reset(token_reset)
+    if problems:
+        raise CapacitySettingsError(*problems)
     token = env.get(HUD_TOKEN_ENV, "")
     if token:
         settings = settings.model_copy(

@@ -153,6 +153,9 @@ def _model(model: type[BaseModel], prefix: str) -> dict[str, Any]:
     return {"type": "object", "additionalProperties": False, "properties": properties}
 
 
+_LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
+
+
 def _flag(description: str) -> dict[str, Any]:
     return {"type": "boolean", "description": description}
 
@@ -187,6 +190,31 @@ def render() -> str:
         tolerations={"type": "array", "items": toleration},
     )
     workflow_pod["required"] = ["resources"]
+    runner_pod = _section(
+        "The runner container of the overlay (optional): its requests are what each runner "
+        "placeholder reserves unless capacity.runner_resources says otherwise.",
+        resources={
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"requests": RESOURCE_MAP, "limits": RESOURCE_MAP},
+        },
+        nodeSelector={"type": "object", "additionalProperties": {"type": "string"}},
+        tolerations={"type": "array", "items": toleration},
+    )
+    work_volume = _section(
+        "ARC's containerMode.kubernetesModeWorkVolumeClaim (default ReadWriteOnce, 10Gi, the "
+        "cluster's default StorageClass).",
+        storageClassName={"type": "string", "minLength": 1},
+        accessModes={"type": "array", "minItems": 1, "items": {"type": "string"}},
+        resources={
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["requests"],
+            "properties": {"requests": RESOURCE_MAP},
+        },
+    )
+    work_volume["required"] = ["accessModes", "resources"]
+    runners = {"type": "integer", "minimum": 0}
     scale_set = _section(
         "One AutoscalingRunnerSet, keyed by its name.",
         namespace={**_DNS_LABEL, "type": "string", "description": "The runner namespace."},
@@ -196,6 +224,10 @@ def render() -> str:
             "description": "githubConfigUrl exactly as given to ARC's chart.",
         },
         runnerGroup={"type": "string", "description": "ARC's runnerGroup value, if set."},
+        minRunners={**runners, "description": "ARC's minRunners, written into the overlay."},
+        maxRunners={**runners, "description": "ARC's maxRunners, written into the overlay."},
+        runnerPod=runner_pod,
+        workVolumeClaim=work_volume,
         workflowPod=workflow_pod,
         capacity=capacity,
     )
@@ -210,9 +242,44 @@ def render() -> str:
         "properties": {
             "global": {"type": "object"},
             "image": _section(
-                "The listener image, printed into the ARC values overlay.",
-                repository={"type": "string", "minLength": 1},
-                tag={"type": "string"},
+                "The listener image (<registry>/<repository>:<tag>), written into the ARC "
+                "values overlay.",
+                registry={"type": "string", "pattern": r"^[^/\s:]*(:[0-9]+)?(/[^\s:]+)?$"},
+                repository={"type": "string", "pattern": r"^[a-z0-9][a-z0-9._/-]*$"},
+                tag={"type": "string", "pattern": r"^([\w][\w.-]{0,127})?$"},
+            ),
+            "imagePullSecrets": {
+                "type": "array",
+                "description": "Pull secrets of the listener image (controller namespace).",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["name"],
+                    "properties": {"name": {**_DNS_SUBDOMAIN, "type": "string"}},
+                },
+            },
+            "arcVersion": {
+                "type": "string",
+                "pattern": r"^[0-9]+\.[0-9]+\.[0-9]+\S*$",
+                "description": "The gha-runner-scale-set chart version (LISTENER_ARC_VERSION).",
+            },
+            "monitoring": _section(
+                "prometheus-operator and Grafana objects (all off by default).",
+                podMonitor=_section(
+                    "A PodMonitor for the scale sets' listener pods.",
+                    enabled=_flag("Create it."),
+                    labels=_LABELS,
+                ),
+                prometheusRule=_section(
+                    "The alert rules as a PrometheusRule.",
+                    enabled=_flag("Create it."),
+                    labels=_LABELS,
+                ),
+                dashboard=_section(
+                    "The Grafana dashboard as a ConfigMap for Grafana's sidecar.",
+                    enabled=_flag("Create it."),
+                    labels=_LABELS,
+                ),
             ),
             "priorityClasses": _section(
                 "The ladder's PriorityClasses.", create=_flag("Create them.")

@@ -55,6 +55,7 @@ def error_lines(exc: BaseException) -> list[str]:
     A bad config gives exactly the line ARC's listener prints (``Failed to read config: ...``
     after Go's log timestamp), because operators alert on it.
     """
+    from capacity.settings import CapacitySettingsError
     from listener.config import ConfigError
     from listener.logs import redact
 
@@ -65,6 +66,10 @@ def error_lines(exc: BaseException) -> list[str]:
             line = " ".join(error.line.splitlines())
             prefix = "" if error.stage == "env" else _go_log_prefix()
             lines.append(prefix + redact(line))
+            continue
+        if isinstance(error, CapacitySettingsError):
+            # One line per bad setting (and the reference), so one restart shows them all.
+            lines.extend(f"Error: {redact(line)}" for line in str(error).splitlines())
             continue
         message = " ".join(str(error).splitlines())
         if not isinstance(error, expected):

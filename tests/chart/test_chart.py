@@ -2,7 +2,8 @@
 listener account it binds equals `ghalistener rbac`'s on generated inputs (non-ASCII
 included), its rules equal what the code needs, its objects equal the shipped deploy/ files,
 and the schema refuses bad values naming the field (NOTES need an install:
-tests/integration/test_chart_install.py). Skipped without the Helm build on a
+tests/integration/test_chart_install.py; the ARC overlay: test_overlays.py; monitoring:
+test_monitoring.py). Skipped without the Helm build on a
 developer machine, failing in CI (tests/support/helm_chart.py)."""
 
 from __future__ import annotations
@@ -177,10 +178,15 @@ def test_capacity_configmap_takes_workflow_resources_from_the_pod_template(
     assert yaml.safe_load(cpu_settings["data"]["capacity.yaml"]) == shipped
 
 
-def test_workflow_pod_template_equals_the_shipped_one(helm_bin: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("flavour", ["cpu", "gpu"])
+def test_workflow_pod_template_equals_the_shipped_one(
+    helm_bin: Path, tmp_path: Path, flavour: str
+) -> None:
     docs = template(helm_bin, _example(), tmp_path)
-    rendered = by_kind(docs, "ConfigMap")["arc-runners/workflow-pod-template-arc-cpu"]
-    assert yaml.safe_load(rendered["data"]["workflow.yaml"]) == hook_template("cpu")
+    rendered = by_kind(docs, "ConfigMap")[f"arc-runners/workflow-pod-template-arc-{flavour}"]
+    assert yaml.safe_load(rendered["data"]["workflow.yaml"]) == hook_template(flavour)
+    (shipped,) = yaml_docs(DEPLOY / "helm" / f"workflow-pod-template-{flavour}.yaml")
+    assert shipped["metadata"]["name"] == rendered["metadata"]["name"]
 
 
 def test_priority_classes_and_pdb_equal_the_shipped_ones(helm_bin: Path, tmp_path: Path) -> None:
@@ -196,6 +202,9 @@ def test_priority_classes_and_pdb_equal_the_shipped_ones(helm_bin: Path, tmp_pat
         for d in by_kind(docs, "PriorityClass").values()
     }
     assert rendered == shipped
+    # `helm uninstall` leaves them: a pod naming a missing PriorityClass is rejected.
+    for pc in by_kind(docs, "PriorityClass").values():
+        assert pc["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
     (pdb,) = yaml_docs(DEPLOY / "pdb-runners.yaml")
     (ours,) = by_kind(docs, "PodDisruptionBudget").values()  # one runner namespace
     assert ours["spec"] == pdb["spec"]
@@ -243,6 +252,12 @@ def _with(path: str, value: Any) -> dict[str, Any]:
         ("scaleSets.arc-cpu.namespace", "Arc_Runners", "namespace"),
         ("scaleSets.arc-cpu.githubConfigUrl", "github.com/acme", "githubConfigUrl"),
         ("rbac", {"bindGroup": True}, "bindGroup"),
+        ("image", {"registery": "ghcr.io"}, "registery"),
+        ("imagePullSecrets", [{"nam": "x"}], "nam"),
+        ("monitoring", {"podMonitor": {"enable": True}}, "enable"),
+        ("scaleSets.arc-cpu.maxRunners", -1, "maxRunners"),
+        ("scaleSets.arc-cpu.runnerPod", {"resource": {}}, "resource"),
+        ("scaleSets.arc-cpu.workVolumeClaim", {"storageClass": "x"}, "storageClass"),
     ],
 )
 def test_schema_refuses_bad_values_naming_the_field(

@@ -19,6 +19,11 @@ capacity to vanish is between the claim and the workflow pod's creation, which t
 stand-in makes immediate; the scenario here uses the cause the alert's runbook names first
 instead, deterministically: ``workflow_resources`` smaller than the real workflow pods, so the
 workflow placeholder fits a node the workflow pod does not.
+
+A listener that dies takes every series above with it, so those rules go quiet exactly when
+nothing serves the scale set. ListenerDown reads Prometheus' own ``up`` of the listener's
+target instead; the target carries ``scale_set`` and ``namespace`` as the chart's PodMonitor
+sets them from the pod's labels, and the alert names the scale set by them.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ pytestmark = pytest.mark.skipif(
 
 ALERT = "StrandedJobs"
 UNSCHEDULED = "WorkflowPodsUnscheduled"
+DOWN = "ListenerDown"
 EVALUATION_SECONDS = 1.0
 # Panels whose series appear only under conditions this scenario does not create.
 NO_DATA_EXPECTED = {
@@ -114,7 +120,8 @@ async def start_prometheus(site: Site, workdir: Path) -> Prometheus:
     url = site.listener.metrics_url
     assert url is not None
     target = url.removeprefix("http://").split("/", 1)[0]
-    prometheus = Prometheus(workdir, [target], free_port()).start()
+    labels = {"scale_set": site.spec.name, "namespace": site.namespace}
+    prometheus = Prometheus(workdir, [target], free_port(), labels).start()
     await prometheus.ready()
     assert await prometheus.rule_names() == {r["alert"] for r in alert_rules()}
     return prometheus
@@ -241,6 +248,58 @@ async def test_workflow_pods_unscheduled_fires_while_a_claimed_jobs_workflow_pod
         await prometheus.stop()
 
 
+async def test_listener_down_fires_when_the_listener_dies(stage: Stage, tmp_path: Path) -> None:
+    """A crashed listener stops every series the other rules read, so they go quiet with it;
+    ListenerDown reads Prometheus' own `up` for the scale set's target and fires, naming the
+    scale set (not ARC's generated runner set name)."""
+    started = time.monotonic()
+    site = await stage.add_site(spec("prom-down", 94))
+    site.start_listener(capacity=site.capacity_settings(proactive=1, hud=True), max_runners=4)
+    await site.wait_for(lambda: site.advertised() == 1, "a warm pair", 60)
+    prometheus = await start_prometheus(site, tmp_path / "prometheus")
+    try:
+        hold = seconds(shortened_rule(DOWN)["for"])
+        # Healthy for longer than the rule's `for`: quiet.
+        quiet_until = time.monotonic() + hold + 3
+        while time.monotonic() < quiet_until:
+            assert await prometheus.alert_states(DOWN) == []
+            await asyncio.sleep(EVALUATION_SECONDS)
+        assert site.listener is not None
+        site.listener.kill()  # SIGKILL: a crash, no clean shutdown
+        killed = time.monotonic()
+        alerts: list[dict[str, Any]] = []
+
+        async def down_firing() -> bool:
+            alerts[:] = [
+                a
+                for a in await prometheus.alerts()
+                if a["labels"].get("alertname") == DOWN and a["state"] == "firing"
+            ]
+            return bool(alerts)
+
+        await eventually(
+            down_firing,
+            f"alert {DOWN}",
+            hold + 30,
+            interval=EVALUATION_SECONDS,
+            detail=lambda: f":\n{prometheus.log_tail()}",
+        )
+        to_firing = time.monotonic() - killed
+        (alert,) = alerts
+        assert alert["labels"]["scale_set"] == "prom-down"
+        assert alert["labels"]["namespace"] == site.namespace
+        # The series every other rule reads are gone with the listener.
+        assert await prometheus.query('gha_assigned_jobs{scale_set="prom-down"}') == []
+        report(
+            scenario="listener killed",
+            killed_to_firing_s=round(to_firing, 1),
+            rule_for_s=hold,
+            test_seconds=round(time.monotonic() - started, 1),
+        )
+    finally:
+        await prometheus.stop()
+
+
 def substitute(expr: str, site: Site) -> str:
     values = {
         "namespace": site.namespace,
@@ -276,6 +335,7 @@ async def test_stranded_jobs_alert_stays_quiet_with_the_monitor_and_every_query_
         while time.monotonic() < hold_until:
             assert await prometheus.alert_states(ALERT) == []
             assert await prometheus.alert_states(UNSCHEDULED) == []
+            assert await prometheus.alert_states(DOWN) == []
             assert all(j.state is JobState.QUEUED for j in jobs)
             await asyncio.sleep(EVALUATION_SECONDS)
 

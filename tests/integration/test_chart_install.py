@@ -2,7 +2,8 @@
 local control plane: its RBAC lets exactly the listener account ARC would create make the
 listener's calls (an EphemeralRunnerSet named as ARC 0.14 names it), every check of its
 `helm test` pod is allowed for that account, an upgrade that changes the runner group rebinds
-to the new account, and an uninstall leaves nothing behind. Install, upgrade and uninstall
+to the new account, and an uninstall leaves nothing behind but the PriorityClasses, which a
+re-install of the same release adopts. Install, upgrade and uninstall
 times are printed as JSON (run with -s to see them).
 
 `helm test` itself is not run: on this control plane pods run on kwok's fake nodes, where a
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +34,7 @@ from tests.support.deploy_cluster_kit import (
     dynamic,
     impersonating,
 )
-from tests.support.helm_chart import CHART, helm, notes_overlay, scale_set, write_values
+from tests.support.helm_chart import CHART, helm, notes_fetch_command, scale_set, write_values
 from tools.capacity_kit import create_runner_set, runner_pod_spec
 from tools.localcluster import LocalCluster
 from tools.localcluster.build import BuildError, ensure_helm_built
@@ -41,6 +44,8 @@ pytestmark = pytest.mark.cluster
 
 URL = "https://github.com/acme/"  # with the trailing `/` ARC's chart removes
 LABEL = "app.kubernetes.io/instance"
+LADDER = ("arc-workflow", "placeholder-workflow", "arc-runner", "placeholder-runner")
+KEEP = "helm.sh/resource-policy"
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +78,20 @@ async def _allowed(
         return [
             bool((await authz.create_self_subject_access_review(r)).status.allowed) for r in reviews
         ]
+
+
+async def _fetched_overlay(api: client.ApiClient, command: str) -> dict[str, Any]:
+    """What the NOTES' `kubectl get configmap NAME -n NS -o jsonpath='{.data.values\\.yaml}'
+    > FILE` writes, read through the API (no kubectl here): the overlay for ARC's chart."""
+    words = shlex.split(command)
+    assert words[:3] == ["kubectl", "get", "configmap"], command
+    assert words[4] == "-n", words
+    assert words[6:8] == ["-o", "jsonpath={.data.values\\.yaml}"], words
+    assert words[8] == ">", words
+    assert words[9].endswith(".yaml"), words
+    configmap = await client.CoreV1Api(api).read_namespaced_config_map(words[3], words[5])
+    overlay: dict[str, Any] = yaml.safe_load(configmap.data["values.yaml"])
+    return overlay
 
 
 async def _leftovers(api: client.ApiClient, release: str, namespaces: list[str]) -> list[str]:
@@ -135,13 +154,15 @@ async def test_install_upgrade_uninstall_on_the_control_plane(
     )
 
     account = listener_name(SCALE_SET, namespace, "", URL)
-    # NOTES: the computed account and the overlay for ARC's chart, naming this release's
+    # NOTES: the computed account and the one command that fetches the overlay for ARC's
+    # chart from the ConfigMap this release wrote; the overlay names this release's
     # ConfigMaps and the URL as given.
     assert f"Listener ServiceAccount, computed as ARC names it: {account}" in output
-    overlay = notes_overlay(output, SCALE_SET)
+    overlay = await _fetched_overlay(kube_api, notes_fetch_command(output, SCALE_SET))
     assert overlay["githubConfigUrl"] == URL
     (container,) = overlay["listenerTemplate"]["spec"]["containers"]
-    assert container["image"] == "registry.example.com/capacity-listener:0.1.0"
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert container["image"] == f"ghcr.io/capacity-listener/capacity-listener:{version}"
     assert "HUD_API_TOKEN" not in {e["name"] for e in container["env"]}  # HUD is off
     (volume,) = overlay["listenerTemplate"]["spec"]["volumes"]
     core = client.CoreV1Api(kube_api)
@@ -210,7 +231,117 @@ async def test_install_upgrade_uninstall_on_the_control_plane(
 
     timings["uninstall_s"], _ = await run("uninstall", release, "--wait")
     left = await _leftovers(kube_api, release, [namespace, controller_namespace])
-    assert left == []
+    # Only the ladder stays (helm.sh/resource-policy: keep), when this release created it.
+    kept = [f"PriorityClass {name}" for name in sorted(LADDER)] if create_classes else []
+    assert sorted(left) == kept
     print(
         json.dumps({"chart": "capacity-listener", **{k: round(v, 2) for k, v in timings.items()}})
     )
+
+
+async def _ladder(api: client.ApiClient) -> dict[str, dict[str, str]]:
+    """The ladder's PriorityClasses that exist, with their annotations."""
+    items = (await client.SchedulingV1Api(api).list_priority_class()).items
+    return {
+        pc.metadata.name: dict(pc.metadata.annotations or {})
+        for pc in items
+        if pc.metadata.name in LADDER
+    }
+
+
+async def test_priority_classes_survive_uninstall_and_a_reinstall_adopts_them(
+    local_cluster: LocalCluster,
+    kube_api: client.ApiClient,
+    namespace: str,
+    controller_namespace: str,
+    helm_bin: Path,
+    tmp_path: Path,
+) -> None:
+    """`helm uninstall` leaves the ladder (helm.sh/resource-policy: keep), so runner pods
+    naming arc-runner are still admitted; installing the same release again adopts the kept
+    classes; another release cannot (Helm's ownership check) and sets
+    priorityClasses.create=false instead."""
+    scheduling = client.SchedulingV1Api(kube_api)
+    # The ladder is cluster-wide: start without it (another test may have applied it by hand,
+    # which no release could adopt). Kept or re-created, it is there again at the end.
+    for name in LADDER:
+        try:
+            await scheduling.delete_priority_class(name)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def gone() -> bool:
+        return await _ladder(kube_api) == {}
+
+    await eventually(gone, "the ladder deleted", within=15)
+
+    async def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(
+            helm, helm_bin, *args, "--namespace", controller_namespace,
+            kubeconfig=local_cluster.kubeconfig,
+        )  # fmt: skip
+
+    release = f"pc-{namespace}"[:40]
+    values: dict[str, Any] = {"scaleSets": {SCALE_SET: scale_set(namespace, URL)}}
+    chart = ("install", release, str(CHART))
+    installed = await run(*chart, "--values", str(write_values(values, tmp_path)))
+    assert installed.returncode == 0, installed.stderr
+    assert set(await _ladder(kube_api)) == set(LADDER)
+    values["scaleSets"][SCALE_SET]["capacity"]["proactive_capacity"] = 2
+    upgraded = await run(
+        "upgrade", release, str(CHART), "--values", str(write_values(values, tmp_path, "v2.yaml"))
+    )
+    assert upgraded.returncode == 0, upgraded.stderr
+
+    uninstalled = await run("uninstall", release, "--wait")
+    assert uninstalled.returncode == 0, uninstalled.stderr
+    kept = await _ladder(kube_api)
+    assert set(kept) == set(LADDER)
+    for marks in kept.values():
+        assert marks[KEEP] == "keep"
+        # Helm's ownership stays on them: what lets the same release adopt them again.
+        assert marks["meta.helm.sh/release-name"] == release
+        assert marks["meta.helm.sh/release-namespace"] == controller_namespace
+    # The point of keeping them: a runner pod naming arc-runner is still admitted.
+    pod = {
+        "metadata": {"name": "runner"},
+        "spec": {
+            "priorityClassName": "arc-runner",
+            "containers": [{"name": "runner", "image": "ghcr.io/actions/actions-runner"}],
+        },
+    }
+    admitted = await client.CoreV1Api(kube_api).create_namespaced_pod(namespace, pod, dry_run="All")
+    assert admitted.spec.priority == 0
+
+    again = await run(*chart, "--values", str(write_values(values, tmp_path, "v3.yaml")))
+    assert again.returncode == 0, again.stderr
+
+    other = "pc-other"
+    other_values: dict[str, Any] = {
+        "runnerPDB": {"create": False},  # the runner namespace's budget is the first release's
+        "scaleSets": {"arc-other": scale_set(namespace, URL)},
+    }
+    refused = await run(
+        "install",
+        other,
+        str(CHART),
+        "--values",
+        str(write_values(other_values, tmp_path, "o.yaml")),
+    )
+    assert refused.returncode != 0
+    assert "exists and cannot be imported into the current release" in refused.stderr
+    other_values["priorityClasses"] = {"create": False}
+    accepted = await run(
+        "install",
+        other,
+        str(CHART),
+        "--values",
+        str(write_values(other_values, tmp_path, "o2.yaml")),
+    )
+    assert accepted.returncode == 0, accepted.stderr
+
+    for name in (other, release):
+        done = await run("uninstall", name, "--wait")
+        assert done.returncode == 0, done.stderr
+    assert set(await _ladder(kube_api)) == set(LADDER)

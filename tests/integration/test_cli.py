@@ -102,21 +102,33 @@ def test_unreadable_config_file_says_what_go_says(tmp_path: Path) -> None:
     assert line[20:] == f"Failed to read config: open {missing}: no such file or directory"
 
 
-def test_bad_capacity_setting_names_the_field(tmp_path: Path) -> None:
+def test_bad_capacity_settings_are_all_named_with_their_source(tmp_path: Path) -> None:
+    """One run shows every bad setting (a crash-looping pod needs one fix, not one restart
+    per typo), each with where its value came from, then where every setting is described."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps(valid_config()))
+    settings = tmp_path / "capacity.yaml"
+    settings.write_text("max_pending_pairs: 0\n")
     result = run_listener(
         {
             "LISTENER_CONFIG_PATH": str(path),
+            "CAPACITY_CONFIG_FILE": str(settings),
             "CAPACITY_ENABLED": "true",
             "CAPACITY_PLACEHOLDER_READY_TIMEOUT": "5 minutes",
         }
     )
     assert result.returncode == 1
     lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "placeholder_ready_timeout" in lines[0]
-    assert "5 minutes" in lines[0]
+    assert len(lines) == 3, result.stderr
+    assert lines[0] == (
+        "Error: capacity setting placeholder_ready_timeout: invalid duration '5 minutes' "
+        "(from environment CAPACITY_PLACEHOLDER_READY_TIMEOUT)"
+    )
+    assert lines[1].startswith("Error: capacity setting max_pending_pairs: ")
+    assert lines[1].endswith(f"(from file {settings}, key max_pending_pairs)")
+    assert lines[2] == "Error: every setting, its default and its variable: " + (
+        "deploy/config/REFERENCE.md"
+    )
 
 
 def test_a_vault_that_cannot_be_used_is_one_arc_line(tmp_path: Path) -> None:

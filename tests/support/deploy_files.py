@@ -94,7 +94,7 @@ def read_metric_list(path: Path = DEPLOY / "metrics.txt") -> dict[str, Family]:
 
 def series_family(series: str, families: dict[str, Family]) -> tuple[Family, frozenset[str]]:
     """The family a queried series name belongs to, and the extra labels the series has."""
-    family = families.get(series)
+    family = families.get(series) or SCRAPE_SERIES.get(series)
     if family is not None and family.type != "histogram":
         return family, frozenset()
     for suffix, extra in (("_bucket", {"le"}), ("_sum", set()), ("_count", set())):
@@ -106,8 +106,11 @@ def series_family(series: str, families: dict[str, Family]) -> tuple[Family, fro
 
 # --- PromQL analysis ---------------------------------------------------------------------------
 
-# Labels Prometheus adds to every scraped series.
-TARGET_LABELS = frozenset({"instance", "job"})
+# Labels Prometheus adds to every scraped series: its own two, and the listener's scale set
+# and namespace the scrape config sets from the pod's labels (the chart's PodMonitor).
+TARGET_LABELS = frozenset({"instance", "job", "scale_set", "namespace"})
+# Prometheus' own series per target (the only one queried: whether the scrape succeeded).
+SCRAPE_SERIES = {"up": Family("up", "gauge", frozenset(), {})}
 
 
 @dataclass

@@ -115,9 +115,25 @@ def scale_set(
     return entry
 
 
-def notes_overlay(install_output: str, scale_set_name: str) -> dict[str, Any]:
-    """The ARC values overlay the chart's NOTES print for one scale set."""
+def notes_fetch_command(install_output: str, scale_set_name: str) -> str:
+    """The command the chart's NOTES print to fetch one scale set's ARC values overlay."""
     notes = install_output.split("NOTES:", 1)[1]
-    text = notes.split(f"# values-{scale_set_name}.yaml\n", 1)[1].split("\n\n", 1)[0]
-    overlay: dict[str, Any] = yaml.safe_load(text)
-    return overlay
+    (line,) = [
+        line.strip()
+        for line in notes.splitlines()
+        if line.strip().startswith(f"kubectl get configmap {scale_set_name}-arc-values ")
+    ]
+    return line
+
+
+def overlay_text(docs: list[dict[str, Any]], scale_set_name: str) -> str:
+    """The ARC values overlay the chart wrote for one scale set (ConfigMap data, as text)."""
+    configmap = by_kind(docs, "ConfigMap")[f"{CONTROLLER_NAMESPACE}/{scale_set_name}-arc-values"]
+    text: str = configmap["data"]["values.yaml"]
+    return text
+
+
+def overlay(docs: list[dict[str, Any]], scale_set_name: str) -> dict[str, Any]:
+    """The ARC values overlay the chart wrote for one scale set, parsed."""
+    values: dict[str, Any] = yaml.safe_load(overlay_text(docs, scale_set_name))
+    return values

@@ -79,9 +79,18 @@ class Prometheus:
     """``prometheus`` on a loopback port scraping ``targets`` every second, with the shortened
     rules. ``start()``, ``await ready()``, ``await stop()``."""
 
-    def __init__(self, workdir: Path, targets: Sequence[str], port: int) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        targets: Sequence[str],
+        port: int,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
         self.workdir = workdir
         self.targets = list(targets)
+        # Target labels, as the chart's PodMonitor sets them from the listener pod's labels
+        # (scale_set, namespace): the alerts name the scale set by them.
+        self.labels = dict(labels or {})
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -106,7 +115,12 @@ class Prometheus:
             },
             "rule_files": [str(rules)],
             "scrape_configs": [
-                {"job_name": "listener", "static_configs": [{"targets": self.targets}]}
+                {
+                    "job_name": "listener",
+                    # The PodMonitor's honorLabels: the metrics' own `namespace` stays.
+                    "honor_labels": True,
+                    "static_configs": [{"targets": self.targets, "labels": self.labels}],
+                }
             ],
         }
         config_path = self.workdir / "prometheus.yml"
@@ -167,6 +181,12 @@ class Prometheus:
         data = await self._get("/api/v1/query", {"query": expr})
         result: list[dict[str, Any]] = data["result"]
         return result
+
+    async def alerts(self) -> list[dict[str, Any]]:
+        """The active alerts (labels, state, ...)."""
+        data = await self._get("/api/v1/alerts")
+        active: list[dict[str, Any]] = data["alerts"]
+        return active
 
     async def alert_states(self, name: str) -> list[str]:
         """States ("pending", "firing") of the active alerts named ``name``."""

@@ -23,6 +23,7 @@ EXPECTED_ALERTS = {
     "HUDFailing",
     "ReconcileStale",
     "RunnerSetPatchPending",
+    "ListenerDown",
 }
 
 

@@ -65,7 +65,7 @@ def test_listener_template(flavour: str) -> None:
     config_file = Path(env["CAPACITY_CONFIG_FILE"]["value"])
     mount = next(m for m in listener["volumeMounts"] if Path(m["mountPath"]) == config_file.parent)
     volume = named(spec["volumes"], mount["name"])
-    assert volume["configMap"]["name"] == f"capacity-listener-{flavour}"
+    assert volume["configMap"]["name"] == f"capacity-listener-arc-{flavour}"
     assert values["containerMode"]["type"] == "kubernetes"
     assert "listenerMetrics" not in values
 

@@ -3,7 +3,7 @@ ARC's name for a scale set's listener (pod, ServiceAccount, Role, RoleBinding):
 "<scale set>-<hash>-listener", hash = the first 8 characters of rand.SafeEncodeString of
 the decimal FNV-1a (32 bit) of "<namespace>@<runnerGroup>@<githubConfigUrl>", the URL with
 one trailing "/" removed as ARC's chart writes it. The same formula as listener/rbac.py
-(`ghalistener rbac`); tests/unit/test_chart.py checks the two agree on generated inputs.
+(`ghalistener rbac`); tests/chart/test_chart.py checks the two agree on generated inputs.
 
 Sprig has neither FNV nor bit operations, so the hash is done with integer arithmetic:
 - the UTF-8 bytes of the input come from printf "%x" (two hex digits per byte), so
@@ -74,7 +74,10 @@ settings. Argument: dict with root and which ("nodeChecks" or "nodePools"). */}}
 {{- if $need -}}true{{- end -}}
 {{- end -}}
 
-{{/* The listener image reference. */}}
+{{/* The listener image reference: <registry>/<repository>:<tag> (no registry: the
+repository alone; no tag: the chart's appVersion, the release the chart came with). */}}
 {{- define "capacity-listener.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- $repository := .Values.image.repository -}}
+{{- with .Values.image.registry }}{{ $repository = printf "%s/%s" (trimSuffix "/" .) $repository }}{{ end -}}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}

@@ -115,4 +115,4 @@ ERRORS = {
 def test_error_lines(env: dict[str, str], line: str) -> None:
     with pytest.raises(CapacitySettingsError) as info:
         load_capacity_settings(env)
-    assert str(info.value) == line
+    assert [p.text for p in info.value.problems] == [line]

@@ -20,9 +20,8 @@ def load(tmp_path: Path, text: str) -> object:
 def error(tmp_path: Path, text: str) -> str:
     with pytest.raises(CapacitySettingsError) as info:
         load(tmp_path, text)
-    line = str(info.value)
-    assert "\n" not in line
-    return line
+    (problem,) = info.value.problems
+    return problem.text
 
 
 def test_default_is_the_fixed_pool_of_proactive_capacity() -> None:
