@@ -347,6 +347,9 @@ def render() -> str:
         "| Environment variable | Default | Description |",
         "|---|---|---|",
         "| `LISTENER_CONFIG_PATH` | set by ARC | ARC's config.json for this scale set. |",
+        "| `LISTENER_ARC_VERSION` | unset (`unknown`) | The ARC release the listener runs "
+        "under, sent in the User-Agent where ARC's listener sends its own; the overlays set it "
+        "(chart value `arcVersion`). |",
         f"| `{env_file}` | unset | The capacity settings file (YAML). |",
         f"| `{token_env}` | unset | The HUD API token (`x-hud-internal-bot` header). |",
         *listener_rows,
