@@ -5,6 +5,7 @@ stock."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -25,9 +26,12 @@ from tools.bench_outcomes import (
     reference,
     summarize,
     table,
+    wait_figures,
+    with_reference,
 )
 from tools.e2e_karpenter import Claim, NodeClaimLog
 from tools.e2e_site import PodEvent
+from tools.fake_actions import FakeJob, JobState
 
 
 def test_claim_seconds_are_clipped_to_the_window() -> None:
@@ -77,9 +81,63 @@ def test_placeholder_seconds_end_at_termination_and_at_the_window() -> None:
 def _variant(failed: int, p90: float, total: float) -> dict[str, Any]:
     return {
         "failed_by_timeout": failed,
-        "queue_to_workflow_running_s": {"p90": p90},
+        "wait_s": {"p90": p90},
+        "wait_succeeded_s": {"p90": p90 - 1},
+        "queue_to_workflow_running_s": {"p90": p90 - 2},
         "node_seconds": {"total": total},
     }
+
+
+def _old_variant(failed: int, p90: float, total: float) -> dict[str, Any]:
+    """A variant's figures as runs before the headline wait wrote them."""
+    figures = _variant(failed, p90, total)
+    del figures["wait_s"], figures["wait_succeeded_s"]
+    return figures
+
+
+def _job(number: int, queued: float, **fields: Any) -> FakeJob:
+    job = FakeJob(
+        runner_request_id=number,
+        job_id=f"job-{number}",
+        owner_name="acme",
+        repository_name="app",
+        workflow_ref="ci.yml",
+        display_name="build",
+        event_name="push",
+        labels=("linux",),
+        workflow_run_id=number,
+        duration=10.0,
+        queue_time=datetime.now(UTC),
+        history=[(queued, JobState.QUEUED)],
+    )
+    for key, value in fields.items():
+        setattr(job, key, value)
+    return job
+
+
+def test_a_job_failed_by_the_timeout_waits_until_its_failure_in_the_headline() -> None:
+    jobs = [
+        _job(1, 0.0, workflow_started_at=10.0, result="succeeded", finished_at=50.0),
+        _job(2, 0.0, workflow_started_at=20.0, result="succeeded", finished_at=60.0),
+        # Failed by the prepare-job timeout: its workflow pod never ran; it waited 200 s.
+        _job(3, 10.0, result="failed", failure="prepare_timeout", finished_at=210.0),
+        # Ran, then lost its pod: in the headline at its start, not among the succeeded.
+        _job(4, 0.0, workflow_started_at=30.0, result="failed", failure="runner: deleted"),
+        _job(5, 0.0),  # unfinished: in none
+    ]
+    waits = wait_figures(jobs)
+    assert waits["wait_s"] == {
+        "n": 4,
+        "failed_by_timeout": 1,
+        "p50": 20.0,
+        "p90": 200.0,
+        "p99": 200.0,
+        "max": 200.0,
+    }
+    assert waits["wait_succeeded_s"] == {"n": 2, "p50": 10.0, "p90": 20.0, "p99": 20.0, "max": 20.0}
+    # The old figure: every job whose workflow pod ran, the failed one left out.
+    assert waits["queue_to_workflow_running_s"]["n"] == 3
+    assert waits["queue_to_workflow_running_s"]["max"] == 30.0
 
 
 def test_summary_is_median_and_range_over_seeds_and_ratios_per_seed() -> None:
@@ -106,7 +164,7 @@ def test_summary_is_median_and_range_over_seeds_and_ratios_per_seed() -> None:
     }
     summary = summarize(seeds, config)
     assert set(summary) == {"stock_min0", "ours_warm"}  # a variant no seed ran is left out
-    p90 = summary["ours_warm"]["queue_to_workflow_running_s.p90"]
+    p90 = summary["ours_warm"]["wait_s.p90"]
     assert p90["value"] == {"median": 20.0, "min": 20.0, "max": 25.0}
     assert p90["ratio_to_stock"] == {"median": 0.5, "min": 0.25, "max": 0.5}
     total = summary["ours_warm"]["node_seconds.total"]["ratio_to_stock"]
@@ -116,7 +174,12 @@ def test_summary_is_median_and_range_over_seeds_and_ratios_per_seed() -> None:
     assert failed["ratio_to_stock"] == {"median": 0.0, "min": 0.0, "max": 0.0}
     lines = table({"summary": summary}).splitlines()
     assert lines[0] == "| | stock, minRunners 0 | ours, warm pool N |"
-    assert "| queue → workflow Running p90 (s) | 50 (40–80) | 20 (20–25) ×0.5 |" in lines
+    assert "| queue → workflow Running or failed p90 (s) | 50 (40–80) | 20 (20–25) ×0.5 |" in lines
+    assert (
+        "| succeeded jobs only: queue → workflow Running p90 (s) | 49 (39–79) | 19 (19–24) ×0.49 |"
+        in lines
+    )
+    assert not any("failed left out" in line for line in lines)  # a new run: no old rows
 
 
 def test_pause_pod_seconds_integrate_samples_up_to_the_window() -> None:
@@ -200,7 +263,7 @@ def test_runs_on_other_seeds_merge_into_one_document() -> None:
     merged = merge([run(2, 40.0), run(3, 60.0)])
     assert merged["config"]["seeds"] == [2, 3]
     assert merged["run_seconds"] == 20.0
-    p90 = merged["summary"]["stock_min0"]["queue_to_workflow_running_s.p90"]["value"]
+    p90 = merged["summary"]["stock_min0"]["wait_s.p90"]["value"]
     assert (p90["min"], p90["max"]) == (40.0, 60.0)
     assert REFERENCE in merged["summary"]  # the bound, planned again for each seed
     with pytest.raises(ValueError, match="seed 2 is in more than one run"):
@@ -230,3 +293,29 @@ def test_an_older_run_that_did_not_record_a_setting_merges_and_says_so() -> None
     newer["config"]["hud_lag_s"] = 99.0  # recorded by both, but different
     with pytest.raises(ValueError, match="another configuration: hud_lag_s"):
         merge([run(2), newer])
+
+
+def test_an_old_run_without_the_headline_wait_prints_its_own_waits_and_says_so() -> None:
+    config = replace(SMOKE, variants=("stock_min0",))
+
+    def run(seed: int, variant: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "config": replace(config, seeds=(seed,)).describe(),
+            "seeds": {str(seed): {"variants": {"stock_min0": variant}}},
+        }
+
+    old = with_reference(run(2, _old_variant(3, 50.0, 100.0)))
+    assert old["old_wait_seeds"] == [2]
+    lines = table(old).splitlines()
+    assert "| queue → workflow Running p90 (s), failed left out | 48 (48–48) | 0 (0–0) |" in lines
+    assert not any(line.startswith("| queue → workflow Running or failed") for line in lines)
+    assert lines[-1].startswith("Seeds 2 were run before failed jobs counted in the waits")
+    # Merged with a new run: the headline over the new seed only, and the note says so.
+    merged = merge([run(2, _old_variant(3, 50.0, 100.0)), run(3, _variant(1, 70.0, 100.0))])
+    assert merged["old_wait_seeds"] == [2]
+    p90 = merged["summary"]["stock_min0"]["wait_s.p90"]["value"]
+    assert p90 == {"median": 70.0, "min": 70.0, "max": 70.0}
+    text = table(merged)
+    assert "| queue → workflow Running or failed p90 (s) | 70 (70–70) |" in text
+    assert text.endswith("are not in the headline waits above.")
+    assert "old_wait_seeds" not in with_reference(run(3, _variant(1, 70.0, 100.0)))
