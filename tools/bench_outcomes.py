@@ -36,7 +36,11 @@ Seeds: every figure per seed, then median and min–max over seeds, and the rati
 for a job failed by the prepare-job timeout queue → its failure, so a variant is not made
 fast by failing its slowest jobs; ``wait_succeeded_s`` has the succeeded jobs alone;
 ``queue_to_workflow_running_s`` (every job whose workflow pod ran) is what older runs
-recorded, shown in their tables with a note.
+recorded, shown in their tables with a note. Where each job's wait goes (queued → counted
+in a demand reading → pair created → pair Running → header rise → assigned → runner pod
+Running → workflow pod Running): tools/critical_path.py, under each variant's
+``critical_path`` (per step n, p50, p90 and share of the waits; the pairs' launch time;
+every job's milestones), printed as a second table.
 
 What it does not model: image pulls and container start (kwok runs pods at once), node boot
 beyond the drawn delay, spot interruptions, prices (node-seconds are counted, not priced),
@@ -66,6 +70,9 @@ from typing import Any
 
 from capacity.whatif.optimum import optimum
 from capacity.whatif.synth import SynthSpec, generate
+from tools.critical_path import JobPath, Pair, attribute, pairs_from_events, rises
+from tools.critical_path import figures as critical_path_figures
+from tools.critical_path import table as steps_table
 from tools.e2e_karpenter import (
     NodeClaimLog,
     create_site_nodepools,
@@ -287,6 +294,7 @@ class VariantRun:
     points: list[Point] = field(default_factory=list)
     pause_samples: list[tuple[float, int]] = field(default_factory=list)
     window: tuple[float, float] = (0.0, 0.0)  # wall clock: cluster start, the window's end
+    origin: float = 0.0  # cluster start on the monotonic clock (the fakes' and stand-in's)
 
 
 def _r(x: float | None) -> float | None:
@@ -537,6 +545,7 @@ async def _play(
     window = config.warmup + seed_plan.last_arrival + config.tail
     for name in order:
         runs[name].window = (wall_origin, wall_origin + window)
+        runs[name].origin = origin
         await _start_variant(runs[name], config)
     arrivals = sorted(seed_plan.arrivals, key=lambda a: a.at)
     events: list[tuple[float, str, Arrival | None]] = [
@@ -735,7 +744,52 @@ def _figures(run: VariantRun, config: Config, window: float) -> dict[str, Any]:
         },
         "per_pool": per_pool,
         "window_s": _r(end - start),
+        "critical_path": _critical_path(run),
     }
+
+
+def _critical_path(run: VariantRun) -> dict[str, Any]:
+    """Every job's milestones (tools/critical_path.py), seconds since cluster start; the
+    pairs and header rises of each site attributed to its jobs by order."""
+    origin, wall_origin = run.origin, run.window[0]
+    stage = run.stage
+    seen: dict[int, float] = {}
+    for served in (
+        stage.hud.first_served if stage.hud is not None else {},
+        stage.github.first_served,
+    ):
+        for key, t in served.items():
+            seen[key] = min(t, seen.get(key, t))
+
+    def since(t: float | None) -> float | None:
+        return None if t is None else t - origin
+
+    by_site: dict[int, list[JobPath]] = {site.scale_set_id: [] for site in run.sites}
+    paths: list[JobPath] = []
+    for job in run.jobs:
+        site = next((s for s in run.sites if s.scale_set_id == job.scale_set_id), None)
+        ready = None
+        if site is not None and site.standin is not None and job.runner_name is not None:
+            ready = site.standin.ready_times.get(job.runner_name)
+        failed = job.failure == TIMEOUT and job.workflow_started_at is None
+        path = JobPath(
+            queued=job.history[0][0] - origin,
+            demand_seen=since(seen.get(job.runner_request_id)),
+            assigned=since(job.assigned_at),
+            runner_running=since(ready),
+            workflow_running=since(job.workflow_started_at),
+            failed=since(job.finished_at) if failed else None,
+        )
+        (by_site[site.scale_set_id] if site is not None else paths).append(path)
+    pairs: list[Pair] = []
+    for site in run.sites:
+        own = pairs_from_events(site.placeholder_events, wall_origin)
+        pairs += own
+        raised = rises(
+            (c.monotonic - origin, c.value) for c in stage.fake.capacity_history(site.scale_set_id)
+        )
+        paths += attribute(by_site[site.scale_set_id], own, raised)
+    return critical_path_figures(paths, pairs)
 
 
 METRICS = (
@@ -942,6 +996,12 @@ def merge(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return with_reference(merged)
 
 
+def report(document: Mapping[str, Any]) -> str:
+    """The README table, then where the wait goes per step (for runs that recorded it)."""
+    steps = steps_table(document["seeds"], VARIANTS, HEADERS)
+    return table(document) + (f"\n\n{steps}" if steps else "")
+
+
 def table(document: Mapping[str, Any]) -> str:
     """The README table: median (min–max) over seeds, and the median ratio to stock; the
     offline optimum's bound as the last column."""
@@ -1133,7 +1193,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "table":
         with contextlib.suppress(BrokenPipeError):
-            print(table(with_reference(json.loads(args.json.read_text()))))
+            print(report(with_reference(json.loads(args.json.read_text()))))
         return 0
     if args.command == "merge":
         try:
@@ -1145,7 +1205,7 @@ def main(argv: list[str] | None = None) -> int:
         # (The per-variant timelines show the first seed, which the first run kept.)
         _draw_summary(merged["seeds"], config_of(merged), args.out.parent / "outcomes-summary.png")
         _write(args.out, merged)
-        print(table(merged))
+        print(report(merged))
         return 0
     config = SMOKE if args.smoke else FULL
     if args.seeds:
@@ -1159,7 +1219,7 @@ def main(argv: list[str] | None = None) -> int:
             return await benchmark(cluster, workdir, args.out, config)
 
     document = asyncio.run(go())
-    print(table(document))
+    print(report(document))
     return 0
 
 

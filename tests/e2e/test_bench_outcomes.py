@@ -39,6 +39,18 @@ async def test_the_outcome_benchmark_runs_and_accounts_every_job(
         assert figures["node_seconds"]["runner"] > 0, name
         assert figures["node_seconds"]["workflow"] > 0, name
         assert figures["karpenter_launches"] > 0, name
+        # Where the time goes: every job has a path; every finished one was assigned and
+        # had its runner pod Running; ours read each job in a demand reading and made pairs.
+        path = figures["critical_path"]
+        assert len(path["jobs"]) == figures["jobs"], name
+        finished = figures["succeeded"] + figures["failed_by_timeout"]
+        assert path["steps_s"]["assigned"]["n"] == finished, name
+        assert path["steps_s"]["runner_running"]["n"] == finished, name
+        if name.startswith("ours"):
+            assert path["steps_s"]["demand_seen"]["n"] > 0, name
+            assert path["pair_launch_s"]["n"] > 0, name
+        else:
+            assert "pair_running" not in path["steps_s"], name
     assert set(document["summary"]) == {*SMOKE.variants, REFERENCE}
     assert seed["reference"]["node_seconds"]["total"] > 0  # the offline optimum's bound
     assert len(document["load_average"]["start"]) == 3

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from tools.bench_outcomes import (
     Arrival,
     SeedPlan,
     VariantRun,
+    _critical_path,
     _figures,
     _pause_seconds,
     _placeholder_seconds,
@@ -31,7 +33,7 @@ from tools.bench_outcomes import (
 )
 from tools.e2e_karpenter import Claim, NodeClaimLog
 from tools.e2e_site import PodEvent
-from tools.fake_actions import FakeJob, JobState
+from tools.fake_actions import CapacityRecord, FakeJob, JobState
 
 
 def test_claim_seconds_are_clipped_to_the_window() -> None:
@@ -244,10 +246,67 @@ def test_launch_delays_are_creation_to_node_of_claims_created_in_the_window() ->
 def test_the_figures_carry_each_launch_s_delay() -> None:
     log = NodeClaimLog(cluster=None, pools=["p-runner"])  # type: ignore[arg-type]
     log.claims = {"1": Claim("1", "p-runner", created=10.0, last_seen=200.0, registered_at=75.5)}
-    run = VariantRun("ours_demand", stage=None, log=log, window=(0.0, 300.0))  # type: ignore[arg-type]
+    run = VariantRun("ours_demand", stage=_stage(), log=log, window=(0.0, 300.0))
     figures = _figures(run, SMOKE, 300.0)
     assert figures["node_ready_s"] == [65.5]
     assert figures["node_seconds"]["runner"] == 190.0
+
+
+def _stage(served: dict[int, float] | None = None, polls: Any = ()) -> Any:
+    """What _critical_path reads of a Stage: the demand fakes' notes and the poll records."""
+    return SimpleNamespace(
+        hud=SimpleNamespace(first_served=served or {}),
+        github=SimpleNamespace(first_served={}),
+        fake=SimpleNamespace(capacity_history=lambda scale_set_id: list(polls)),
+    )
+
+
+def test_each_jobs_path_is_read_from_the_fakes_on_one_clock_since_cluster_start() -> None:
+    origin, wall_origin = 1000.0, 5000.0  # cluster start: monotonic, wall
+    slot = "7"
+    site = SimpleNamespace(
+        scale_set_id=11,
+        standin=SimpleNamespace(ready_times={"runner-a": origin + 95.0}),
+        placeholder_events=[
+            PodEvent(
+                wall_origin + 40.0, "ADDED", "r", "placeholder-runner", "Pending", False, slot
+            ),
+            PodEvent(
+                wall_origin + 41.0, "ADDED", "w", "placeholder-workflow", "Pending", False, slot
+            ),
+            PodEvent(
+                wall_origin + 70.0, "MODIFIED", "r", "placeholder-runner", "Running", False, slot
+            ),
+            PodEvent(
+                wall_origin + 80.0, "MODIFIED", "w", "placeholder-workflow", "Running", False, slot
+            ),
+        ],
+    )
+    polls = [
+        CapacityRecord(origin + t, wall_origin + t, 11, value)
+        for t, value in ((10.0, 0), (85.0, 1), (120.0, 1))
+    ]
+    job = _job(
+        1,
+        origin + 5.0,
+        scale_set_id=11,
+        assigned_at=origin + 86.0,
+        runner_name="runner-a",
+        workflow_started_at=origin + 100.0,
+        result="succeeded",
+    )
+    run = VariantRun(
+        "ours_demand",
+        stage=_stage({1: origin + 36.0}, polls),
+        sites=[site],  # type: ignore[list-item]
+        jobs=[job],
+        window=(wall_origin, wall_origin + 300.0),
+        origin=origin,
+    )
+    path = _critical_path(run)
+    assert path["jobs"] == [[5.0, 36.0, 40.0, 80.0, 85.0, 86.0, 95.0, 100.0, None]]
+    assert path["steps_s"]["pair_running"]["p50"] == 40.0
+    assert path["pair_launch_s"]["p50"] == 40.0
 
 
 def test_runs_on_other_seeds_merge_into_one_document() -> None:
