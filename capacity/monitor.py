@@ -181,6 +181,16 @@ class CapacityMonitor:
         # counted verified capacity (set here, before the listener's first poll can start).
         self.reconciler.publish(0)
 
+    # --- what the listener's loop reports (plain callables: the listener calls them) ------
+
+    def header_sent(self, value: int) -> None:
+        """A poll request was built with this X-ScaleSetMaxCapacity."""
+        self.metrics.record_header_sent(value, self.clock())
+
+    def job_assigned(self) -> None:
+        """GitHub assigned a job to this scale set (a JobAssigned message was handled)."""
+        self.metrics.record_job_assigned(self.clock())
+
     # --- inputs to the policy -------------------------------------------------------------
 
     def params(self) -> Params:

@@ -22,7 +22,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -298,6 +298,15 @@ class _Parts:
     hud_client: Client | None = None
 
 
+class _CriticalPath:
+    """Where the loop reports each header sent and each job assigned: the capacity monitor's
+    recorders once it exists (its rise → assignment histogram), nothing before or without."""
+
+    def __init__(self) -> None:
+        self.header_sent: Callable[[int], None] = lambda value: None
+        self.job_assigned: Callable[[], None] = lambda: None
+
+
 async def _listen(
     p: _Parts, capacity_settings: CapacitySettings | None, stop: asyncio.Event
 ) -> None:
@@ -339,12 +348,16 @@ async def _listen(
             retry=PatchRetry(outage_budget=p.options.kube_outage_timeout),
             state=_PatchReport(p.health, patch_metrics),
         )
+        # The monitor starts after the loop; until then the loop's reports go nowhere.
+        critical = _CriticalPath()
         loop = Listener(
             session=p.actions,
             scaler=scaler,
             capacity=p.advertised,
             metrics=p.metrics,
             on_poll=lambda: p.health.mark("poll", time.monotonic()),
+            on_header=lambda value: critical.header_sent(value),
+            on_job_assigned=lambda: critical.job_assigned(),
             reissue_interval=p.options.reissue_interval,
         )
         async with asyncio.TaskGroup() as tg:
@@ -372,6 +385,10 @@ async def _listen(
                     on_reconcile=lambda: p.health.mark("reconcile", time.monotonic()),
                     github_demand=p.github_demand,
                     hud_client=p.hud_client,
+                )
+                critical.header_sent, critical.job_assigned = (
+                    monitor.header_sent,
+                    monitor.job_assigned,
                 )
                 tg.create_task(
                     _guard(
