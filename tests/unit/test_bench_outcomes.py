@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tools.bench_outcomes import (
+    FAMILIES,
     FULL,
     REFERENCE,
     SMOKE,
@@ -24,11 +25,13 @@ from tools.bench_outcomes import (
     _placeholder_seconds,
     config_of,
     merge,
+    peak_in_flight,
     plan,
     reference,
     summarize,
     table,
     wait_figures,
+    with_family,
     with_reference,
 )
 from tools.e2e_karpenter import Claim, NodeClaimLog
@@ -378,3 +381,36 @@ def test_an_old_run_without_the_headline_wait_prints_its_own_waits_and_says_so()
     assert "| queue → workflow Running or failed p90 (s) | 70 (70–70) |" in text
     assert text.endswith("are not in the headline waits above.")
     assert "old_wait_seeds" not in with_reference(run(3, _variant(1, 70.0, 100.0)))
+
+
+def test_the_roomy_family_holds_more_runners_than_any_seeds_peak_in_flight() -> None:
+    roomy = with_family(FULL, "roomy")
+    assert roomy.describe()["max_runners_per_cluster"] == FAMILIES["roomy"]
+    assert FULL.describe()["family"] == "capped"
+    for config in (roomy, with_family(SMOKE, "roomy")):
+        for seed in config.seeds:
+            assert peak_in_flight(config, plan(config, seed)) <= config.max_runners, seed
+    # ... which the capped family's maxRunners is not (it is the bottleneck there).
+    assert peak_in_flight(FULL, plan(FULL, 1)) > FULL.max_runners
+    seed_plan = SeedPlan(1, (Arrival(0.0, 10.0), Arrival(5.0, 10.0), Arrival(400.0, 1.0)), (0, 0))
+    assert peak_in_flight(SMOKE, seed_plan) == 2  # 90 s of timeout margin: the first two overlap
+    with pytest.raises(ValueError, match="family: 'huge' is not one of capped, roomy"):
+        with_family(FULL, "huge")
+
+
+def test_a_saved_runs_family_is_read_back_and_runs_of_two_families_do_not_merge() -> None:
+    roomy = replace(with_family(SMOKE, "roomy"), seeds=(2,), variants=("stock_min0",))
+    assert config_of({"config": roomy.describe()}).max_runners == FAMILIES["roomy"]
+    older = roomy.describe()
+    del older["family"]  # before families: the capped one
+    assert config_of({"config": older}).family == "capped"
+
+    def run(config: Any, seed: int) -> dict[str, Any]:
+        return {
+            "config": replace(config, seeds=(seed,)).describe(),
+            "seeds": {str(seed): {"variants": {"stock_min0": _variant(0, 50.0, 100.0)}}},
+        }
+
+    capped = replace(SMOKE, variants=("stock_min0",))
+    with pytest.raises(ValueError, match="another configuration"):
+        merge([run(capped, 2), run(roomy, 3)])
