@@ -24,11 +24,16 @@ no job, or by a runner pod the order missed); a job with no such pair (assigned 
 header that counted no pair for it: stock's static header, the demand floor, a stale
 reading) has no pair milestones and no header rise.
 
-Steps: each milestone's step is how long the job waited for it after the milestones before
-it: with e₀ = queued and eᵢ = max(eᵢ₋₁, tᵢ), step ᵢ = eᵢ − eᵢ₋₁. A milestone reached before
-the job got there (a warm pair, an idle runner) costs 0, a milestone the job lacks is left
-out (the next step takes its time), and the steps of a job add up to its wait. Per step:
-how many finished jobs had it, median and p90, and its share of all the jobs' waits.
+Steps: the job's critical path, walked back from its end (workflow pod Running, or the
+failure): the step before a milestone is the latest of the milestones listed before it that
+the job reached between its queueing and that milestone; the one that came last is what it
+waited for. A milestone reached before the job was queued (a warm pair, an idle runner),
+after the milestone it would have led to (a demand reading that counted a job already
+assigned), or earlier than another that also had to come first (a runner ready before its
+job was assigned), is not on the path. Each step is the time from the step before on the
+path (or from the queueing) to its milestone, so a job's steps add up to its wait. Per step:
+how many finished jobs had it on their path, its median and p90 there, and its share of all
+the finished jobs' waits.
 
 Everything is computed after the run from what the fakes and watches record anyway (no
 sampling of its own), so six variants on two cores pay nothing for it.
@@ -173,17 +178,32 @@ def attribute(
 
 
 def steps(path: JobPath) -> dict[str, float]:
-    """The job's wait per milestone it reached (they add up to its wait)."""
+    """The steps of a finished job's critical path, in path order, each the seconds from
+    the step before (they add up to its wait); {} for an unfinished job."""
+    end = "workflow_running" if path.workflow_running is not None else "failed"
+    end_at: float | None = getattr(path, end)
+    if end_at is None:
+        return {}
+    chain = [(end, end_at)]
+    before = MILESTONES.index(end)
+    while True:
+        found: tuple[int, float] | None = None
+        for index in range(before):
+            t = getattr(path, MILESTONES[index])
+            if t is None or not path.queued <= t <= chain[-1][1]:
+                continue
+            if found is None or t >= found[1]:  # the latest; on a tie the later one listed
+                found = (index, t)
+        if found is None:
+            break
+        chain.append((MILESTONES[found[0]], found[1]))
+        before = found[0]
+    result = {}
     reached = path.queued
-    found = {}
-    for name in MILESTONES:
-        t = getattr(path, name)
-        if t is None:
-            continue
-        later = max(reached, t)
-        found[name] = later - reached
-        reached = later
-    return found
+    for name, t in reversed(chain):
+        result[name] = t - reached
+        reached = t
+    return result
 
 
 def _r(x: float | None) -> float | None:

@@ -100,30 +100,48 @@ def test_a_rise_after_the_assignment_is_not_the_jobs() -> None:
     assert path.header_rise is None
 
 
-def test_steps_add_up_to_the_wait_and_cost_nothing_when_reached_before() -> None:
-    path = JobPath(
+def test_a_jobs_steps_follow_its_critical_path_and_add_up_to_its_wait() -> None:
+    ours = JobPath(
         queued=100.0,
         demand_seen=135.0,
-        pair_created=90.0,  # a pair made before the job was seen: costs nothing
-        pair_running=150.0,
-        header_rise=160.0,
-        assigned=161.0,
-        runner_running=50.0,  # an idle runner: costs nothing
-        workflow_running=170.0,
+        pair_created=140.0,
+        pair_running=200.0,
+        header_rise=203.0,
+        assigned=204.0,
+        runner_running=207.0,
+        workflow_running=208.0,
     )
-    found = steps(path)
+    found = steps(ours)
     assert found == {
         "demand_seen": 35.0,
-        "pair_created": 0.0,
-        "pair_running": 15.0,
-        "header_rise": 10.0,
+        "pair_created": 5.0,
+        "pair_running": 60.0,
+        "header_rise": 3.0,
         "assigned": 1.0,
-        "runner_running": 0.0,
-        "workflow_running": 9.0,
+        "runner_running": 3.0,
+        "workflow_running": 1.0,
     }
-    assert sum(found.values()) == 170.0 - path.queued
+    assert list(found) == ["demand_seen", *list(found)[1:]]  # in path order
+    # A warm pair and an idle runner from before the job; a reading that counted the job
+    # after it was assigned: none of them is what it waited for.
+    warm = JobPath(
+        queued=100.0,
+        demand_seen=135.0,
+        pair_created=20.0,
+        pair_running=80.0,
+        assigned=101.0,
+        runner_running=50.0,
+        workflow_running=110.0,
+    )
+    assert steps(warm) == {"assigned": 1.0, "workflow_running": 9.0}
+    # A runner that became ready while the job still waited to be assigned: the assignment
+    # came later, so that is the step.
+    late = JobPath(queued=0.0, runner_running=5.0, assigned=10.0, workflow_running=20.0)
+    assert steps(late) == {"assigned": 10.0, "workflow_running": 10.0}
+    # Stock: two launches in a row, the second one failed by the prepare-job timeout.
     stock = steps(JobPath(queued=0.0, assigned=2.0, runner_running=62.0, failed=182.0))
     assert stock == {"assigned": 2.0, "runner_running": 60.0, "failed": 120.0}
+    assert steps(JobPath(queued=0.0, assigned=2.0)) == {}  # unfinished
 
 
 def test_figures_count_finished_jobs_per_step_and_each_steps_share() -> None:
