@@ -61,6 +61,12 @@ RISE_CHECKS: Final = ("confirmed", "lowered", "failed")
 
 _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _HUD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+# The critical path of a job (demand read → pair → header → assignment): seconds to minutes.
+_AGE_BUCKETS = (1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 300, 600)
+_LAUNCH_BUCKETS = (1, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600)
+_ASSIGN_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+# Where the demand value a pass plans with came from a read (the floor and "off" did not).
+_READ_SOURCES: Final = frozenset({DemandSource.HUD, DemandSource.GITHUB, DemandSource.STALE})
 
 
 @dataclass(slots=True)
@@ -97,6 +103,11 @@ class CapacityMetrics:
         self._events = _Events(name, namespace)
         self._key = (name, namespace)
         self._registry = registry
+        # The critical path: how long the read behind the last good demand value took, the
+        # header last sent, and when it last rose (None: no rise waits for an assignment).
+        self._fetch_seconds = 0.0
+        self._header: int | None = None
+        self._rise_at: float | None = None
         self._collector = _Page.join(
             registry, self._key, [*self._events.all, _StateSeries(self.state, self._key)]
         )
@@ -115,6 +126,9 @@ class CapacityMetrics:
         s = self.state
         s.plan, s.placeholders, s.demand, s.proactive = plan, counts, demand, proactive
         s.unscheduled = sum(1 for w in observed.workflow_pods if not w.bound and not w.terminating)
+        if demand.age is not None and demand.source in _READ_SOURCES:
+            # As of the start of its read: the value is that old when the pass plans with it.
+            self._events.demand_age.labels(*self._key).observe(demand.age + self._fetch_seconds)
 
     def record_nodepool_state(self, state: str) -> None:
         """The NodePool reader's state (one of NODEPOOL_STATES)."""
@@ -163,6 +177,8 @@ class CapacityMetrics:
         are created on the first GitHub read, so a HUD user's page does not carry them."""
         for request in reading.requests:
             self.record_demand(request.result, request.duration)
+        if reading.outcome.queued is not None:  # a good value: the one passes now plan with
+            self._fetch_seconds = reading.outcome.duration
         calls = self._events.github_calls
         for result, count in reading.calls.items():
             calls.labels(*self._key, result).inc(count)
@@ -180,6 +196,26 @@ class CapacityMetrics:
 
     def record_rise_check(self, result: str) -> None:
         self._events.rise_checks.labels(*self._key, result).inc()
+
+    def record_pair_launch(self, seconds: float) -> None:
+        """A pair this listener created turned whole Running ``seconds`` after its create."""
+        self._events.pair_launch.labels(*self._key).observe(max(0.0, seconds))
+
+    def record_header_sent(self, value: int, now: float) -> None:
+        """The listener built a poll with this X-ScaleSetMaxCapacity: a value above the one
+        before is a rise, timed until the next job assigned (the latest rise counts)."""
+        if self._header is not None and value > self._header:
+            self._rise_at = now
+        self._header = value
+
+    def record_job_assigned(self, now: float) -> None:
+        """GitHub assigned a job to this scale set (a JobAssigned message): the first one
+        after a rise ends that rise's timing."""
+        if self._rise_at is not None:
+            self._events.rise_to_assignment.labels(*self._key).observe(
+                max(0.0, now - self._rise_at)
+            )
+            self._rise_at = None
 
     def record_kube_error(self, operation: str, kind: str) -> None:
         self._events.kube_errors.labels(*self._key, operation, kind).inc()
@@ -247,7 +283,30 @@ class _Events:
             "by result (lowered: the watches counted capacity the apiserver no longer had).",
             "result",
         )
+        self.demand_age = histogram(
+            "gha_capacity_demand_age_seconds",
+            "Age of the demand value a reconcile pass planned with: seconds since the read "
+            "that fetched it began (a source's own lag behind GitHub, such as HUD's, comes on "
+            "top). Passes on the failure floor are not counted.",
+            _AGE_BUCKETS,
+        )
+        self.pair_launch = histogram(
+            "gha_capacity_pair_launch_seconds",
+            "Placeholder pairs this listener created: seconds from the create to both halves "
+            "Running as the monitor saw them (a node launch when no node had room).",
+            _LAUNCH_BUCKETS,
+        )
+        self.rise_to_assignment = histogram(
+            "gha_capacity_rise_to_assignment_seconds",
+            "Seconds from a poll whose X-ScaleSetMaxCapacity rose above the poll before to "
+            "the next job GitHub assigned to this scale set (JobAssigned; the latest rise "
+            "before it counts).",
+            _ASSIGN_BUCKETS,
+        )
         self.all: list[Source] = [
+            self.demand_age,
+            self.pair_launch,
+            self.rise_to_assignment,
             self.rise_checks,
             self.github_calls,
             self.hud_requests,
@@ -258,7 +317,14 @@ class _Events:
             self.reconcile_duration,
             self.signal_changes,
         ]
-        for metric in (self.hud_duration, self.reconcile_duration, self.signal_changes):
+        for metric in (
+            self.hud_duration,
+            self.reconcile_duration,
+            self.signal_changes,
+            self.demand_age,
+            self.pair_launch,
+            self.rise_to_assignment,
+        ):
             metric.labels(name, namespace)
         for result in DemandResult:
             self.hud_requests.labels(name, namespace, result.value)

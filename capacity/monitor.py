@@ -37,6 +37,10 @@ Placeholders in another namespace than the runner set (``placeholder_namespace``
 carry an ownerReference to it (the garbage collector would delete them at once), so there
 ownership rests on the owner annotation alone, and deleting the runner set does not remove
 them: the next listener sweeps them, or they end at their TTL.
+
+Size: the one object the listener creates: the wiring of view, reconciler, demand poller,
+warm pool and metrics, the inputs the policy reads from them, the placeholder manifests and
+the loops that feed them are read together; what each part does lives in its own module.
 """
 
 from __future__ import annotations
@@ -180,6 +184,16 @@ class CapacityMonitor:
         # Nothing is confirmed yet: advertise 0 until the view has synced and a pass has
         # counted verified capacity (set here, before the listener's first poll can start).
         self.reconciler.publish(0)
+
+    # --- what the listener's loop reports (plain callables: the listener calls them) ------
+
+    def header_sent(self, value: int) -> None:
+        """A poll request was built with this X-ScaleSetMaxCapacity."""
+        self.metrics.record_header_sent(value, self.clock())
+
+    def job_assigned(self) -> None:
+        """GitHub assigned a job to this scale set (a JobAssigned message was handled)."""
+        self.metrics.record_job_assigned(self.clock())
 
     # --- inputs to the policy -------------------------------------------------------------
 

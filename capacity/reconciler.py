@@ -200,6 +200,9 @@ class Reconciler:
         self._gate = _CreateGate()
         self._limit = asyncio.Semaphore(concurrency)
         self._nodes_checked_at = float("-inf")
+        # Slot -> when this process created the pair, until it is seen whole Running (its
+        # launch time is recorded then) or is too old to be waited for.
+        self._launching: dict[str, float] = {}
 
     # --- planning -------------------------------------------------------------------------
 
@@ -289,7 +292,9 @@ class Reconciler:
             if not self.view.synced:
                 continue  # nothing is verified yet; the monitor advertised 0 at start
             try:
-                plan, *_ = self.evaluate(self.clock())
+                now = self.clock()
+                plan, _, observed, *_ = self.evaluate(now)
+                self._observe_launches(observed, now)
             except Exception:
                 log.exception("capacity signal computation failed")
                 continue
@@ -328,6 +333,7 @@ class Reconciler:
         if self.view.node_checks:
             await self._check_nodes(now)
         plan, memory, observed, demand, params = self.evaluate(now, commit=True)
+        self._observe_launches(observed, now, params)
         self.memory = memory
         self.passes += 1
         # First the signal: the value must not wait for the cluster calls below.
@@ -362,6 +368,29 @@ class Reconciler:
             await self.view.refresh_nodes()
         elif self.view.placeholder_nodes() - set(self.view.nodes):
             await self.view.refresh_nodes(only_new=True)
+
+    def _observe_launches(
+        self, observed: Observed, now: float, params: Params | None = None
+    ) -> None:
+        """Record the launch (create → both halves Running) of each pair this process
+        created, the first time a pass or a signal sees it whole; the signal path sees every
+        coalesced view change, so the time is that close. A pair still not whole after its
+        ready timeout (and the expectation TTL) is no longer waited for: the policy deletes it."""
+        if not self._launching:
+            return
+        halves: dict[str, list[Placeholder]] = {}
+        for p in observed.placeholders:
+            if p.slot in self._launching:
+                halves.setdefault(p.slot, []).append(p)
+        for slot, pods in halves.items():
+            whole = {p.role for p in pods if p.phase == PodPhase.RUNNING and not p.terminating}
+            if whole == set(Role):
+                self.metrics.record_pair_launch(now - self._launching.pop(slot))
+        if params is not None:
+            limit = params.ready_timeout + self.expectations.ttl
+            for slot, created in list(self._launching.items()):
+                if now - created > limit:
+                    del self._launching[slot]
 
     # --- deletes --------------------------------------------------------------------------
 
@@ -450,6 +479,8 @@ class Reconciler:
         else:
             self._gate.succeeded()
             self.metrics.record_create(CREATE_OK if CREATE_OK in results else CREATE_EXISTS)
+            if len(results) == len(Role) and CREATE_OK in results:
+                self._launching[slot] = self.clock()
 
     # --- shutdown -------------------------------------------------------------------------
 

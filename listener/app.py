@@ -324,6 +324,15 @@ class _Parts:
     runner_group_check: Callable[[int], Awaitable[object]] | None = None
 
 
+class _CriticalPath:
+    """Where the loop reports each header sent and each job assigned: the capacity monitor's
+    recorders once it exists (its rise → assignment histogram), nothing before or without."""
+
+    def __init__(self) -> None:
+        self.header_sent: Callable[[int], None] = lambda value: None
+        self.job_assigned: Callable[[], None] = lambda: None
+
+
 async def _listen(
     p: _Parts, capacity_settings: CapacitySettings | None, stop: asyncio.Event
 ) -> None:
@@ -371,12 +380,16 @@ async def _listen(
             retry=PatchRetry(outage_budget=p.options.kube_outage_timeout),
             state=_PatchReport(p.health, patch_metrics),
         )
+        # The monitor starts after the loop; until then the loop's reports go nowhere.
+        critical = _CriticalPath()
         loop = Listener(
             session=p.actions,
             scaler=scaler,
             capacity=p.advertised,
             metrics=p.metrics,
             on_poll=lambda: p.health.mark("poll", time.monotonic()),
+            on_header=lambda value: critical.header_sent(value),
+            on_job_assigned=lambda: critical.job_assigned(),
             reissue_interval=p.options.reissue_interval,
         )
         async with asyncio.TaskGroup() as tg:
@@ -409,6 +422,10 @@ async def _listen(
                     on_reconcile=lambda: p.health.mark("reconcile", time.monotonic()),
                     github_demand=p.github_demand,
                     hud_client=p.hud_client,
+                )
+                critical.header_sent, critical.job_assigned = (
+                    monitor.header_sent,
+                    monitor.job_assigned,
                 )
                 tg.create_task(
                     _guard(

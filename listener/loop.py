@@ -136,6 +136,8 @@ class Listener:
         capacity: AdvertisedCapacity,
         metrics: Recorder | None = None,
         on_poll: Callable[[], None] = lambda: None,
+        on_header: Callable[[int], None] = lambda value: None,
+        on_job_assigned: Callable[[], None] = lambda: None,
         reissue_interval: float = 1.0,
         quiet_interval: float = 50.0,
         keepalive_interval: float = 15.0,
@@ -146,6 +148,10 @@ class Listener:
         self._capacity = capacity
         self._metrics: Recorder = metrics or NoMetrics()
         self._on_poll = on_poll
+        # The capacity monitor's view of the critical path: each header sent, each job
+        # GitHub assigned (no-ops without a monitor).
+        self._on_header = on_header
+        self._on_job_assigned = on_job_assigned
         self._reissue_interval = reissue_interval
         self._quiet_interval = quiet_interval
         self._keepalive_interval = keepalive_interval
@@ -268,6 +274,9 @@ class Listener:
                 "acquired jobs", extra={"requested": len(available), "acquired": len(acquired)}
             )
         for job in message.jobs:
+            if job.message_type == "JobAssigned":
+                self._on_job_assigned()
+        for job in message.jobs:
             if job.message_type == "JobStarted":
                 self._metrics.record_job_started(job)
                 await self._scaler.handle_job_started(job)
@@ -286,6 +295,7 @@ class Listener:
     def _header(self) -> int:
         """The ``X-ScaleSetMaxCapacity`` value, read as the poll request is built."""
         self._sent = self._capacity.value
+        self._on_header(self._sent)
         return self._sent
 
     async def _poll(self, stop: asyncio.Event) -> Message | _Stopping | _Quiet | None:

@@ -113,7 +113,6 @@ class ScaleSetInfo:
     name: str
     labels: tuple[str, ...]
     runner_group_id: int = 0
-    runner_group_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -273,7 +272,6 @@ def _scale_set(fields: _Fields) -> ScaleSetInfo:
         name=fields.string("name"),
         labels=tuple(labels),
         runner_group_id=fields.integer("runnerGroupId"),
-        runner_group_name=fields.string("runnerGroupName"),
     )
 
 

@@ -124,6 +124,7 @@ class PodEvent:
     role: str
     phase: str
     terminating: bool
+    slot: str = ""  # the pair's slot id (both halves share it)
 
 
 class Site:
@@ -456,14 +457,16 @@ class Site:
     async def _watch_placeholders(self) -> None:
         def record(kind: str, pod: dict[str, Any]) -> None:
             meta = pod["metadata"]
+            labels = meta.get("labels") or {}
             self.placeholder_events.append(
                 PodEvent(
                     wall=time.time(),
                     kind=kind,
                     name=meta["name"],
-                    role=(meta.get("labels") or {}).get(PLACEHOLDER_ROLE_LABEL, ""),
+                    role=labels.get(PLACEHOLDER_ROLE_LABEL, ""),
                     phase=(pod.get("status") or {}).get("phase", ""),
                     terminating=bool(meta.get("deletionTimestamp")),
+                    slot=labels.get(PLACEHOLDER_SLOT_LABEL, ""),
                 )
             )
 

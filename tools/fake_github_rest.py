@@ -125,6 +125,10 @@ class FakeGitHubRest(LoopbackFake):
         self._limits: dict[str, _Limit] = {}
         self._faults = _Faults()
         self._actions: FakeActions | None = None
+        # runner_request_id -> when a linked job was first served as "queued" in a run's job
+        # list (on the linked fake's clock): the outcome benchmark's "first seen by a demand
+        # reading" for the GitHub demand source.
+        self.first_served: dict[int, float] = {}
         self._token_ok: Callable[[str], bool] = lambda token: token in self.tokens
         self._host, self._port = host, port
 
@@ -365,7 +369,17 @@ class FakeGitHubRest(LoopbackFake):
     async def _jobs(self, request: web.Request) -> web.StreamResponse:
         owner, repo = request.match_info["owner"], request.match_info["repo"]
         run_id = int(request.match_info["run_id"])
-        return self._answer(request, lambda: self._jobs_of(owner, repo, run_id), "jobs")
+        return self._answer(
+            request, lambda: self._served(self._jobs_of(owner, repo, run_id)), "jobs"
+        )
+
+    def _served(self, jobs: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        if self._actions is not None:
+            now = self._actions.clock()
+            for job in jobs or ():
+                if job["status"] == "queued" and job["id"] in self._actions.jobs:
+                    self.first_served.setdefault(job["id"], now)
+        return jobs
 
     def _answer(
         self,

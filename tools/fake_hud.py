@@ -94,6 +94,9 @@ class FakeHUD(LoopbackFake):
         self.token = token
         self.oversized_bytes = oversized_bytes
         self.parameters: list[dict[str, Any]] = []  # decoded `parameters` of each valid call
+        # runner_request_id -> when a linked job was first counted in an answer served (on
+        # the linked fake's clock): the outcome benchmark's "first seen by a demand reading".
+        self.first_served: dict[int, float] = {}
         self._rows: list[HUDRow] = []
         self._actions: FakeActions | None = None
         self._lag = 0.0
@@ -176,10 +179,14 @@ class FakeHUD(LoopbackFake):
         """Low-level faults shared with the Actions fake (drop, truncate, slow, bom...)."""
         self._recorder.inject("queued_jobs", fault, times)
 
-    def rows(self, parameters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """What a request with these parameters would get right now (outages aside)."""
+    def rows(
+        self, parameters: dict[str, Any] | None = None, *, served: bool = False
+    ) -> list[dict[str, Any]]:
+        """What a request with these parameters would get right now (outages aside);
+        ``served``: they are being sent, so note the linked jobs they count (first_served)."""
         params = parameters or {}
-        rows = [r for r in self._rows if self._row_passes(r, params)] + self._linked_rows(params)
+        rows = [r for r in self._rows if self._row_passes(r, params)]
+        rows += self._linked_rows(params, served=served)
         rows.sort(key=lambda r: r.max_queue_time_minutes, reverse=True)
         return [r.as_dict() for r in rows]
 
@@ -202,9 +209,10 @@ class FakeHUD(LoopbackFake):
             return False
         return self._scope_passes(row.runner_label, row.org, row.repo, params)
 
-    def _linked_rows(self, params: dict[str, Any]) -> list[HUDRow]:
+    def _linked_rows(self, params: dict[str, Any], *, served: bool) -> list[HUDRow]:
         if self._actions is None:
             return []
+        served_at = self._actions.clock()
         counted = {JobState.QUEUED}
         if self._include_assigned:
             counted |= {JobState.AVAILABLE, JobState.ASSIGNED}
@@ -226,6 +234,8 @@ class FakeHUD(LoopbackFake):
             key = (label, job.owner_name, job.repository_name)
             if self._scope_passes(*key, params):
                 groups.setdefault(key, []).append(minutes)
+                if served:
+                    self.first_served.setdefault(job.runner_request_id, served_at)
         return [
             HUDRow(label, org, repo, len(ages), min(ages), max(ages))
             for (label, org, repo), ages in groups.items()
@@ -249,7 +259,7 @@ class FakeHUD(LoopbackFake):
         outage = self._take_outage()
         if outage is not None:
             return await self._misbehave(outage)
-        return json_response(self.rows(params))
+        return json_response(self.rows(params, served=True))
 
     def _take_outage(self) -> Outage | None:
         outage = self._outage

@@ -243,6 +243,9 @@ class RunnerStandIn:
         self.jobs_lost = 0
         self.stranded_reported = 0
         self.jobs_timed_out = 0
+        # Runner name -> when its pod was Running and the runner idle (monotonic), kept after
+        # the runner is gone: the outcome benchmark reads each job's runner start from it.
+        self.ready_times: dict[str, float] = {}
         self.errors: list[str] = []
         self._synced = asyncio.Event()
         self._changed = asyncio.Event()
@@ -518,7 +521,7 @@ class RunnerStandIn:
             if runner.removing:
                 return
         uid = runner.pod_uid
-        runner.ready_at = time.monotonic()
+        runner.ready_at = self.ready_times[name] = time.monotonic()
         await self._patch_runner_status(name, {"phase": "Running", "ready": True})
         self._notify()
         await self._until(

@@ -459,6 +459,39 @@ def reconcile() -> list[PanelBuilder]:
     ]
 
 
+def critical_path() -> list[PanelBuilder]:
+    """The steps of a job's wait the listener sees, in the order a job meets them."""
+    return [
+        timeseries(
+            "Demand age when planned",
+            "Seconds since the read behind the demand value a reconcile pass planned with "
+            "began, p50 and p95 (a source's own lag behind GitHub, such as HUD's, comes on "
+            "top). Long: a slow or failing source, or a long recalculate_interval.",
+            *quantiles("gha_capacity_demand_age_seconds", "name"),
+            unit="s",
+            width=8,
+        ),
+        timeseries(
+            "Pair launch",
+            "Seconds from creating a placeholder pair to both halves Running, p50 and p95: "
+            "the node launch when no node had room. Stock ARC pays it twice in a row (runner "
+            "node, then workflow node); a pair pays it once, for both halves at once.",
+            *quantiles("gha_capacity_pair_launch_seconds", "name"),
+            unit="s",
+            width=8,
+        ),
+        timeseries(
+            "Header rise → job assigned",
+            "Seconds from a poll that raised X-ScaleSetMaxCapacity to the next job GitHub "
+            "assigned to this scale set, p50 and p95. Long while jobs are queued: GitHub "
+            "gave them to another listener, or the rise came before any job.",
+            *quantiles("gha_capacity_rise_to_assignment_seconds", "name"),
+            unit="s",
+            width=8,
+        ),
+    ]
+
+
 def job_timings() -> list[PanelBuilder]:
     return [
         heatmap(
@@ -640,6 +673,7 @@ SECTIONS = (
     ("cluster-autoscaler", cluster_autoscaler),
     ("Demand (HUD or GitHub)", demand),
     ("Reconcile health", reconcile),
+    ("Critical path: demand → pair → assignment", critical_path),
     ("Job timings", job_timings),
 )
 

@@ -39,6 +39,19 @@ async def test_the_outcome_benchmark_runs_and_accounts_every_job(
         assert figures["node_seconds"]["runner"] > 0, name
         assert figures["node_seconds"]["workflow"] > 0, name
         assert figures["karpenter_launches"] > 0, name
+        # Where the time goes: every job has its milestones; the assignment is on the path
+        # of every finished one, and the steps' shares make up the whole of their waits.
+        path = figures["critical_path"]
+        assert len(path["jobs"]) == figures["jobs"], name
+        finished = figures["succeeded"] + figures["failed_by_timeout"]
+        assert path["steps_s"]["assigned"]["n"] == finished, name
+        shares = sum(step["share"] for step in path["steps_s"].values())
+        assert shares == pytest.approx(1.0, abs=0.01), (name, path["steps_s"])
+        if name.startswith("ours"):
+            assert path["steps_s"]["demand_seen"]["n"] > 0, name
+            assert path["pair_launch_s"]["n"] > 0, name
+        else:
+            assert "pair_running" not in path["steps_s"], name
     assert set(document["summary"]) == {*SMOKE.variants, REFERENCE}
     assert seed["reference"]["node_seconds"]["total"] > 0  # the offline optimum's bound
     assert len(document["load_average"]["start"]) == 3

@@ -5,29 +5,38 @@ stock."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from tools.bench_outcomes import (
+    FAMILIES,
     FULL,
     REFERENCE,
     SMOKE,
     Arrival,
     SeedPlan,
     VariantRun,
+    _critical_path,
     _figures,
     _pause_seconds,
     _placeholder_seconds,
     config_of,
     merge,
+    peak_in_flight,
     plan,
     reference,
     summarize,
     table,
+    wait_figures,
+    with_family,
+    with_reference,
 )
 from tools.e2e_karpenter import Claim, NodeClaimLog
 from tools.e2e_site import PodEvent
+from tools.fake_actions import CapacityRecord, FakeJob, JobState
 
 
 def test_claim_seconds_are_clipped_to_the_window() -> None:
@@ -77,9 +86,63 @@ def test_placeholder_seconds_end_at_termination_and_at_the_window() -> None:
 def _variant(failed: int, p90: float, total: float) -> dict[str, Any]:
     return {
         "failed_by_timeout": failed,
-        "queue_to_workflow_running_s": {"p90": p90},
+        "wait_s": {"p90": p90},
+        "wait_succeeded_s": {"p90": p90 - 1},
+        "queue_to_workflow_running_s": {"p90": p90 - 2},
         "node_seconds": {"total": total},
     }
+
+
+def _old_variant(failed: int, p90: float, total: float) -> dict[str, Any]:
+    """A variant's figures as runs before the headline wait wrote them."""
+    figures = _variant(failed, p90, total)
+    del figures["wait_s"], figures["wait_succeeded_s"]
+    return figures
+
+
+def _job(number: int, queued: float, **fields: Any) -> FakeJob:
+    job = FakeJob(
+        runner_request_id=number,
+        job_id=f"job-{number}",
+        owner_name="acme",
+        repository_name="app",
+        workflow_ref="ci.yml",
+        display_name="build",
+        event_name="push",
+        labels=("linux",),
+        workflow_run_id=number,
+        duration=10.0,
+        queue_time=datetime.now(UTC),
+        history=[(queued, JobState.QUEUED)],
+    )
+    for key, value in fields.items():
+        setattr(job, key, value)
+    return job
+
+
+def test_a_job_failed_by_the_timeout_waits_until_its_failure_in_the_headline() -> None:
+    jobs = [
+        _job(1, 0.0, workflow_started_at=10.0, result="succeeded", finished_at=50.0),
+        _job(2, 0.0, workflow_started_at=20.0, result="succeeded", finished_at=60.0),
+        # Failed by the prepare-job timeout: its workflow pod never ran; it waited 200 s.
+        _job(3, 10.0, result="failed", failure="prepare_timeout", finished_at=210.0),
+        # Ran, then lost its pod: in the headline at its start, not among the succeeded.
+        _job(4, 0.0, workflow_started_at=30.0, result="failed", failure="runner: deleted"),
+        _job(5, 0.0),  # unfinished: in none
+    ]
+    waits = wait_figures(jobs)
+    assert waits["wait_s"] == {
+        "n": 4,
+        "failed_by_timeout": 1,
+        "p50": 20.0,
+        "p90": 200.0,
+        "p99": 200.0,
+        "max": 200.0,
+    }
+    assert waits["wait_succeeded_s"] == {"n": 2, "p50": 10.0, "p90": 20.0, "p99": 20.0, "max": 20.0}
+    # The old figure: every job whose workflow pod ran, the failed one left out.
+    assert waits["queue_to_workflow_running_s"]["n"] == 3
+    assert waits["queue_to_workflow_running_s"]["max"] == 30.0
 
 
 def test_summary_is_median_and_range_over_seeds_and_ratios_per_seed() -> None:
@@ -106,7 +169,7 @@ def test_summary_is_median_and_range_over_seeds_and_ratios_per_seed() -> None:
     }
     summary = summarize(seeds, config)
     assert set(summary) == {"stock_min0", "ours_warm"}  # a variant no seed ran is left out
-    p90 = summary["ours_warm"]["queue_to_workflow_running_s.p90"]
+    p90 = summary["ours_warm"]["wait_s.p90"]
     assert p90["value"] == {"median": 20.0, "min": 20.0, "max": 25.0}
     assert p90["ratio_to_stock"] == {"median": 0.5, "min": 0.25, "max": 0.5}
     total = summary["ours_warm"]["node_seconds.total"]["ratio_to_stock"]
@@ -116,7 +179,12 @@ def test_summary_is_median_and_range_over_seeds_and_ratios_per_seed() -> None:
     assert failed["ratio_to_stock"] == {"median": 0.0, "min": 0.0, "max": 0.0}
     lines = table({"summary": summary}).splitlines()
     assert lines[0] == "| | stock, minRunners 0 | ours, warm pool N |"
-    assert "| queue → workflow Running p90 (s) | 50 (40–80) | 20 (20–25) ×0.5 |" in lines
+    assert "| queue → workflow Running or failed p90 (s) | 50 (40–80) | 20 (20–25) ×0.5 |" in lines
+    assert (
+        "| succeeded jobs only: queue → workflow Running p90 (s) | 49 (39–79) | 19 (19–24) ×0.49 |"
+        in lines
+    )
+    assert not any("failed left out" in line for line in lines)  # a new run: no old rows
 
 
 def test_pause_pod_seconds_integrate_samples_up_to_the_window() -> None:
@@ -181,10 +249,67 @@ def test_launch_delays_are_creation_to_node_of_claims_created_in_the_window() ->
 def test_the_figures_carry_each_launch_s_delay() -> None:
     log = NodeClaimLog(cluster=None, pools=["p-runner"])  # type: ignore[arg-type]
     log.claims = {"1": Claim("1", "p-runner", created=10.0, last_seen=200.0, registered_at=75.5)}
-    run = VariantRun("ours_demand", stage=None, log=log, window=(0.0, 300.0))  # type: ignore[arg-type]
+    run = VariantRun("ours_demand", stage=_stage(), log=log, window=(0.0, 300.0))
     figures = _figures(run, SMOKE, 300.0)
     assert figures["node_ready_s"] == [65.5]
     assert figures["node_seconds"]["runner"] == 190.0
+
+
+def _stage(served: dict[int, float] | None = None, polls: Any = ()) -> Any:
+    """What _critical_path reads of a Stage: the demand fakes' notes and the poll records."""
+    return SimpleNamespace(
+        hud=SimpleNamespace(first_served=served or {}),
+        github=SimpleNamespace(first_served={}),
+        fake=SimpleNamespace(capacity_history=lambda scale_set_id: list(polls)),
+    )
+
+
+def test_each_jobs_path_is_read_from_the_fakes_on_one_clock_since_cluster_start() -> None:
+    origin, wall_origin = 1000.0, 5000.0  # cluster start: monotonic, wall
+    slot = "7"
+    site = SimpleNamespace(
+        scale_set_id=11,
+        standin=SimpleNamespace(ready_times={"runner-a": origin + 95.0}),
+        placeholder_events=[
+            PodEvent(
+                wall_origin + 40.0, "ADDED", "r", "placeholder-runner", "Pending", False, slot
+            ),
+            PodEvent(
+                wall_origin + 41.0, "ADDED", "w", "placeholder-workflow", "Pending", False, slot
+            ),
+            PodEvent(
+                wall_origin + 70.0, "MODIFIED", "r", "placeholder-runner", "Running", False, slot
+            ),
+            PodEvent(
+                wall_origin + 80.0, "MODIFIED", "w", "placeholder-workflow", "Running", False, slot
+            ),
+        ],
+    )
+    polls = [
+        CapacityRecord(origin + t, wall_origin + t, 11, value)
+        for t, value in ((10.0, 0), (85.0, 1), (120.0, 1))
+    ]
+    job = _job(
+        1,
+        origin + 5.0,
+        scale_set_id=11,
+        assigned_at=origin + 86.0,
+        runner_name="runner-a",
+        workflow_started_at=origin + 100.0,
+        result="succeeded",
+    )
+    run = VariantRun(
+        "ours_demand",
+        stage=_stage({1: origin + 36.0}, polls),
+        sites=[site],  # type: ignore[list-item]
+        jobs=[job],
+        window=(wall_origin, wall_origin + 300.0),
+        origin=origin,
+    )
+    path = _critical_path(run)
+    assert path["jobs"] == [[5.0, 36.0, 40.0, 80.0, 85.0, 86.0, 95.0, 100.0, None]]
+    assert path["steps_s"]["pair_running"]["p50"] == 40.0
+    assert path["pair_launch_s"]["p50"] == 40.0
 
 
 def test_runs_on_other_seeds_merge_into_one_document() -> None:
@@ -200,7 +325,7 @@ def test_runs_on_other_seeds_merge_into_one_document() -> None:
     merged = merge([run(2, 40.0), run(3, 60.0)])
     assert merged["config"]["seeds"] == [2, 3]
     assert merged["run_seconds"] == 20.0
-    p90 = merged["summary"]["stock_min0"]["queue_to_workflow_running_s.p90"]["value"]
+    p90 = merged["summary"]["stock_min0"]["wait_s.p90"]["value"]
     assert (p90["min"], p90["max"]) == (40.0, 60.0)
     assert REFERENCE in merged["summary"]  # the bound, planned again for each seed
     with pytest.raises(ValueError, match="seed 2 is in more than one run"):
@@ -230,3 +355,62 @@ def test_an_older_run_that_did_not_record_a_setting_merges_and_says_so() -> None
     newer["config"]["hud_lag_s"] = 99.0  # recorded by both, but different
     with pytest.raises(ValueError, match="another configuration: hud_lag_s"):
         merge([run(2), newer])
+
+
+def test_an_old_run_without_the_headline_wait_prints_its_own_waits_and_says_so() -> None:
+    config = replace(SMOKE, variants=("stock_min0",))
+
+    def run(seed: int, variant: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "config": replace(config, seeds=(seed,)).describe(),
+            "seeds": {str(seed): {"variants": {"stock_min0": variant}}},
+        }
+
+    old = with_reference(run(2, _old_variant(3, 50.0, 100.0)))
+    assert old["old_wait_seeds"] == [2]
+    lines = table(old).splitlines()
+    assert "| queue → workflow Running p90 (s), failed left out | 48 (48–48) | 0 (0–0) |" in lines
+    assert not any(line.startswith("| queue → workflow Running or failed") for line in lines)
+    assert lines[-1].startswith("Seeds 2 were run before failed jobs counted in the waits")
+    # Merged with a new run: the headline over the new seed only, and the note says so.
+    merged = merge([run(2, _old_variant(3, 50.0, 100.0)), run(3, _variant(1, 70.0, 100.0))])
+    assert merged["old_wait_seeds"] == [2]
+    p90 = merged["summary"]["stock_min0"]["wait_s.p90"]["value"]
+    assert p90 == {"median": 70.0, "min": 70.0, "max": 70.0}
+    text = table(merged)
+    assert "| queue → workflow Running or failed p90 (s) | 70 (70–70) |" in text
+    assert text.endswith("are not in the headline waits above.")
+    assert "old_wait_seeds" not in with_reference(run(3, _variant(1, 70.0, 100.0)))
+
+
+def test_the_roomy_family_holds_more_runners_than_any_seeds_peak_in_flight() -> None:
+    roomy = with_family(FULL, "roomy")
+    assert roomy.describe()["max_runners_per_cluster"] == FAMILIES["roomy"]
+    assert FULL.describe()["family"] == "capped"
+    for config in (roomy, with_family(SMOKE, "roomy")):
+        for seed in config.seeds:
+            assert peak_in_flight(config, plan(config, seed)) <= config.max_runners, seed
+    # ... which the capped family's maxRunners is not (it is the bottleneck there).
+    assert peak_in_flight(FULL, plan(FULL, 1)) > FULL.max_runners
+    seed_plan = SeedPlan(1, (Arrival(0.0, 10.0), Arrival(5.0, 10.0), Arrival(400.0, 1.0)), (0, 0))
+    assert peak_in_flight(SMOKE, seed_plan) == 2  # 90 s of timeout margin: the first two overlap
+    with pytest.raises(ValueError, match="family: 'huge' is not one of capped, roomy"):
+        with_family(FULL, "huge")
+
+
+def test_a_saved_runs_family_is_read_back_and_runs_of_two_families_do_not_merge() -> None:
+    roomy = replace(with_family(SMOKE, "roomy"), seeds=(2,), variants=("stock_min0",))
+    assert config_of({"config": roomy.describe()}).max_runners == FAMILIES["roomy"]
+    older = roomy.describe()
+    del older["family"]  # before families: the capped one
+    assert config_of({"config": older}).family == "capped"
+
+    def run(config: Any, seed: int) -> dict[str, Any]:
+        return {
+            "config": replace(config, seeds=(seed,)).describe(),
+            "seeds": {str(seed): {"variants": {"stock_min0": _variant(0, 50.0, 100.0)}}},
+        }
+
+    capped = replace(SMOKE, variants=("stock_min0",))
+    with pytest.raises(ValueError, match="another configuration"):
+        merge([run(capped, 2), run(roomy, 3)])

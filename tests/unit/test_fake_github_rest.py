@@ -115,5 +115,10 @@ async def test_linked_actions_jobs_and_tokens(http: httpx.AsyncClient) -> None:
         assert [r["id"] for r in runs["workflow_runs"]] == [job.workflow_run_id]
         jobs = (await http.get(f"{base}/runs/{job.workflow_run_id}/jobs", headers=headers)).json()
         assert [(j["status"], j["labels"]) for j in jobs["jobs"]] == [("queued", ["linux"])]
+        # Served as queued in a job list: noted once, on the Actions fake's clock.
+        first = rest.first_served[job.runner_request_id]
+        assert first <= actions.clock()
+        await http.get(f"{base}/runs/{job.workflow_run_id}/jobs", headers=headers)
+        assert rest.first_served == {job.runner_request_id: first}
         repos = (await http.get(f"{actions.api_url}/orgs/acme/repos", headers=headers)).json()
         assert [r["full_name"] for r in repos] == ["acme/svc"]

@@ -124,6 +124,25 @@ async def test_linked_rows_lag_behind() -> None:
         assert (await query(hud, {})).json()[0]["num_queued_jobs"] == 4
 
 
+async def test_a_linked_job_is_noted_when_an_answer_first_counts_it() -> None:
+    async with FakeActions(clock=loop_clock()) as actions, FakeHUD(TOKEN) as hud:
+        hud.link(actions, lag=0.5)
+        (job,) = actions.add_jobs(1, labels=["linux"])
+        hud.rows({})  # looked at, not served: not noted
+        await query(hud, {})  # served, but the lag hides the job yet
+        assert hud.first_served == {}
+        await asyncio.sleep(0.55)
+        hud.outage(Outage.SERVER_ERROR, times=1)
+        await query(hud, {})  # an outage serves no rows
+        assert hud.first_served == {}
+        await query(hud, {})
+        first = actions.clock()
+        assert hud.first_served == {job.runner_request_id: first}
+        await asyncio.sleep(0.1)
+        await query(hud, {})
+        assert hud.first_served == {job.runner_request_id: first}  # the first time is kept
+
+
 async def test_server_error_outage_for_n_requests(hud: FakeHUD) -> None:
     hud.set_queued("linux", 1)
     hud.outage(Outage.SERVER_ERROR, times=2, status=502)

@@ -158,12 +158,24 @@ class RecordingMetrics:
 
 
 @dataclass
+class Reported:
+    """What the loop reports to the capacity monitor: headers sent, jobs assigned."""
+
+    headers: list[int] = field(default_factory=list)
+    assigned: int = 0
+
+    def job_assigned(self) -> None:
+        self.assigned += 1
+
+
+@dataclass
 class Harness:
     queue: FakeQueue
     capacity: AdvertisedCapacity
     listener: Listener
     patcher: RecordingPatcher
     stop: asyncio.Event
+    reported: Reported
     task: asyncio.Task[None] | None = None
 
     async def start(self, client: ActionsClient) -> None:
@@ -216,18 +228,21 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
                 clock=clock,
             )
             retries = asyncio.create_task(scaler.run())
+            reported = Reported()
             listener = Listener(
                 session=client,
                 scaler=scaler,
                 capacity=capacity,
                 metrics=RecordingMetrics(queue.events),
                 on_poll=lambda: queue.ready_marks.append(1),
+                on_header=reported.headers.append,
+                on_job_assigned=reported.job_assigned,
                 reissue_interval=options["reissue_interval"],
                 quiet_interval=options["quiet_interval"],
                 keepalive_interval=options["keepalive_interval"],
                 clock=clock,
             )
-            h = Harness(queue, capacity, listener, patcher, asyncio.Event())
+            h = Harness(queue, capacity, listener, patcher, asyncio.Event(), reported)
             await h.start(client)
             yield h
             if h.task is not None and not h.task.done():
@@ -359,6 +374,27 @@ async def test_arc_order_of_work_per_message(harness: Harness) -> None:
         "desired:2",
     ]
     assert q.acquired == [[11]]
+
+
+@pytest.mark.parametrize("harness", [{"reissue_interval": 30.0}], indirect=True)
+async def test_each_header_sent_and_each_job_assigned_is_reported(harness: Harness) -> None:
+    """For the capacity monitor's rise → assignment timing (listener/app.py wires it)."""
+    q = harness.queue
+    await harness.until(lambda: q.headers == [10], "first poll")
+    q.fail_with = [503]
+    harness.capacity.set_max_capacity(3)
+    await harness.until(lambda: len(q.headers) == 3, "a poll, answered 503, and its retry")
+    assert harness.reported.headers == q.headers == [10, 3, 3]  # every request as built
+    q.add(
+        1,
+        assigned=2,
+        jobs=[
+            job("JobAssigned", runnerRequestId=21),
+            job("JobStarted", runnerRequestId=20, runnerName="r-20"),
+            job("JobAssigned", runnerRequestId=22),
+        ],
+    )
+    await harness.until(lambda: harness.reported.assigned == 2, "both assignments reported")
 
 
 async def test_202_reapplies_the_last_statistics(harness: Harness) -> None:

@@ -433,6 +433,75 @@ async def test_a_rise_whose_read_fails_waits_and_is_tried_again() -> None:
             await asyncio.gather(signal, return_exceptions=True)
 
 
+def launches(scene: Scene) -> tuple[float, float]:
+    """(count, sum) of the pair-launch histogram."""
+    return (
+        scene.metric("gha_capacity_pair_launch_seconds_count"),
+        scene.metric("gha_capacity_pair_launch_seconds_sum"),
+    )
+
+
+async def test_a_pairs_launch_is_timed_from_its_create_until_both_halves_run() -> None:
+    scene = start(proactive=1)
+    async with Running(scene):
+        await scene.reconciler.reconcile_once()  # creates the pair at NOW
+        (runner,) = scene.placeholders(Role.RUNNER)
+        (workflow,) = scene.placeholders(Role.WORKFLOW)
+        assert launches(scene) == (0.0, 0.0)  # the child is there from the start
+        scene.clock.now += 20.0
+        scene.cluster.set_phase(NS, runner, "Running")
+        await scene.settle()
+        await scene.reconciler.reconcile_once()
+        assert launches(scene) == (0.0, 0.0)  # one half is not a pair
+        scene.clock.now += 45.0
+        scene.cluster.set_phase(NS, workflow, "Running")
+        await scene.settle()
+        await scene.reconciler.reconcile_once()
+        assert launches(scene) == (1.0, 65.0)
+        scene.clock.now += 30.0
+        await scene.reconciler.reconcile_once()
+        assert launches(scene) == (1.0, 65.0)  # once per pair
+
+
+async def test_pairs_this_process_did_not_create_are_not_timed() -> None:
+    cluster = MemoryCluster()
+    first = start(cluster, proactive=1)
+    async with Running(first):
+        await first.reconciler.reconcile_once()
+        await first.run_all()
+    again = start(cluster, proactive=1)  # a restart adopts the Running pair
+    async with Running(again):
+        await again.reconciler.reconcile_once()
+        assert again.placeholders() == first.placeholders()  # adopted, not made again
+        assert launches(again) == (0.0, 0.0)
+
+
+def rise_to_assignment(scene: Scene) -> tuple[float, float]:
+    return (
+        scene.metric("gha_capacity_rise_to_assignment_seconds_count"),
+        scene.metric("gha_capacity_rise_to_assignment_seconds_sum"),
+    )
+
+
+async def test_a_header_rise_is_timed_until_the_next_job_assigned() -> None:
+    """What the listener's loop reports (listener/app.py passes these to it)."""
+    scene = start()
+    monitor = scene.monitor
+    monitor.header_sent(0)
+    monitor.job_assigned()  # no rise before it: nothing to time
+    assert rise_to_assignment(scene) == (0.0, 0.0)
+    scene.clock.now += 5.0
+    monitor.header_sent(2)  # the rise
+    scene.clock.now += 1.0
+    monitor.header_sent(2)  # the same value again (a re-issued poll): no new rise
+    scene.clock.now += 2.5
+    monitor.job_assigned()
+    monitor.job_assigned()  # the rise is used up
+    monitor.header_sent(1)  # a drop is no rise
+    monitor.job_assigned()
+    assert rise_to_assignment(scene) == (1.0, 3.5)
+
+
 # --- warm pools ---------------------------------------------------------------------------
 
 

@@ -49,6 +49,9 @@ NAMES = {
     "gha_capacity_reconcile_last_success_timestamp_seconds": "gauge",
     "gha_capacity_signal_changes_total": "counter",
     "gha_capacity_rise_checks_total": "counter",
+    "gha_capacity_demand_age_seconds": "histogram",
+    "gha_capacity_pair_launch_seconds": "histogram",
+    "gha_capacity_rise_to_assignment_seconds": "histogram",
     "gha_capacity_kube_errors_total": "counter",
     "gha_capacity_nodepool_limit": "gauge",
     "gha_capacity_nodepool_used": "gauge",
@@ -208,6 +211,38 @@ def test_demand_parts_and_github_calls() -> None:
     # HUD requests are counted one by one (two per read with sharding).
     m.record_reading(Reading(source="hud", outcome=outcome, requests=(outcome, outcome)))
     assert value(registry, "gha_capacity_hud_requests_total", result="ok") == 2
+
+
+def test_a_pass_records_the_age_of_its_demand_value_from_the_start_of_its_read() -> None:
+    registry = CollectorRegistry(auto_describe=True)
+    m = CapacityMetrics(registry, **BASE)
+
+    def ages() -> tuple[float | None, float | None]:
+        return (
+            value(registry, "gha_capacity_demand_age_seconds_count"),
+            value(registry, "gha_capacity_demand_age_seconds_sum"),
+        )
+
+    good = DemandOutcome(result=DemandResult.OK, duration=2.0, queued=3)
+    m.record_reading(Reading(source="hud", outcome=good, requests=(good,)))
+    m.record_pass(
+        Plan(), Observed(), Demand(queued=3, source=DemandSource.HUD, age=10.0), proactive=0
+    )
+    assert ages() == (1.0, 12.0)  # 10 s since the read ended, which took 2 s
+    # A failed read leaves the value (and its read's duration) in use: held, still aging.
+    failed = DemandOutcome(result=DemandResult.TIMEOUT, duration=9.0)
+    m.record_reading(Reading(source="hud", outcome=failed, requests=(failed,)))
+    held = Demand(queued=3, source=DemandSource.STALE, age=40.0)
+    m.record_pass(Plan(), Observed(), held, proactive=0)
+    assert ages() == (2.0, 54.0)
+    # The floor, and no source at all, plan with no read: not counted.
+    for demand in (
+        Demand(queued=1, source=DemandSource.FLOOR, age=400.0),
+        Demand(queued=1, source=DemandSource.FLOOR),
+        Demand(queued=0, source=DemandSource.DISABLED),
+    ):
+        m.record_pass(Plan(), Observed(), demand, proactive=0)
+    assert ages() == (2.0, 54.0)
 
 
 def test_unregister_frees_the_names_for_a_new_monitor() -> None:
