@@ -24,22 +24,12 @@ from tests.support.helm_chart import (
     CHART,
     CONTROLLER_NAMESPACE,
     by_kind,
+    example_values,
     helm,
-    helm_binary,
     scale_set,
     template,
     template_error,
 )
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return helm_binary()
-
-
-def _example() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load((CHART / "ci" / "example-values.yaml").read_text())
-    return loaded
 
 
 def test_helm_lint_passes_with_the_example_values(helm_bin: Path) -> None:
@@ -94,7 +84,7 @@ def test_bound_account_equals_the_python_function(
 
 
 def test_role_and_binding_equal_ghalistener_rbac(helm_bin: Path, tmp_path: Path) -> None:
-    values = _example()
+    values = example_values()
     docs = template(helm_bin, values, tmp_path)
     for name, entry in values["scaleSets"].items():
         role, binding = manifests(
@@ -120,7 +110,7 @@ def test_group_binding_is_opt_in(helm_bin: Path, tmp_path: Path) -> None:
 def test_cluster_roles_only_for_the_scale_sets_that_need_them(
     helm_bin: Path, tmp_path: Path
 ) -> None:
-    docs = template(helm_bin, _example(), tmp_path)
+    docs = template(helm_bin, example_values(), tmp_path)
     gpu = listener_name("arc-gpu", "arc-runners", "gpu-runners", "https://github.com/my-org")
     for suffix in ("node-checks", "nodepools"):
         (shipped, _) = yaml_docs(DEPLOY / "rbac" / f"clusterrole-{suffix}.yaml")
@@ -160,7 +150,7 @@ def test_cluster_autoscaler_status_role_only_for_scale_sets_that_read_it(
 def test_capacity_configmap_takes_workflow_resources_from_the_pod_template(
     helm_bin: Path, tmp_path: Path
 ) -> None:
-    values = _example()
+    values = example_values()
     docs = template(helm_bin, values, tmp_path)
     for name, entry in values["scaleSets"].items():
         data = by_kind(docs, "ConfigMap")[f"{CONTROLLER_NAMESPACE}/capacity-listener-{name}"]
@@ -182,7 +172,7 @@ def test_capacity_configmap_takes_workflow_resources_from_the_pod_template(
 def test_workflow_pod_template_equals_the_shipped_one(
     helm_bin: Path, tmp_path: Path, flavour: str
 ) -> None:
-    docs = template(helm_bin, _example(), tmp_path)
+    docs = template(helm_bin, example_values(), tmp_path)
     rendered = by_kind(docs, "ConfigMap")[f"arc-runners/workflow-pod-template-arc-{flavour}"]
     assert yaml.safe_load(rendered["data"]["workflow.yaml"]) == hook_template(flavour)
     (shipped,) = yaml_docs(DEPLOY / "helm" / f"workflow-pod-template-{flavour}.yaml")
@@ -190,7 +180,7 @@ def test_workflow_pod_template_equals_the_shipped_one(
 
 
 def test_priority_classes_and_pdb_equal_the_shipped_ones(helm_bin: Path, tmp_path: Path) -> None:
-    docs = template(helm_bin, _example(), tmp_path)
+    docs = template(helm_bin, example_values(), tmp_path)
     fields = ("value", "globalDefault", "preemptionPolicy")
     shipped = {}
     for path in sorted((ROOT / "priorityclasses").glob("*.yaml")):
@@ -212,7 +202,7 @@ def test_priority_classes_and_pdb_equal_the_shipped_ones(helm_bin: Path, tmp_pat
 
 
 def test_helm_test_pod_runs_as_the_listener_account(helm_bin: Path, tmp_path: Path) -> None:
-    docs = template(helm_bin, _example(), tmp_path)
+    docs = template(helm_bin, example_values(), tmp_path)
     pods = {d["spec"]["serviceAccountName"]: d for d in docs if d["kind"] == "Pod"}
     cpu = listener_name("arc-cpu", "arc-runners", "", "https://github.com/my-org")
     assert set(pods) == {

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +22,10 @@ from tests.support.helm_chart import (
     CONTROLLER_NAMESPACE,
     RELEASE,
     by_kind,
-    helm_binary,
     scale_set,
     template,
 )
+from tests.support.prometheus import promtool
 
 PROMTOOL = shutil.which("promtool")
 ALL_ON = {
@@ -35,11 +34,6 @@ ALL_ON = {
     "dashboard": {"enabled": True},
 }
 SETS = {"arc-cpu": scale_set(), "arc-gpu": scale_set(namespace="gpu-runners")}
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return helm_binary()
 
 
 def _rendered(helm_bin: Path, tmp_path: Path, **monitoring: Any) -> list[dict[str, Any]]:
@@ -145,14 +139,7 @@ def test_per_scale_set_rule_fires_for_a_listener_that_never_came_up(
         ],
     }
     (tmp_path / "cases.yaml").write_text(yaml.safe_dump(cases), encoding="utf-8")
-    run = subprocess.run(
-        [PROMTOOL, "test", "rules", "cases.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    run = promtool(PROMTOOL, "test", "rules", "cases.yaml", cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
 
 

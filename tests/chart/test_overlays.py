@@ -18,21 +18,11 @@ from tests.support.helm_chart import (
     CHART,
     CONTROLLER_NAMESPACE,
     by_kind,
-    helm_binary,
+    example_values,
     overlay,
     scale_set,
     template,
 )
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return helm_binary()
-
-
-def _example() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load((CHART / "ci" / "example-values.yaml").read_text())
-    return loaded
 
 
 def _named(items: list[dict[str, Any]], name: str) -> dict[str, Any]:
@@ -56,7 +46,7 @@ def test_committed_overlays_are_the_chart_template_output(helm_bin: Path) -> Non
 def test_overlay_mounts_the_configmaps_the_chart_creates(helm_bin: Path, tmp_path: Path) -> None:
     """The listener pod (controller namespace) mounts the settings ConfigMap, the runner pod
     (runner namespace) the workflow pod template: both exist there under those names."""
-    values = _example()
+    values = example_values()
     docs = template(helm_bin, values, tmp_path)
     configmaps = by_kind(docs, "ConfigMap")
     for name, entry in values["scaleSets"].items():

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from tests.support.deploy_files import (
     ALERTS,
     yaml_docs,
 )
+from tests.support.prometheus import promtool
 from tests.unit.test_alert_rules import ALERT_TESTS, EXPECTED_ALERTS
 
 PROMTOOL = shutil.which("promtool")
@@ -35,13 +35,7 @@ def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
     (doc,) = yaml_docs(ALERTS)
     full = tmp_path / "full.rules.yaml"
     full.write_text(yaml.safe_dump(doc["spec"]), encoding="utf-8")
-    check = subprocess.run(
-        [PROMTOOL, "check", "rules", str(full)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    check = promtool(PROMTOOL, "check", "rules", str(full))
     assert check.returncode == 0, check.stdout + check.stderr
     assert f"{len(EXPECTED_ALERTS)} rules found" in check.stdout
 
@@ -51,12 +45,5 @@ def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
             rule.pop("annotations", None)
     (tmp_path / "capacity-listener.rules.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
     shutil.copy(ALERT_TESTS, tmp_path / ALERT_TESTS.name)
-    run = subprocess.run(
-        [PROMTOOL, "test", "rules", ALERT_TESTS.name],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    run = promtool(PROMTOOL, "test", "rules", ALERT_TESTS.name, cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr

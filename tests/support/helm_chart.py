@@ -25,6 +25,12 @@ RELEASE = "capacity-listener"
 CONTROLLER_NAMESPACE = "arc-systems"
 
 
+def example_values() -> dict[str, Any]:
+    """The chart's example values (ci/example-values.yaml): scale sets arc-cpu and arc-gpu."""
+    loaded: dict[str, Any] = yaml.safe_load((CHART / "ci" / "example-values.yaml").read_text())
+    return loaded
+
+
 def helm_binary() -> Path:
     """The cached Helm, or skip (fail in CI) saying how to build it."""
     art = find_helm()

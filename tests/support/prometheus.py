@@ -36,6 +36,14 @@ _DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
 _WINDOW = re.compile(r"\[([0-9smhd]+)(?::([0-9smhd]+))?\]")
 
 
+def promtool(binary: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``promtool`` (Debian's prometheus package) with ``args``; the caller asserts on
+    the return code with ``stdout + stderr`` as the message."""
+    return subprocess.run(
+        [binary, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
 def seconds(duration: str) -> float:
     """A Prometheus duration ("15m", "1h30m") in seconds."""
     parts = _DURATION.findall(duration)
