@@ -61,6 +61,7 @@ class RealPod:
     phase: PodPhase
     bound: bool  # spec.nodeName is set
     terminating: bool = False
+    created_at: float = 0.0  # metadata.creationTimestamp (epoch seconds; 0: unknown)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +114,8 @@ class DemandState:
     last_good: int | None = None
     last_good_aged: int | None = None  # the aged part of `last_good`, when it was read
     last_good_at: float | None = None
+    # When the queue looked as `last_good` says: the read's start, less the source's lag.
+    last_good_as_of: float | None = None
     last_result: DemandResult | None = None  # None: no request has finished yet
 
 
@@ -154,6 +157,9 @@ class Demand:
     source: DemandSource
     age: float | None = None  # seconds since the value in use was fetched
     claim: Claim | None = None
+    # When the queue looked like this (epoch seconds; None: not from a reading). Runner pods
+    # created since were jobs of that queue GitHub has handed to this scale set meanwhile.
+    as_of: float | None = None
 
 
 # --- policy knobs, plan and memory --------------------------------------------------------
@@ -183,6 +189,10 @@ class Params:
     # Demand sharding between peer clusters serving the same labels.
     cluster_index: int = 0
     cluster_count: int = 1
+    # How long pairs made for queued jobs are held once the queue stops asking for them
+    # (None: `downscale_delay`, like the warm pool). The monitor sets it from the launch
+    # times it observes (`demand.hold: auto`).
+    demand_hold: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_runners", "proactive_capacity", "max_pending_pairs", "cluster_index"):
@@ -269,3 +279,6 @@ class Memory:
     desired_window: tuple[tuple[float, int], ...] = field(default=())
     next_slot: int = 0
     lone_since: tuple[tuple[str, float], ...] = field(default=())
+    # The warm part of `desired` over `downscale_delay`, when queued jobs are held for a
+    # shorter `demand_hold` (then `desired_window` spans that hold).
+    warm_window: tuple[tuple[float, int], ...] = field(default=())

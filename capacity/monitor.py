@@ -53,7 +53,7 @@ import logging
 import random
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from base.arc import ARC_GROUP, ARC_VERSION
 from base.exposition import Registry
@@ -122,6 +122,7 @@ class CapacityMonitor:
         self.runner_labels = runner_labels
         self._max_runners = max_runners
         self._base_params = to_params(settings, 0)
+        self._launch_times: Sequence[float] = ()  # the reconciler's, once it exists
         self._registry = registry
         self.demand_state = DemandState()
         # Pairs held beyond demand (settings warm_pool), fed by what each pass sees.
@@ -180,6 +181,7 @@ class CapacityMonitor:
             warm_pool=self._warm_target,
             clock=clock,
         )
+        self._launch_times = self.reconciler.launch_times
         self.metrics.record_warm_pool_mode(settings.warm_pool.mode)
         # Nothing is confirmed yet: advertise 0 until the view has synced and a pass has
         # counted verified capacity (set here, before the listener's first poll can start).
@@ -198,8 +200,13 @@ class CapacityMonitor:
     # --- inputs to the policy -------------------------------------------------------------
 
     def params(self) -> Params:
-        """The knobs with the listener's current max_runners (it may change at any time)."""
-        return dataclasses.replace(self._base_params, max_runners=max(0, self._max_runners()))
+        """The knobs with the listener's current max_runners (it may change at any time) and,
+        with `demand.hold` unset, the hold the observed launch times give."""
+        base = self._base_params
+        hold = base.demand_hold
+        if self.settings.demand.hold is None:
+            hold = policy.demand_hold(self._launch_times, base.downscale_delay)
+        return dataclasses.replace(base, max_runners=max(0, self._max_runners()), demand_hold=hold)
 
     def demand(self, now: float) -> Demand:
         return policy.resolve_demand(self.demand_state, now, self.params())
@@ -287,18 +294,20 @@ class CapacityMonitor:
         self.metrics.record_kube_error(f"watch {stream}", error.kind.value)
 
     async def _hud_loop(self) -> None:
-        """Read the demand source every recalculate_interval (±10%), after a random start
-        delay so many listeners do not call it at the same moment."""
+        """Read the demand source every `demand.interval` (±10%), after a random start delay
+        so many listeners do not call it at the same moment."""
         if self._demand is None:
             return
-        interval = self.settings.recalculate_interval
+        interval = self.settings.demand_interval
         await asyncio.sleep(self._rng.uniform(0, 0.2 * interval))
         while True:
+            # The queue as the source saw it: when the read began, less the source's lag.
+            as_of = self.clock() - self.settings.demand_lag
             reading = await self._demand.read()
             outcome = reading.outcome
             now = self.clock()
             before = policy.resolve_demand(self.demand_state, now, self.params())
-            self.demand_state = policy.record_demand(self.demand_state, outcome, now)
+            self.demand_state = policy.record_demand(self.demand_state, outcome, now, as_of=as_of)
             self.metrics.record_reading(reading)
             if outcome.queued is None:
                 log.warning(

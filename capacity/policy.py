@@ -70,7 +70,7 @@ place, so its invariants (checked by the Hypothesis properties) can be read toge
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
@@ -149,6 +149,28 @@ def desired_pairs(params: Params, demand: Demand, active_runners: int) -> int:
     return max(0, min(wanted, headroom(params, active_runners)))
 
 
+# --- the hold of pairs made for queued jobs -------------------------------------------------
+
+HOLD_FLOOR = 30.0  # seconds: below this a hold only churns pairs between two readings
+HOLD_MIN_LAUNCHES = 8  # launches seen before the observed launch time is trusted
+
+
+def demand_hold(launches: Sequence[float], ceiling: float) -> float | None:
+    """The auto hold of pairs made for queued jobs: the p90 of the recent pair launch times
+    (create → both halves Running), within [HOLD_FLOOR, ``ceiling``]; None (use the ceiling,
+    `downscale_delay`) until HOLD_MIN_LAUNCHES have been seen.
+
+    Rent or buy: a pair released while its job might still come costs a launch again, one
+    held idle costs its idle time; holding it for one launch time and then letting go never
+    costs more than twice the better choice. The p90 and not the median, because a hold
+    shorter than the launch it hedges deletes pairs whose nodes are still coming up."""
+    if len(launches) < HOLD_MIN_LAUNCHES:
+        return None
+    ordered = sorted(launches)
+    p90 = ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
+    return max(min(HOLD_FLOOR, ceiling), min(p90, ceiling))
+
+
 # --- demand sharding ----------------------------------------------------------------------
 
 
@@ -173,16 +195,35 @@ def claim(total: int, aged: int | None, *, index: int = 0, count: int = 1) -> Cl
 # --- demand fallback (HUD or GitHub) --------------------------------------------------------
 
 
-def record_demand(state: DemandState, outcome: DemandOutcome, now: float) -> DemandState:
-    """Fold one demand read's outcome into the fallback state."""
+def record_demand(
+    state: DemandState, outcome: DemandOutcome, now: float, *, as_of: float | None = None
+) -> DemandState:
+    """Fold one demand read's outcome into the fallback state. ``as_of`` is when the queue
+    looked as the read says (its start, less the source's lag; default ``now``)."""
     if outcome.result == DemandResult.OK and outcome.queued is not None:
         return DemandState(
             last_good=outcome.queued,
             last_good_aged=outcome.aged,
             last_good_at=now,
+            last_good_as_of=now if as_of is None else as_of,
             last_result=DemandResult.OK,
         )
     return replace(state, last_result=outcome.result)
+
+
+def started_since(observed: Observed, as_of: float) -> int:
+    """Runner pods of this scale set created after ``as_of``: jobs a reading of the queue as of
+    then still counted as queued, which GitHub has handed to this scale set since."""
+    return sum(1 for r in observed.runner_pods if r.created_at > as_of and not r.terminating)
+
+
+def net_of_starts(demand: Demand, observed: Observed) -> Demand:
+    """``demand`` without the jobs that have started here since its reading (the as-of
+    correction): a reading 30 s behind the queue would otherwise ask for pairs for jobs whose
+    runner pods already exist, and keep them past the reading that no longer counts them."""
+    if demand.as_of is None or demand.queued <= 0:
+        return demand
+    return replace(demand, queued=max(0, demand.queued - started_since(observed, demand.as_of)))
 
 
 def resolve_demand(state: DemandState, now: float, params: Params) -> Demand:
@@ -212,6 +253,7 @@ def resolve_demand(state: DemandState, now: float, params: Params) -> Demand:
                 source=params.demand_live if live else DemandSource.STALE,
                 age=age,
                 claim=part,
+                as_of=state.last_good_as_of,
             )
         return Demand(
             queued=params.demand_failure_base_capacity, source=DemandSource.FLOOR, age=age
@@ -381,7 +423,7 @@ def plan(
     (``nodepool_room``; None: no cap)."""
     sides = count_sides(observed, params)
     real = real_runners(observed)
-    desired = desired_pairs(params, demand, real)
+    desired = desired_pairs(params, net_of_starts(demand, observed), real)
     if not observed.synced:
         return (
             Plan(
@@ -402,8 +444,7 @@ def plan(
     pairs, leftovers = _pair_lone_halves(slots, observed, params)  # 3b
     running_pairs = sum(1 for pair in pairs if pair.ready(params))
     fresh, renewing = _split_renewing(pairs, params, now)  # 4
-    window = _slide(memory.desired_window, now, desired, params.downscale_delay)
-    target = min(max(v for _, v in window), params.max_runners)
+    window, warm_window, target = _damped_target(memory, desired, params, real, now)
     fresh = _trim_fresh(fresh, target, params, delete)  # 5
     kept = _keep_renewing(fresh, renewing, target, params, delete)  # 6
     counts = _cap_pending(kept, fresh, params, delete)  # 7
@@ -428,7 +469,32 @@ def plan(
         broken=broken,
         held_by_nodepools=held,
     )
-    return result, Memory(desired_window=window, next_slot=first + count, lone_since=lone_since)
+    return result, Memory(
+        desired_window=window,
+        next_slot=first + count,
+        lone_since=lone_since,
+        warm_window=warm_window,
+    )
+
+
+def _damped_target(
+    memory: Memory, desired: int, params: Params, real: int, now: float
+) -> tuple[tuple[tuple[float, int], ...], tuple[tuple[float, int], ...], int]:
+    """Step 5's target and the two windows behind it. Pairs for queued jobs are held for
+    `demand_hold` after the queue stops asking for them; the warm pool's part of the target
+    for `downscale_delay`. With `demand_hold` unset (or not shorter) both are one window of
+    `downscale_delay` over the whole desired value."""
+    hold = params.downscale_delay
+    if params.demand_hold is not None:
+        hold = min(hold, params.demand_hold)
+    window = _slide(memory.desired_window, now, desired, hold)
+    top = max(v for _, v in window)
+    warm_window: tuple[tuple[float, int], ...] = ()
+    if hold < params.downscale_delay:
+        warm = min(params.proactive_capacity, headroom(params, real))
+        warm_window = _slide(memory.warm_window, now, warm, params.downscale_delay)
+        top = max(top, max(v for _, v in warm_window))
+    return window, warm_window, min(top, params.max_runners)
 
 
 def _sweep(placeholders: Iterable[Placeholder], now: float, delete: _Deletes) -> list[Placeholder]:

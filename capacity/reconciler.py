@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -56,6 +57,9 @@ from capacity.pods import RunnerSet
 from capacity.view import Pods, View
 
 log = logging.getLogger("capacity.reconciler")
+
+# Recent pair launch times kept for the auto hold (policy.demand_hold).
+LAUNCHES_KEPT = 32
 
 Manifest = Mapping[str, Any]
 # (slot id, owner, now) → the two pod manifests of a pair (runner half, workflow half).
@@ -203,6 +207,8 @@ class Reconciler:
         # Slot -> when this process created the pair, until it is seen whole Running (its
         # launch time is recorded then) or is too old to be waited for.
         self._launching: dict[str, float] = {}
+        # The recent launch times, for the auto hold of pairs made for queued jobs.
+        self.launch_times: deque[float] = deque(maxlen=LAUNCHES_KEPT)
 
     # --- planning -------------------------------------------------------------------------
 
@@ -385,7 +391,9 @@ class Reconciler:
         for slot, pods in halves.items():
             whole = {p.role for p in pods if p.phase == PodPhase.RUNNING and not p.terminating}
             if whole == set(Role):
-                self.metrics.record_pair_launch(now - self._launching.pop(slot))
+                took = now - self._launching.pop(slot)
+                self.metrics.record_pair_launch(took)
+                self.launch_times.append(took)
         if params is not None:
             limit = params.ready_timeout + self.expectations.ttl
             for slot, created in list(self._launching.items()):

@@ -58,6 +58,8 @@ DEFAULT_HUD_URL = "https://hud.pytorch.org/api/clickhouse/queued_jobs_aggregate"
 
 
 REFERENCE = "deploy/config/REFERENCE.md"
+# The default HUD read interval: a reading as fresh as this costs HUD two small queries.
+HUD_READ_INTERVAL = 10.0
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,9 @@ def _positive_duration(value: object) -> float:
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 PositiveDuration = Annotated[float, BeforeValidator(_positive_duration)]
+# A duration that may be left unset (None: the setting's documented automatic value).
+OptionalDuration = Annotated[float | None, BeforeValidator(parse_duration)]
+OptionalPositiveDuration = Annotated[float | None, BeforeValidator(_positive_duration)]
 
 _BYTE_RESOURCES = ("memory", "ephemeral-storage")
 
@@ -217,6 +222,9 @@ class HudSettings(BaseModel):
     max_response_bytes: int = Field(default=4_500_000, gt=0)  # Vercel's response limit
     stale_after: Duration = 300.0
     failure_base_capacity: int = Field(default=1, ge=0)
+    # How far behind the queue HUD's rows are: runner pods created after (read − lag) are jobs
+    # the rows may still count as queued.
+    lag: Duration = 30.0
     # Only ever set by `load_capacity_settings` from HUD_API_TOKEN.
     token: SecretStr | None = Field(default=None, exclude=True, repr=False)
 
@@ -251,6 +259,13 @@ class DemandSettings(BaseModel):
     cluster_index: int = Field(default=0, ge=0)
     cluster_count: int = Field(default=1, ge=1)
     aged_after: PositiveDuration = 900.0
+    # How often the source is read. None: 10 s for HUD (a stale reading is the longest step
+    # before a pair can be made), `recalculate_interval` for GitHub's REST API (its rate limit).
+    interval: OptionalPositiveDuration = None
+    # How long pairs made for queued jobs are held once the queue stops asking for them.
+    # None (auto): the pair launch time this listener observes (p90 of its recent launches),
+    # within [30 s, downscale_delay]; `downscale_delay` until it has seen enough launches.
+    hold: OptionalDuration = None
 
 
 _REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)?$")
@@ -504,6 +519,21 @@ class CapacitySettings(BaseSettings):
         if self.demand.source is not None:
             return self.demand.source
         return "hud" if self.hud.enabled else "none"
+
+    @property
+    def demand_interval(self) -> float:
+        """Seconds between reads of the demand source (`demand.interval`, or its default)."""
+        if self.demand.interval is not None:
+            return self.demand.interval
+        if self.demand_source == "hud":
+            return min(HUD_READ_INTERVAL, self.recalculate_interval)
+        return self.recalculate_interval
+
+    @property
+    def demand_lag(self) -> float:
+        """How far behind the queue the source's readings are (HUD: `hud.lag`; GitHub's REST
+        API is read live)."""
+        return self.hud.lag if self.demand_source == "hud" else 0.0
 
     @field_validator("placeholder_namespace")
     @classmethod
@@ -775,6 +805,7 @@ def to_params(settings: CapacitySettings, max_runners: int) -> Params:
         ttl=settings.placeholder_ttl,
         renew_before=settings.renew_before,
         node_checks=settings.node_checks,
+        demand_hold=settings.demand.hold,
         **_demand_params(settings),
     )
 

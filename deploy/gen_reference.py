@@ -80,6 +80,8 @@ DESCRIPTIONS: dict[str, str] = {
     "hud.max_response_bytes": "Responses larger than this are rejected (result `too_large`).",
     "hud.stale_after": "While HUD fails, keep using the last good value for this long, then "
     "fall back to the floor.",
+    "hud.lag": "How far behind the queue HUD's rows are. Runner pods created after a read's "
+    "start less this are jobs the rows may still count: they are not counted again.",
     "hud.failure_base_capacity": "The floor while HUD is failing: desired pairs = "
     "`proactive_capacity` + this.",
     "hud.parameters.queued_threshold_minutes": "Count only jobs queued at least this long.",
@@ -95,6 +97,12 @@ DESCRIPTIONS: dict[str, str] = {
     "the fresh queued jobs plus every aged one. 1: the whole queue.",
     "demand.aged_after": "Jobs queued longer than this are claimed by every cluster, so a "
     "down or full cluster's share is picked up. Whole minutes with HUD.",
+    "demand.interval": "How often the demand source is read. Unset: 10 s for HUD (at most "
+    "`recalculate_interval`), `recalculate_interval` for GitHub's REST API (its rate limit).",
+    "demand.hold": "How long pairs made for queued jobs are held once the queue stops asking "
+    "for them. Unset (auto): the p90 of this listener's recent pair launch times (create → "
+    "both halves Running), within [30 s, `downscale_delay`]; `downscale_delay` until 8 "
+    "launches are seen. The warm pool's part is always held for `downscale_delay`.",
     "github": "The GitHub REST demand source (below); used when `demand.source` is `github`.",
     "github.repositories": "Repositories to read (`name` under the scale set's owner, or "
     "`owner/name`). Empty: the scale set's repository, or all of its organization's. "

@@ -90,11 +90,13 @@ def start(cluster: MemoryCluster | None = None, *, proactive: int = 1, **overrid
     if not cluster.objects.get(Resource.arc("ephemeralrunnersets", NS).path):
         cluster.add(Resource.arc("ephemeralrunnersets", NS), runner_set())
     settings = CapacitySettings(
-        enabled=True,
-        proactive_capacity=proactive,
-        workflow_resources=Resources(requests={"cpu": "1", "memory": "1Gi"}),
-        downscale_delay=0.0,
-        **overrides,
+        **{
+            "enabled": True,
+            "proactive_capacity": proactive,
+            "workflow_resources": Resources(requests={"cpu": "1", "memory": "1Gi"}),
+            "downscale_delay": 0.0,
+            **overrides,
+        }
     )
     return Scene(cluster, settings)
 
@@ -461,6 +463,28 @@ async def test_a_pairs_launch_is_timed_from_its_create_until_both_halves_run() -
         scene.clock.now += 30.0
         await scene.reconciler.reconcile_once()
         assert launches(scene) == (1.0, 65.0)  # once per pair
+
+
+async def test_the_observed_launch_times_set_the_hold_of_queued_jobs_pairs() -> None:
+    scene = start(proactive=1, downscale_delay=300.0)
+    assert scene.monitor.params().demand_hold is None  # nothing seen: downscale_delay
+    async with Running(scene):
+        for launch in range(8):
+            await scene.reconciler.reconcile_once()  # creates the warm pair
+            (runner,) = scene.placeholders(Role.RUNNER)
+            (workflow,) = scene.placeholders(Role.WORKFLOW)
+            scene.clock.now += 40.0 + 5.0 * launch
+            scene.cluster.set_phase(NS, runner, "Running")
+            scene.cluster.set_phase(NS, workflow, "Running")
+            await scene.settle()
+            await scene.reconciler.reconcile_once()  # sees it whole: one launch timed
+            for pod in (runner, workflow):  # a job takes it: the next pass makes another
+                await scene.cluster.delete_pod(NS, pod)
+            await scene.settle()
+    assert launches(scene)[0] == 8.0
+    assert scene.monitor.params().demand_hold == 75.0  # the p90 of 40, 45, …, 75 s
+    fixed = start(proactive=1, downscale_delay=300.0, demand={"hold": "20s"})
+    assert fixed.monitor.params().demand_hold == 20.0
 
 
 async def test_pairs_this_process_did_not_create_are_not_timed() -> None:

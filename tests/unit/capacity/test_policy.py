@@ -27,7 +27,7 @@ from capacity.model import (
     RealPod,
     Role,
 )
-from capacity.policy import count_sides, plan, record_demand, resolve_demand
+from capacity.policy import count_sides, demand_hold, plan, record_demand, resolve_demand
 
 from .builders import P, R, apply_plan, pair, pairs, ph, runner, schedule_all, workflow
 
@@ -614,3 +614,93 @@ def test_hud_value_not_refreshed_in_time_is_not_trusted() -> None:
     state = record_demand(DemandState(), ok(9), 0.0)
     got = resolve_demand(state, 1000.0, hud_params())
     assert got.source == DemandSource.FLOOR
+
+
+# --- queued jobs held for the launch time, the warm pool for downscale_delay -----------------
+
+
+def test_pairs_for_queued_jobs_go_after_the_hold_the_warm_pool_after_downscale_delay() -> None:
+    knobs = params(proactive_capacity=1, downscale_delay=300.0, demand_hold=60.0)
+    _, memory = plan(Observed(placeholders=(*pairs(4),)), demand(3), knobs, Memory(), 10.0)
+    # The queue empties: the 3 pairs made for it stay for the hold (their nodes may still be
+    # coming up), then go; the warm pair stays for downscale_delay.
+    held, memory = plan(Observed(placeholders=(*pairs(4),)), demand(0), knobs, memory, 60.0)
+    assert held.deletes == ()
+    assert held.target_pairs == 4
+    after, _ = plan(Observed(placeholders=(*pairs(4),)), demand(0), knobs, memory, 71.0)
+    assert after.target_pairs == 1
+    assert len({d.name for d in after.deletes}) == 6  # three pairs, the newest first
+    assert {d.reason for d in after.deletes} == {DeleteReason.EXCESS}
+
+
+def test_without_a_hold_queued_and_warm_pairs_share_downscale_delay() -> None:
+    knobs = params(proactive_capacity=1, downscale_delay=300.0)
+    _, memory = plan(Observed(placeholders=(*pairs(4),)), demand(3), knobs, Memory(), 10.0)
+    kept, _ = plan(Observed(placeholders=(*pairs(4),)), demand(0), knobs, memory, 300.0)
+    assert kept.target_pairs == 4
+    assert kept.deletes == ()
+
+
+def test_a_hold_longer_than_downscale_delay_is_cut_to_it() -> None:
+    knobs = params(downscale_delay=100.0, demand_hold=1000.0)
+    _, memory = plan(Observed(placeholders=(*pairs(2),)), demand(2), knobs, Memory(), 10.0)
+    later, _ = plan(Observed(placeholders=(*pairs(2),)), demand(0), knobs, memory, 111.0)
+    assert later.target_pairs == 0
+
+
+@pytest.mark.parametrize(
+    ("launches", "ceiling", "hold"),
+    [
+        ([50.0] * 7, 300.0, None),  # too few launches seen: downscale_delay
+        ([5.0] * 8, 300.0, 30.0),  # launches on nodes with room: the floor
+        ([10.0] * 8 + [80.0, 90.0], 300.0, 80.0),  # the p90, not the median
+        ([400.0] * 10, 300.0, 300.0),  # never beyond downscale_delay
+        ([5.0] * 10, 20.0, 20.0),  # nor the floor beyond a shorter downscale_delay
+    ],
+)
+def test_the_auto_hold_is_the_p90_launch_time(
+    launches: list[float], ceiling: float, hold: float | None
+) -> None:
+    assert demand_hold(launches, ceiling) == hold
+
+
+# --- the as-of correction ------------------------------------------------------------------
+
+
+def test_jobs_started_since_the_reading_are_not_counted_again() -> None:
+    """A reading as of t=40 counted 3 queued jobs; two of them have runner pods since (created
+    at 50 and 60), one started before the reading (30): one pair is still wanted."""
+    runners = (runner("r0", created=30.0), runner("r1", created=50.0), runner("r2", created=60.0))
+    observed = Observed(runner_pods=runners, active_runners=3)
+    read = Demand(queued=3, source=DemandSource.HUD, as_of=40.0)
+    result, _ = plan(observed, read, params(), Memory(), NOW)
+    assert result.desired_pairs == 1
+    assert len(result.creates) == 1
+    # Without an as-of time (the floor, no source) nothing is taken off.
+    result, _ = plan(observed, demand(3), params(), Memory(), NOW)
+    assert result.desired_pairs == 3
+
+
+def test_a_reading_keeps_its_as_of_time_while_held() -> None:
+    ok = DemandOutcome(result=DemandResult.OK, duration=0.1, queued=4)
+    state = record_demand(DemandState(), ok, 100.0, as_of=70.0)
+    knobs = params(demand_enabled=True)
+    assert resolve_demand(state, 110.0, knobs).as_of == 70.0
+    failed = DemandOutcome(result=DemandResult.TIMEOUT, duration=10.0)
+    state = record_demand(state, failed, 130.0)
+    held = resolve_demand(state, 140.0, knobs)
+    assert (held.source, held.queued, held.as_of) == (DemandSource.STALE, 4, 70.0)
+    assert record_demand(DemandState(), ok, 100.0).last_good_as_of == 100.0
+
+
+def test_a_warm_pool_that_shrinks_is_damped_by_downscale_delay_not_the_hold() -> None:
+    """A schedule window ends (warm pool 2 → 0): its pairs go after downscale_delay, as
+    before, even though queued jobs' pairs are held for a shorter time."""
+    knobs = params(proactive_capacity=2, downscale_delay=300.0, demand_hold=60.0)
+    _, memory = plan(Observed(placeholders=(*pairs(2),)), demand(0), knobs, Memory(), 10.0)
+    ended = replace(knobs, proactive_capacity=0)
+    kept, memory = plan(Observed(placeholders=(*pairs(2),)), demand(0), ended, memory, 100.0)
+    assert kept.target_pairs == 2
+    assert kept.deletes == ()
+    gone, _ = plan(Observed(placeholders=(*pairs(2),)), demand(0), ended, memory, 311.0)
+    assert gone.target_pairs == 0

@@ -40,6 +40,7 @@ def params_st(draw: st.DrawFn) -> Params:
         ttl=ttl,
         renew_before=draw(st.floats(0.0, ttl * 0.99)),
         node_checks=draw(st.booleans()),
+        demand_hold=draw(st.none() | st.floats(0.0, 900.0)),
     )
 
 
@@ -79,6 +80,7 @@ def world_st(draw: st.DrawFn) -> tuple[Observed, Params, Demand, Memory]:
                 phase=draw(PHASES),
                 bound=draw(st.booleans()),
                 terminating=draw(st.booleans()) and draw(st.booleans()),
+                created_at=draw(st.floats(NOW - 300.0, NOW)),
             )
         )
         if draw(st.booleans()):
@@ -96,9 +98,18 @@ def world_st(draw: st.DrawFn) -> tuple[Observed, Params, Demand, Memory]:
         workflow_pods=tuple(workflow_pods),
         active_runners=draw(st.integers(0, 25)),
     )
-    demand = Demand(queued=draw(st.integers(0, 40)), source=DemandSource.HUD)
+    demand = Demand(
+        queued=draw(st.integers(0, 40)),
+        source=DemandSource.HUD,
+        as_of=draw(st.none() | st.floats(NOW - 300.0, NOW)),
+    )
     window = draw(st.lists(st.tuples(st.floats(NOW - 1000.0, NOW), st.integers(0, 30)), max_size=4))
-    memory = Memory(desired_window=tuple(sorted(window)), next_slot=draw(st.integers(0, 12)))
+    warm = draw(st.lists(st.tuples(st.floats(NOW - 1000.0, NOW), st.integers(0, 8)), max_size=4))
+    memory = Memory(
+        desired_window=tuple(sorted(window)),
+        next_slot=draw(st.integers(0, 12)),
+        warm_window=tuple(sorted(warm)),
+    )
     return observed, params, demand, memory
 
 

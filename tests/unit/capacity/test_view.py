@@ -108,13 +108,21 @@ def test_missing_expiry_reads_as_already_expired() -> None:
 
 
 def test_runner_and_workflow_pod_projections() -> None:
-    runner = real_pod_from(pod("r1", node=None, phase="Pending"))
-    assert runner == RealPod(name="r1", phase=PodPhase.PENDING, bound=False)
+    raw = pod("r1", node=None, phase="Pending")
+    created = contract.parse_expiry(raw["metadata"]["creationTimestamp"])
+    assert created > 0  # the as-of correction reads when a runner pod was created
+    runner = real_pod_from(raw)
+    assert runner == RealPod(name="r1", phase=PodPhase.PENDING, bound=False, created_at=created)
     # A workflow pod that also carries the scale-set label is not a runner.
     assert real_pod_from(pod("r1-workflow", labels={RUNNER_POD_LABEL: "r1"})) is None
     wf = workflow_pod_from(pod("r1-workflow", labels={RUNNER_POD_LABEL: "r1"}, deleting=True))
     assert wf == WorkflowPod(
-        pod=RealPod(name="r1-workflow", phase=PodPhase.RUNNING, bound=True, terminating=True),
+        pod=RealPod(
+            name="r1-workflow",
+            phase=PodPhase.RUNNING,
+            bound=True,
+            terminating=True,
+        ),
         runner="r1",
     )
     assert workflow_pod_from(pod("lonely")) is None
