@@ -153,6 +153,7 @@ def desired_pairs(params: Params, demand: Demand, active_runners: int) -> int:
 
 HOLD_FLOOR = 30.0  # seconds: below this a hold only churns pairs between two readings
 HOLD_MIN_LAUNCHES = 8  # launches seen before the observed launch time is trusted
+LAUNCHES_KEPT = 32  # the recent launch times the hold is taken from
 
 
 def demand_hold(launches: Sequence[float], ceiling: float) -> float | None:

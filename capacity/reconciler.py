@@ -58,9 +58,6 @@ from capacity.view import Pods, View
 
 log = logging.getLogger("capacity.reconciler")
 
-# Recent pair launch times kept for the auto hold (policy.demand_hold).
-LAUNCHES_KEPT = 32
-
 Manifest = Mapping[str, Any]
 # (slot id, owner, now) → the two pod manifests of a pair (runner half, workflow half).
 PairBuilder = Callable[[str, RunnerSet, float], tuple[Manifest, Manifest]]
@@ -208,7 +205,7 @@ class Reconciler:
         # launch time is recorded then) or is too old to be waited for.
         self._launching: dict[str, float] = {}
         # The recent launch times, for the auto hold of pairs made for queued jobs.
-        self.launch_times: deque[float] = deque(maxlen=LAUNCHES_KEPT)
+        self.launch_times: deque[float] = deque(maxlen=policy.LAUNCHES_KEPT)
 
     # --- planning -------------------------------------------------------------------------
 

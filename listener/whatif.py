@@ -35,6 +35,7 @@ from typing import Any, TextIO
 from base.http.errors import HTTPError
 from capacity.github_demand import label_match
 from capacity.settings import (
+    HUD_READ_INTERVAL,
     CapacitySettings,
     CapacitySettingsError,
     load_capacity_settings,
@@ -334,7 +335,10 @@ def _config(args: argparse.Namespace) -> SimConfig:
     return SimConfig(
         params=to_params(capacity, args.max_runners),
         delays=tuple(delays),
-        demand_interval=args.demand_interval or interval,
+        # The product's default read interval for a source that lags (HUD's).
+        demand_interval=args.demand_interval
+        or capacity.demand.interval
+        or min(HUD_READ_INTERVAL, interval),
         demand_lag=args.demand_lag,
         recalculate_interval=interval,
         node_idle=args.node_idle,
@@ -499,7 +503,7 @@ def _simulation_options(parser: argparse.ArgumentParser) -> None:
         "--demand-interval",
         type=float,
         default=0.0,
-        help="seconds between demand reads (default: recalculate_interval)",
+        help="seconds between demand reads (default: demand.interval, else 10 s, HUD's)",
     )
     parser.add_argument("--demand-lag", type=float, default=2.0, help="read duration (2)")
     parser.add_argument(

@@ -33,8 +33,11 @@ How the benchmark maps onto the simulator (``model()`` is printed with the resul
   poll lowers the header (seen in the listeners' logs: ``JobCompleted`` and
   ``JobAssigned`` together), and the new job's pods take the room the finished one leaves.
 * **Demand**: the fake HUD shows the queue as it was ``hud_lag`` seconds ago and the
-  listener reads it every ``recalculate_interval``: the simulator's read lagging by
-  ``hud_lag``. Until its first read a listener plans for the failure floor
+  listener reads it every ``demand.interval`` (the run records it; 30 s, the
+  ``recalculate_interval``, for runs before 2026-11-27): the simulator's read lagging by
+  ``hud_lag``, with the hold of queued jobs' pairs the run had, and the as-of correction
+  (always: the simulator is today's).
+  Until its first read a listener plans for the failure floor
   (``hud.failure_base_capacity``, 1): each cluster makes that pair at start and keeps it
   idle for ``downscale_delay``. The simulator's first value arrives one lag after its first
   read, which makes no other difference at start (the floor's pairs are made at the first
@@ -297,13 +300,15 @@ def mapping(
             to_params(settings, max_runners=config.max_runners),
             cluster_index=index,
             cluster_count=CLUSTERS,
+            # auto (None): from the simulated launches, as the monitor from its own
+            demand_hold=None if config.demand_hold == "auto" else settings.downscale_delay,
         )
         rng = random.Random(f"agreement-{seed}-{index}")
         sims.append(
             SimConfig(
                 params=params,
                 delays=launch_delays(config, knobs, measured, rng),
-                demand_interval=settings.recalculate_interval,
+                demand_interval=config.demand_interval,
                 demand_lag=config.hud_lag,
                 recalculate_interval=settings.recalculate_interval,
                 node_idle=_seconds(config.consolidate_after, "consolidate_after"),

@@ -74,6 +74,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from capacity.settings import HUD_READ_INTERVAL
 from capacity.whatif.optimum import optimum
 from capacity.whatif.synth import SynthSpec, generate
 from tools.critical_path import JobPath, Pair, attribute, pairs_from_events, rises
@@ -161,6 +162,11 @@ class Config:
     shortage_start: tuple[float, float] = (0.1, 0.6)  # share of the arrival span
     shortage_seconds: tuple[float, float] = (240.0, 480.0)
     hud_lag: float = 30.0
+    # The listener's demand reads and the hold of queued jobs' pairs, at product defaults
+    # (recorded so a replay can tell: runs before 2026-11-27 read HUD every 30 s and held
+    # every pair for downscale_delay).
+    demand_interval: float = HUD_READ_INTERVAL
+    demand_hold: str = "auto"
     consolidate_after: str = "30s"
     waited_long: float = 60.0
 
@@ -178,6 +184,8 @@ class Config:
                 "overtime_s": self.overtime,
             },
             "node_provisioning_delay_s": list(self.launch_delay),
+            "demand_interval_s": self.demand_interval,
+            "demand_hold": self.demand_hold,
             "shortage": {
                 "site": SITE_NAMES[0],
                 "instance_type": WORKFLOW_TYPE,
@@ -213,8 +221,10 @@ class Config:
             "WhenEmptyOrUnderutilized, budget 100 %; maxRunners "
             f"{self.max_runners} per cluster",
             "everything else at product defaults: recalculate_interval 30 s, "
-            "downscale_delay 300 s, placeholder_ready_timeout 300 s, max_pending_pairs 30, "
-            "hud.stale_after 300 s, hud.timeout 10 s, hud.failure_base_capacity 1",
+            f"demand.interval {self.demand_interval:g} s, demand.hold {self.demand_hold}, "
+            "hud.lag 30 s, downscale_delay 300 s, placeholder_ready_timeout 300 s, "
+            "max_pending_pairs 30, hud.stale_after 300 s, hud.timeout 10 s, "
+            "hud.failure_base_capacity 1",
         ]
 
 
@@ -964,6 +974,10 @@ def config_of(document: Mapping[str, Any]) -> Config:
                 with_family(known, described.get("family", "capped")),
                 seeds=tuple(described["seeds"]),
                 variants=tuple(described["variants"]),
+                # Runs made before these were recorded read HUD every 30 s and held pairs
+                # for downscale_delay.
+                demand_interval=described.get("demand_interval_s", 30.0),
+                demand_hold=described.get("demand_hold", "downscale_delay"),
             )
     raise ValueError("config: the saved run matches neither FULL nor SMOKE; cannot re-plan it")
 

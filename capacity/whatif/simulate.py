@@ -97,8 +97,10 @@ from capacity.model import (
     Params,
     Placeholder,
     PodPhase,
+    RealPod,
     Role,
 )
+from capacity.pods import job_pod_name
 from capacity.warm_pool import WarmPool
 from capacity.whatif.trace import TraceJob
 
@@ -289,6 +291,8 @@ class _Run:
     pool: WarmPool
     arrivals: warm_pool.ArrivalCounter = field(default_factory=warm_pool.ArrivalCounter)
     runner_pods: dict[int, str] = field(default_factory=dict)  # job → its runner pod
+    started_at: dict[int, float] = field(default_factory=dict)  # running job → its start
+    launch_times: list[float] = field(default_factory=list)  # pair create → Running, latest
     job_nodes: dict[int, int] = field(default_factory=dict)  # running job → its node
     nodes: dict[int, _Node] = field(default_factory=dict)
     pairs: dict[str, _Pair] = field(default_factory=dict)
@@ -303,11 +307,12 @@ class _Run:
     passes: int = 0
     next_delay: int = 0
     next_node: int = 0
-    params_cache: dict[int, Params] = field(default_factory=dict)
+    params_cache: dict[tuple[int, float | None], Params] = field(default_factory=dict)
     # The reconcile loop and the demand reads of this cluster's listener.
     poked: bool = False  # a pass is scheduled for a change
     reads: int = 0
     seen: dict[int, int] = field(default_factory=dict)  # read number → the jobs queued it saw
+    read_at: dict[int, float] = field(default_factory=dict)  # read number → when it was made
 
     # --- events ---------------------------------------------------------------------------
 
@@ -341,22 +346,26 @@ class _Run:
                 break
             if not pair.running and pair.node != node_id:
                 self.nodes[pair.node].pairs.discard(pair.slot)  # its node launches for less
-                self.bind(pair, node_id)
+                self.bind(pair, node_id, now)
                 room -= 1
         if node.used() == 0:
             node.expires_at = now + self.config.node_idle
             self.push(node.expires_at, _NODE_EXPIRE, node_id)
 
-    def bind(self, pair: _Pair, node_id: int) -> None:
+    def bind(self, pair: _Pair, node_id: int, now: float) -> None:
         node = self.nodes[node_id]
         node.pairs.add(pair.slot)
         node.expires_at = math.inf
         pair.node = node_id
         if node.ready:
-            self.set_running(pair)
+            self.set_running(pair, now)
 
-    def set_running(self, pair: _Pair) -> None:
+    def set_running(self, pair: _Pair, now: float) -> None:
         pair.running = True
+        # The monitor times each pair it made from create to both halves Running (the auto
+        # hold of pairs for queued jobs): the latest LAUNCHES_KEPT, as there.
+        kept = self.launch_times[-(policy.LAUNCHES_KEPT - 1) :]
+        self.launch_times = [*kept, now - pair.created_at]
         runner, workflow = pair.halves
         pair.halves = (
             replace(runner, phase=PodPhase.RUNNING),
@@ -406,7 +415,7 @@ class _Run:
             node_id = roomy[0]
         else:
             node_id = self.launch(now)
-        self.bind(pair, node_id)
+        self.bind(pair, node_id, now)
 
     def drop_pair(self, slot: str, now: float) -> int:
         """The pair goes (deleted, or preempted by a job); returns its node."""
@@ -450,6 +459,7 @@ class _Run:
         self.queue.waits.append(now - job.queued_at)
         self.running_jobs += 1
         self.runner_pods[index] = job.job or f"job-{index}"
+        self.started_at[index] = now
         self.job_nodes[index] = node_id
         self.busy += self.clipped(now, now + (job.duration or 0.0))
         self.push(now + (job.duration or 0.0), _JOB_END, index)
@@ -457,10 +467,14 @@ class _Run:
     # --- the policy -----------------------------------------------------------------------
 
     def params(self, size: int) -> Params:
-        cached = self.params_cache.get(size)
+        base = self.config.params
+        hold = base.demand_hold
+        if hold is None:  # auto, as the monitor: from the launch times seen so far
+            hold = policy.demand_hold(self.launch_times, base.downscale_delay)
+        cached = self.params_cache.get((size, hold))
         if cached is None:
-            cached = replace(self.config.params, proactive_capacity=size, demand_enabled=True)
-            self.params_cache[size] = cached
+            cached = replace(base, proactive_capacity=size, demand_enabled=True, demand_hold=hold)
+            self.params_cache[(size, hold)] = cached
         return cached
 
     def reconcile(self, now: float) -> None:
@@ -476,8 +490,19 @@ class _Run:
             commit=True,
         )
         params = self.params(max(0, size))
+        # The jobs' runner pods with their start, for the as-of correction of a reading (and
+        # each one's workflow pod, so no runner seems to be waiting for workflow room).
+        runners = tuple(
+            RealPod(name=f"job-{i}", phase=PodPhase.RUNNING, bound=True, created_at=started)
+            for i, started in self.started_at.items()
+        )
+        workflows = tuple(
+            RealPod(name=job_pod_name(r.name), phase=PodPhase.RUNNING, bound=True) for r in runners
+        )
         observed = Observed(
             placeholders=tuple(h for pair in self.pairs.values() for h in pair.halves),
+            runner_pods=runners,
+            workflow_pods=workflows,
             active_runners=self.running_jobs,
         )
         plan, self.memory = policy.plan(observed, demand, params, self.memory, now)
@@ -557,6 +582,7 @@ def simulate_clusters(
             if kind == _JOB_END:
                 run.running_jobs -= 1
                 del run.runner_pods[arg]
+                del run.started_at[arg]
                 node_id = run.job_nodes.pop(arg)
                 run.nodes[node_id].jobs -= 1
                 remaining -= 1
@@ -572,7 +598,7 @@ def simulate_clusters(
                     continue
                 node.ready = True
                 for slot in node.pairs:
-                    run.set_running(run.pairs[slot])
+                    run.set_running(run.pairs[slot], now)
                     changed[cluster] = True
                 run.settle(arg, now)
             elif kind == _NODE_EXPIRE:
@@ -585,6 +611,7 @@ def simulate_clusters(
                     seen += ahead.count(now, config.lookahead)
                 run.reads += 1
                 run.seen[run.reads] = seen
+                run.read_at[run.reads] = now
                 run.push(now + config.demand_lag, _DEMAND_SEEN, run.reads)
                 if remaining or now < stop:
                     run.push(now + config.demand_interval, _DEMAND_READ)
@@ -592,7 +619,9 @@ def simulate_clusters(
                 seen = run.seen.pop(arg)
                 before = policy.resolve_demand(run.hud, now, run.params(0)).queued
                 outcome = DemandOutcome(result=DemandResult.OK, duration=0.0, queued=seen)
-                run.hud = policy.record_demand(run.hud, outcome, now)
+                # The queue as of the read: jobs started since are not counted again.
+                as_of = run.read_at.pop(arg)
+                run.hud = policy.record_demand(run.hud, outcome, now, as_of=as_of)
                 after = policy.resolve_demand(run.hud, now, run.params(0)).queued
                 changed[cluster] = changed[cluster] or after != before
             elif arg == _POKED:  # _PASS for a change

@@ -33,11 +33,12 @@ def test_a_reactive_job_waits_for_the_read_the_pass_and_the_node() -> None:
     # Read at 0 (the job is queued), used 2 s later, pass 0.15 s after that, node 60 s.
     assert out.waits == pytest.approx((62.15,))
     assert out.busy == pytest.approx(100.0)
-    # The read at 60 still saw the job queued (it started at 62.15), so the lagged demand
-    # asked for a second pair: the cost of the lag, a node launched for nobody.
-    assert out.pairs_created == out.launches == 2
-    # Spare: the first node's launch (60 s), the second node from 62.15 to the end.
-    assert out.spare == pytest.approx(60 + 100)
+    # The read at 60 still saw the job queued (it started at 62.15), but the job's runner
+    # started after that read: the as-of correction does not count it again, so no second
+    # pair (without it: a node launched for nobody, the lag's cost).
+    assert out.pairs_created == out.launches == 1
+    # Spare: the node's launch (60 s).
+    assert out.spare == pytest.approx(60)
 
 
 def test_a_warm_pair_takes_a_later_job_at_once() -> None:
@@ -214,14 +215,13 @@ def test_sharded_peers_make_pairs_for_their_claim_of_the_queue() -> None:
         replace(fast, params=replace(PARAMS, cluster_index=i, cluster_count=2)) for i in (0, 1)
     ]
     out = simulate_clusters(jobs, peers, [FixedPool(0), FixedPool(0)])
-    # The first read sees three queued: peer 0 claims two, peer 1 one; no pair twice
-    # (and again when they start, for the read that still shows them: the lag's cost).
+    # The first read sees three queued: peer 0 claims two, peer 1 one; no pair twice (and
+    # none for the read that still shows them once they start: the as-of correction).
     assert out.waits == pytest.approx((52.15,) * 3)
-    assert out.launches == 3 + 3
-    # Without sharding each peer makes a pair per queued job: six at the first read, and
-    # three more for the lag's read by the peer whose pairs the jobs took.
+    assert out.launches == 3
+    # Without sharding each peer makes a pair per queued job: six at the first read.
     unsharded = simulate_clusters(jobs, [fast, fast], [FixedPool(0), FixedPool(0)])
-    assert unsharded.launches == 6 + 3
+    assert unsharded.launches == 6
 
 
 @dataclass
