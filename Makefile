@@ -93,7 +93,7 @@ check: test
 
 # The control plane, Karpenter and the Helm CLI the chart tests run (all pinned, cached).
 cluster-build: venv
-	$(CLUSTER) build --karpenter --helm
+	$(CLUSTER) build --karpenter --helm --kubectl
 
 conformance-build: venv
 	$(PY) -m tools.conformance.build
