@@ -39,8 +39,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,14 +86,14 @@ class Step:
 def plan(commands: list[str], arc_src: str) -> list[Step]:
     """The README's commands with the rule applied: what runs (ARC's chart from ARC_SRC)
     and what is skipped, and why."""
+    local = shlex.quote(str(Path(arc_src) / ARC_CHART)) if arc_src else ""
     steps = []
     for command in commands:
         if command.startswith("docker "):
             steps.append(Step(command, NO_ENGINE))
-        elif ARC_OCI in command and not arc_src:
+        elif ARC_OCI in command and not local:
             steps.append(Step(command, NO_REGISTRY))
         else:
-            local = shlex.quote(str(Path(arc_src) / ARC_CHART)) if arc_src else ""
             steps.append(Step(command.replace(ARC_OCI, local) if local else command))
     return steps
 
@@ -221,10 +223,12 @@ async def _missing(api: client.ApiClient, refs: dict[str, set[str]], namespace: 
     return missing
 
 
-async def _kubelet(api: client.ApiClient, kubectl_env: dict[str, str], cwd: Path) -> list[str]:
+async def _kubelet(
+    api: client.ApiClient, kubectl_env: dict[str, str], cwd: Path, alive: Callable[[], None]
+) -> list[str]:
     """Stand in for the kubelet of `helm test`'s pod: run each container's command as the
     pod's ServiceAccount and write the exit codes to the pod's status. Returns the checks
-    with their answers."""
+    with their answers. ``alive`` raises once `helm test` has ended (no pod will come)."""
     core = client.CoreV1Api(api)
 
     async def test_pod() -> Any:
@@ -232,7 +236,7 @@ async def _kubelet(api: client.ApiClient, kubectl_env: dict[str, str], cwd: Path
         hooks = [p for p in pods if (p.metadata.annotations or {}).get("helm.sh/hook") == "test"]
         return hooks[0] if hooks else None
 
-    pod = await eventually(test_pod, "helm test's pod", within=60)
+    pod = await eventually(test_pod, "helm test's pod", within=60, alive=alive)
     account = f"system:serviceaccount:{CONTROLLER_NS}:{pod.spec.service_account_name}"
     groups = ("system:serviceaccounts", f"system:serviceaccounts:{CONTROLLER_NS}")
     statuses, answers = [], []
@@ -270,6 +274,30 @@ async def _kubelet(api: client.ApiClient, kubectl_env: dict[str, str], cwd: Path
     return answers
 
 
+async def _helm_test(
+    run: Callable[[str], Coroutine[Any, Any, tuple[int, str]]],
+    command: str,
+    api: client.ApiClient,
+    env: dict[str, str],
+    cwd: Path,
+) -> tuple[int, str, list[str]]:
+    """`helm test` with the kubelet stand-in running its pod; exit code, output, checks."""
+    helm_test = asyncio.create_task(run(command))
+
+    def alive() -> None:
+        if helm_test.done():
+            raise AssertionError(f"helm test ended before its pod ran: {helm_test.result()}")
+
+    try:
+        checks = await _kubelet(api, env, cwd, alive)
+    except BaseException:
+        helm_test.cancel()
+        await asyncio.gather(helm_test, return_exceptions=True)
+        raise
+    code, output = await helm_test
+    return code, output, checks
+
+
 async def test_quick_start_runs_as_written(
     local_cluster: LocalCluster,
     kube_api: client.ApiClient,
@@ -303,6 +331,10 @@ async def test_quick_start_runs_as_written(
             proc.kill()
             await proc.wait()
             pytest.fail(f"no exit within {COMMAND_TIMEOUT:.0f}s: {command}", pytrace=False)
+        except asyncio.CancelledError:
+            proc.kill()
+            await proc.wait()
+            raise
         assert proc.returncode is not None
         return proc.returncode, output.decode()
 
@@ -336,10 +368,8 @@ async def test_quick_start_runs_as_written(
                 continue
             if step.head == "helm test":
                 await _arc_listener(kube_api, await scale_set_spec())
-                helm_test = asyncio.create_task(run(step.command))
-                checks = await _kubelet(kube_api, env, workdir)
+                code, output, checks = await _helm_test(run, step.command, kube_api, env, workdir)
                 print("helm test's checks, as the listener's account:", *checks, sep="\n  ")
-                code, output = await helm_test
             else:
                 code, output = await run(step.command)
             print(f"$ {step.command.splitlines()[0]}  -> exit {code}")
@@ -347,7 +377,8 @@ async def test_quick_start_runs_as_written(
             outputs[step.head] = output
 
         # `helm test` ran its pod and the pod succeeded: every check answered yes.
-        assert "Phase:          Succeeded" in outputs["helm test"], outputs["helm test"]
+        helm_test = outputs["helm test"]
+        assert re.search(r"^Phase:\s+Succeeded$", helm_test, re.M), helm_test
         assert checks
         assert all(answer.endswith("yes (exit 0)") for answer in checks), checks
 
