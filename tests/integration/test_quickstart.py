@@ -14,7 +14,8 @@ Skipped by rule, each printed with its reason, and the set is asserted:
   runs with the reference replaced by ``$ARC_SRC/charts/gha-runner-scale-set``; without it,
   nothing of ARC's is rendered and the fetched overlay is checked directly.
 
-The test's stand-ins for ARC's controller (and its chart), created as they would be:
+The test's stand-ins for ARC's controller (and its chart), created as they would be
+(tests/support/arc_stand_ins.py):
 - the namespaces ``arc-systems`` (controller) and ``arc-runners`` (runners);
 - the GitHub credentials Secret ``my-github-secret`` in ``arc-runners``;
 - the controller's Deployment in ``arc-systems`` (0 replicas), labelled as ARC's controller
@@ -25,7 +26,8 @@ The test's stand-ins for ARC's controller (and its chart), created as they would
 - the kubelet of `helm test`'s pod: on this control plane no container runs (kwok), so each
   container's command (`kubectl auth can-i ...`) is run with the built kubectl as the pod's
   ServiceAccount (impersonated) and its exit codes are written to the pod's status, which is
-  what `helm test` waits for.
+  what `helm test` waits for;
+- at the end, the removal of the cleanup finalizer ARC's chart puts on what it creates.
 
 Asserted: every command that runs exits 0; the overlay file exists and is YAML; the listener
 pod spec (ARC's rendered AutoscalingRunnerSet's ``listenerTemplate`` with ARC_SRC, the
@@ -51,12 +53,16 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from listener.rbac import listener_name
+from tests.support.arc_stand_ins import (
+    controller_deployment,
+    listener_identity,
+    release_cleanup_finalizers,
+    run_test_pod,
+)
 from tests.support.deploy_files import ROOT
 from tests.support.quickstart import option, readme_commands
 from tools.localcluster import LocalCluster
 from tools.localcluster.build import BuildError, ensure_helm_built, ensure_kubectl_built
-from tools.waits import eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -66,7 +72,6 @@ SCALE_SET = "arc-cpu"
 GITHUB_SECRET = "my-github-secret"
 ARC_OCI = "oci://ghcr.io/actions/actions-runner-controller-charts/gha-runner-scale-set"
 ARC_CHART = "charts/gha-runner-scale-set"
-ARC_FINALIZER = "actions.github.com/cleanup-protection"
 COMMAND_TIMEOUT = 120.0  # seconds; `helm test` waits for its pod up to 5 minutes by default
 LADDER = ("arc-workflow", "placeholder-workflow", "arc-runner", "placeholder-runner")
 NO_ENGINE = "no container engine here; the image tier (tests/image) builds and runs the Dockerfile"
@@ -118,35 +123,18 @@ def workdir(tmp_path: Path) -> Path:
     return work
 
 
-async def _stand_ins(api: client.ApiClient) -> None:
+async def _stand_ins(cluster: LocalCluster, api: client.ApiClient) -> None:
     core = client.CoreV1Api(api)
     for name in (CONTROLLER_NS, RUNNER_NS):
+        # The names are fixed: a cluster kept between runs (LOCALCLUSTER_KUBECONFIG) may
+        # still be deleting the last run's namespaces, which the end leaves to finish alone.
+        cluster.delete_namespace(name, wait=True)
         await core.create_namespace({"metadata": {"name": name}})
     await core.create_namespaced_secret(
         RUNNER_NS,
         {"metadata": {"name": GITHUB_SECRET}, "stringData": {"github_token": "not-a-token"}},
     )
-    labels = {
-        "app.kubernetes.io/part-of": "gha-rs-controller",
-        "app.kubernetes.io/name": "gha-rs-controller",
-        "actions.github.com/controller-service-account-name": "arc-gha-rs-controller",
-        "actions.github.com/controller-service-account-namespace": CONTROLLER_NS,
-    }
-    selector = {"app.kubernetes.io/name": "gha-rs-controller"}
-    await client.AppsV1Api(api).create_namespaced_deployment(
-        CONTROLLER_NS,
-        {
-            "metadata": {"name": "arc-gha-rs-controller", "labels": labels},
-            "spec": {
-                "replicas": 0,
-                "selector": {"matchLabels": selector},
-                "template": {
-                    "metadata": {"labels": selector},
-                    "spec": {"containers": [{"name": "manager", "image": "arc-controller"}]},
-                },
-            },
-        },
-    )
+    await controller_deployment(api, CONTROLLER_NS)
     # Cluster-wide and kept by `helm uninstall`: a ladder another test created outside a
     # release would make the quick start's `helm install` refuse to adopt it.
     scheduling = client.SchedulingV1Api(api)
@@ -164,19 +152,7 @@ async def _remove(cluster: LocalCluster, api: client.ApiClient, run: Any) -> Non
     stand-in does."""
     for release, namespace in ((SCALE_SET, RUNNER_NS), ("capacity-listener", CONTROLLER_NS)):
         await run(f"helm uninstall {release} -n {namespace} --ignore-not-found")
-    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-    kinds = (
-        (core.list_namespaced_service_account, core.patch_namespaced_service_account),
-        (core.list_namespaced_secret, core.patch_namespaced_secret),
-        (rbac.list_namespaced_role, rbac.patch_namespaced_role),
-        (rbac.list_namespaced_role_binding, rbac.patch_namespaced_role_binding),
-    )
-    for list_call, patch_call in kinds:
-        for item in (await list_call(RUNNER_NS)).items:
-            finalizers = item.metadata.finalizers or []
-            if ARC_FINALIZER in finalizers:
-                kept = [f for f in finalizers if f != ARC_FINALIZER]
-                await patch_call(item.metadata.name, RUNNER_NS, {"metadata": {"finalizers": kept}})
+    await release_cleanup_finalizers(api, RUNNER_NS)
     for namespace in (RUNNER_NS, CONTROLLER_NS):
         cluster.delete_namespace(namespace)
 
@@ -223,57 +199,6 @@ async def _missing(api: client.ApiClient, refs: dict[str, set[str]], namespace: 
     return missing
 
 
-async def _kubelet(
-    api: client.ApiClient, kubectl_env: dict[str, str], cwd: Path, alive: Callable[[], None]
-) -> list[str]:
-    """Stand in for the kubelet of `helm test`'s pod: run each container's command as the
-    pod's ServiceAccount and write the exit codes to the pod's status. Returns the checks
-    with their answers. ``alive`` raises once `helm test` has ended (no pod will come)."""
-    core = client.CoreV1Api(api)
-
-    async def test_pod() -> Any:
-        pods = (await core.list_namespaced_pod(CONTROLLER_NS)).items
-        hooks = [p for p in pods if (p.metadata.annotations or {}).get("helm.sh/hook") == "test"]
-        return hooks[0] if hooks else None
-
-    pod = await eventually(test_pod, "helm test's pod", within=60, alive=alive)
-    account = f"system:serviceaccount:{CONTROLLER_NS}:{pod.spec.service_account_name}"
-    groups = ("system:serviceaccounts", f"system:serviceaccounts:{CONTROLLER_NS}")
-    statuses, answers = [], []
-    for container in pod.spec.containers:
-        assert container.command[:3] == ["kubectl", "auth", "can-i"], container.command
-        as_pod = ["--as", account, *(arg for g in groups for arg in ("--as-group", g))]
-        proc = await asyncio.create_subprocess_exec(
-            *container.command, *as_pod, cwd=cwd, env=kubectl_env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
-        output, _ = await proc.communicate()
-        code = proc.returncode
-        answers.append(f"{container.name}: {output.decode().strip()} (exit {code})")
-        state = {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
-        statuses.append(
-            {
-                "name": container.name,
-                "image": container.image,
-                "imageID": "",
-                "ready": False,
-                "restartCount": 0,
-                "state": {"terminated": state},
-            }
-        )
-    phase = (
-        "Succeeded"
-        if all(s["state"]["terminated"]["exitCode"] == 0 for s in statuses)
-        else "Failed"
-    )
-    await core.patch_namespaced_pod_status(
-        pod.metadata.name,
-        CONTROLLER_NS,
-        {"status": {"phase": phase, "containerStatuses": statuses}},
-    )
-    return answers
-
-
 async def _helm_test(
     run: Callable[[str], Coroutine[Any, Any, tuple[int, str]]],
     command: str,
@@ -289,7 +214,7 @@ async def _helm_test(
             raise AssertionError(f"helm test ended before its pod ran: {helm_test.result()}")
 
     try:
-        checks = await _kubelet(api, env, cwd, alive)
+        checks = await run_test_pod(api, CONTROLLER_NS, env, cwd, alive)
     except BaseException:
         helm_test.cancel()
         await asyncio.gather(helm_test, return_exceptions=True)
@@ -359,7 +284,7 @@ async def test_quick_start_runs_as_written(
         spec: dict[str, Any] = runner_set["spec"]
         return spec
 
-    await _stand_ins(kube_api)
+    await _stand_ins(local_cluster, kube_api)
     outputs: dict[str, str] = {}
     checks: list[str] = []
     try:
@@ -367,7 +292,8 @@ async def test_quick_start_runs_as_written(
             if step.skip:
                 continue
             if step.head == "helm test":
-                await _arc_listener(kube_api, await scale_set_spec())
+                spec = await scale_set_spec()
+                await listener_identity(kube_api, SCALE_SET, RUNNER_NS, CONTROLLER_NS, spec)
                 code, output, checks = await _helm_test(run, step.command, kube_api, env, workdir)
                 print("helm test's checks, as the listener's account:", *checks, sep="\n  ")
             else:
@@ -399,41 +325,3 @@ async def test_quick_start_runs_as_written(
     finally:
         await _remove(local_cluster, kube_api, run)
     print(json.dumps({"quickstart_wall_s": round(time.monotonic() - started, 1)}))
-
-
-async def _arc_listener(api: client.ApiClient, spec: dict[str, Any]) -> None:
-    """What ARC's controller creates for a scale set's listener once the scale set exists:
-    its ServiceAccount (controller namespace) and a Role and RoleBinding of the same name in
-    the runner namespace (resourcebuilder.go rulesForListenerRole: patch its runner set,
-    patch runners). The name comes from the scale set's namespace, runner group and URL as
-    ARC's chart got them."""
-    name = listener_name(
-        SCALE_SET, RUNNER_NS, spec.get("runnerGroup") or "", spec["githubConfigUrl"]
-    )
-    await client.CoreV1Api(api).create_namespaced_service_account(
-        CONTROLLER_NS, {"metadata": {"name": name}}
-    )
-    group = "actions.github.com"
-    rules = [
-        {
-            "apiGroups": [group],
-            "resources": ["ephemeralrunnersets"],
-            "resourceNames": [f"{SCALE_SET}-x7k2p"],  # ARC generates the runner set's name
-            "verbs": ["patch"],
-        },
-        {
-            "apiGroups": [group],
-            "resources": ["ephemeralrunners", "ephemeralrunners/status"],
-            "verbs": ["patch"],
-        },
-    ]
-    rbac = client.RbacAuthorizationV1Api(api)
-    await rbac.create_namespaced_role(RUNNER_NS, {"metadata": {"name": name}, "rules": rules})
-    await rbac.create_namespaced_role_binding(
-        RUNNER_NS,
-        {
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": CONTROLLER_NS}],
-        },
-    )
