@@ -91,9 +91,10 @@ test: venv
 
 check: test
 
-# The control plane, Karpenter and the Helm CLI the chart tests run (all pinned, cached).
+# The control plane, Karpenter, the Helm CLI the chart tests run and kubectl (the quick-start
+# test) (all pinned, cached).
 cluster-build: venv
-	$(CLUSTER) build --karpenter --helm
+	$(CLUSTER) build --karpenter --helm --kubectl
 
 conformance-build: venv
 	$(PY) -m tools.conformance.build

@@ -86,3 +86,40 @@ def test_incomplete_helm_build_is_not_found(tmp_path: Path) -> None:
     found = build.find_helm(root)
     assert found is not None
     assert found.version == "v3.22.0"
+
+
+def test_kubectl_key_follows_the_control_plane_pins_and_its_own_sums(go_dir: Path) -> None:
+    k8s_dir = go_dir.parent / build.KUBECTL_MODULE
+    key = build.kubectl_cache_key()
+    assert key.startswith("kubectl-")
+    control_plane = build.cache_key()
+    (go_dir / "go.sum").write_text("")  # Karpenter's pin moves: kubectl stays
+    assert build.kubectl_cache_key() == key
+    sums = k8s_dir / build.KUBECTL_SUM
+    sums.write_text(sums.read_text() + "\n")
+    changed = build.kubectl_cache_key()
+    assert changed != key
+    # kubectl's own checksums sit beside go/k8s's go.mod, outside the control plane's key.
+    assert build.cache_key() == control_plane
+    (k8s_dir / "go.sum").write_text((k8s_dir / "go.sum").read_text() + "\n")
+    assert build.kubectl_cache_key() not in (key, changed)  # a moved k8s pin rebuilds it
+
+
+def test_kubectl_modfile_is_go_mod_with_both_sums(tmp_path: Path) -> None:
+    modfile = build._kubectl_modfile(tmp_path)
+    k8s_dir = build.GO_DIR / build.KUBECTL_MODULE
+    assert modfile.read_text() == (k8s_dir / "go.mod").read_text()
+    sums = modfile.with_suffix(".sum").read_text().splitlines()
+    assert set(sums) >= set((k8s_dir / "go.sum").read_text().splitlines())
+    assert set(sums) >= set((k8s_dir / build.KUBECTL_SUM).read_text().splitlines())
+
+
+def test_incomplete_kubectl_build_is_not_found(tmp_path: Path) -> None:
+    root = tmp_path / "kubectl-x"
+    (root / "bin").mkdir(parents=True)
+    (root / "manifest.json").write_text(json.dumps({"versions": {"kubectl": "v1.36.4"}}))
+    assert build.find_kubectl(root) is None
+    (root / "bin" / "kubectl").write_bytes(b"")
+    found = build.find_kubectl(root)
+    assert found is not None
+    assert found.version == "v1.36.4"

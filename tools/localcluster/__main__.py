@@ -3,7 +3,8 @@
 ``up`` starts a cluster that outlives the command (state under the cache's ``run/``
 directory); ``down`` stops it by its recorded PIDs. ``--karpenter`` (build, up) adds Karpenter
 with its kwok cloud provider; ``--helm`` (build) the Helm CLI the chart tests run, which
-``helm -- ARGS`` runs (``make chart-package``).
+``helm -- ARGS`` runs (``make chart-package``); ``--kubectl`` (build) kubectl, for the
+quick-start test.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .build import (
     ensure_built,
     ensure_helm_built,
     ensure_karpenter_built,
+    ensure_kubectl_built,
 )
 from .harness import STATE_FILE, ClusterError, LocalCluster, pid_runs, save_state, stop_pid
 from .karpenter import karpenter_state, start_karpenter
@@ -65,6 +67,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.helm:
         h = ensure_helm_built()
         print(f"helm {h.version}: {h.binary}")
+    if args.kubectl:
+        kc = ensure_kubectl_built()
+        print(f"kubectl {kc.version}: {kc.binary}")
     print(f"ready in {time.monotonic() - started:.1f}s")
     return 0
 
@@ -174,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         if name == "build":
             cmd.add_argument(
                 "--helm", action="store_true", help="also the Helm CLI, built from go/helm"
+            )
+            cmd.add_argument(
+                "--kubectl",
+                action="store_true",
+                help="also kubectl, built from go/k8s (the control plane's pins)",
             )
         if name == "helm":
             cmd.add_argument("args", nargs=argparse.REMAINDER, help="Helm's arguments")

@@ -9,11 +9,13 @@ GOMODCACHE and GOCACHE are Go's defaults, shared with every other Go build on th
 Karpenter (``go/karpenter``: its pins, our ``main``) is a separate build with its own key and
 directory (``karpenter-<key>/``): only runs that use it pay for it, and moving its pin does not
 rebuild the control plane. The Helm CLI (``go/helm``: ``helm.sh/helm/v3/cmd/helm`` as a Go
-``tool``, pinned) is built the same way into ``helm-<key>/``, for the chart tests.
+``tool``, pinned) is built the same way into ``helm-<key>/``, for the chart tests, and kubectl
+(``go/k8s`` plus the checksums of its extra modules, ``kubectl.sum``) into ``kubectl-<key>/``,
+for the quick-start test.
 
-Size: one build recipe for three artefacts (the control plane, Karpenter and Helm) that share
-the Go toolchain check, the module queries, the build steps and the cache layout; the cache
-itself (lock, build once) is tools/build_cache.py.
+Size: one build recipe for four artefacts (the control plane, Karpenter, Helm and kubectl)
+that share the Go toolchain check, the module queries, the build steps and the cache layout;
+the cache itself (lock, build once) is tools/build_cache.py.
 """
 
 from __future__ import annotations
@@ -229,8 +231,18 @@ def _heartbeat(progress: Progress, what: str) -> Iterator[None]:
         thread.join()
 
 
-def _go_build(go: str, module: str, out: Path, pkgs: list[str], ldflags: str, log: Path) -> None:
+def _go_build(
+    go: str,
+    module: str,
+    out: Path,
+    pkgs: list[str],
+    ldflags: str,
+    log: Path,
+    modfile: Path | None = None,
+) -> None:
     cmd = [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(out), *pkgs]
+    if modfile is not None:
+        cmd[2:2] = [f"-modfile={modfile}"]
     with log.open("a") as fh:
         fh.write(f"$ (cd go/{module} && {' '.join(cmd)})\n")
         fh.flush()
@@ -496,3 +508,90 @@ def ensure_helm_built(progress: Progress = _stderr) -> HelmArtifacts:
     """Return the cached Helm build for the current pins, building it first if needed."""
     key = helm_cache_key()
     return _build_cached(key, cache_root() / key, "Helm", find_helm, _build_helm_into, progress)
+
+
+# --- kubectl ------------------------------------------------------------------------------
+
+# kubectl comes from the control plane's own module (go/k8s: the same k8s.io/kubernetes and
+# staging pins, so client and server versions agree), but its packages need modules the
+# control plane does not (kustomize, cli-runtime, ...). Their checksums live in kubectl.sum
+# beside go.mod, and the build reads go.mod with go.sum plus kubectl.sum through -modfile:
+# adding them to go.sum itself would change the control plane's cache key and rebuild it.
+KUBECTL_MODULE = "k8s"
+KUBECTL_PACKAGE = "k8s.io/kubernetes/cmd/kubectl"
+KUBECTL_SUM = "kubectl.sum"
+KUBECTL_RECIPE = "1"
+
+
+@dataclass(frozen=True)
+class KubectlArtifacts:
+    """Where a finished kubectl build lives."""
+
+    root: Path
+    version: str
+
+    @property
+    def binary(self) -> Path:
+        return self.root / "bin" / "kubectl"
+
+
+def kubectl_cache_key() -> str:
+    """Hash of go/k8s's pins and the checksums only kubectl needs."""
+    mod_dir = GO_DIR / KUBECTL_MODULE
+    pins = [
+        part for name in ("go.mod", "go.sum", KUBECTL_SUM) for part in (f"{name}\n", mod_dir / name)
+    ]
+    key = input_key(f"kubectl-recipe={KUBECTL_RECIPE}\n", *pins)
+    return f"kubectl-{key}"
+
+
+def find_kubectl(root: Path | None = None) -> KubectlArtifacts | None:
+    """The cached kubectl build for the current pins, or None (never builds)."""
+    root = root or cache_root() / kubectl_cache_key()
+    try:
+        manifest = json.loads(_manifest_path(root).read_text())
+    except (OSError, ValueError):
+        return None
+    art = KubectlArtifacts(root=root, version=str(manifest.get("versions", {}).get("kubectl")))
+    return art if art.binary.is_file() else None
+
+
+def _kubectl_modfile(staging: Path) -> Path:
+    """go.mod as is, with go.sum + kubectl.sum as its sums (-modfile reads X.sum beside X.mod)."""
+    mod_dir = GO_DIR / KUBECTL_MODULE
+    modfile = staging / "kubectl.mod"
+    shutil.copyfile(mod_dir / "go.mod", modfile)
+    sums = (mod_dir / "go.sum").read_text() + (mod_dir / KUBECTL_SUM).read_text()
+    modfile.with_suffix(".sum").write_text(sums)
+    return modfile
+
+
+def _build_kubectl_into(go: str, tmp: Path, log: Path, progress: Progress) -> dict[str, str]:
+    mod_dir = GO_DIR / KUBECTL_MODULE
+    version, released = _module_version(go, mod_dir, "k8s.io/kubernetes")
+    what = f"kubectl {version}"
+    started = time.monotonic()
+    progress(f"building {what} (go/{KUBECTL_MODULE} with {KUBECTL_SUM})")
+    (tmp / "bin").mkdir(parents=True)
+    # Beside bin/, kept: the go.mod and sums this binary was built from.
+    modfile = _kubectl_modfile(tmp)
+    with _heartbeat(progress, what):
+        _go_build(
+            go,
+            KUBECTL_MODULE,
+            tmp / "bin" / "kubectl",
+            [KUBECTL_PACKAGE],
+            k8s_ldflags(version, released),
+            log,
+            modfile=modfile,
+        )
+    progress(f"  built {what} in {time.monotonic() - started:.0f}s")
+    return {"kubectl": version}
+
+
+def ensure_kubectl_built(progress: Progress = _stderr) -> KubectlArtifacts:
+    """Return the cached kubectl build for the current pins, building it first if needed."""
+    key = kubectl_cache_key()
+    return _build_cached(
+        key, cache_root() / key, "kubectl", find_kubectl, _build_kubectl_into, progress
+    )
