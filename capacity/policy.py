@@ -5,7 +5,8 @@ little state the policy needs between passes travels in `Memory`, which it retur
 
 Counting (docs/capacity-model.md §3, §4)::
 
-    desired_pairs = clamp(proactive_capacity + queued, 0, max_runners − active_runners)
+    desired_pairs = clamp(proactive_capacity + queued_now, 0, max_runners − active_runners)
+    queued_now    = queued − runner pods created after the reading's as-of time
     runner_side   = bound real runner pods   + ready placeholder-runners
     workflow_side = bound real workflow pods + ready placeholder-workflows
     advertised    = max(0, min(max_runners, runner_side, workflow_side))
@@ -41,8 +42,9 @@ The plan, in order:
 4. pairs within `renew_before` of expiry are *renewing*; the rest are *fresh*;
 5. fresh pairs above the damped target are deleted (EXCESS): Pending ones first, then the
    newest Running ones. The damped target is the maximum `desired_pairs` seen during the
-   last `downscale_delay` seconds, capped by the current `max_runners` (an operator's cap
-   applies at once, ci-infra #921). Scale-up is immediate;
+   last `demand_hold` seconds (pairs for queued jobs: about one launch time), or of its warm
+   part during the last `downscale_delay` if that is larger, capped by the current
+   `max_runners` (an operator's cap applies at once, ci-infra #921). Scale-up is immediate;
 6. renewing pairs are kept only while Running fresh pairs do not yet cover the target
    (make-before-break); the others go (EXPIRED, or EXCESS when the target itself fell);
 7. more than `max_pending_pairs` pairs Pending → the newest Pending ones go (EXCESS);
