@@ -370,6 +370,8 @@ class Site:
                 "timeout": "2s",
                 "stale_after": "5s",
                 "failure_base_capacity": hud_floor,
+                # the fake's own lag, so the as-of correction takes off what it should
+                "lag": f"{self.stage.hud.lag:g}s",
             }
         if github:  # GitHub's REST API (the fake's) with the listener's PAT
             settings["demand"] = {"source": "github"}

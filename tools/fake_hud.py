@@ -146,6 +146,11 @@ class FakeHUD(LoopbackFake):
     def clear_rows(self) -> None:
         self._rows = []
 
+    @property
+    def lag(self) -> float:
+        """How far behind the linked queue the rows are (seconds)."""
+        return self._lag
+
     def link(
         self, actions: FakeActions, *, lag: float = 0.0, include_assigned: bool = True
     ) -> None:
