@@ -61,7 +61,6 @@ class RealPod:
     phase: PodPhase
     bound: bool  # spec.nodeName is set
     terminating: bool = False
-    created_at: float = 0.0  # metadata.creationTimestamp (epoch seconds; 0: unknown)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,9 +156,10 @@ class Demand:
     source: DemandSource
     age: float | None = None  # seconds since the value in use was fetched
     claim: Claim | None = None
-    # When the queue looked like this (epoch seconds; None: not from a reading). Runner pods
-    # created since were jobs of that queue GitHub has handed to this scale set meanwhile.
+    # When the queue looked like this (epoch seconds; None: not from a reading), and how many
+    # of the jobs it counted GitHub has handed to this scale set since (policy.with_starts).
     as_of: float | None = None
+    started_since: int = 0
 
 
 # --- policy knobs, plan and memory --------------------------------------------------------

@@ -53,6 +53,7 @@ import logging
 import random
 import socket
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from base.arc import ARC_GROUP, ARC_VERSION
@@ -123,6 +124,8 @@ class CapacityMonitor:
         self._max_runners = max_runners
         self._base_params = to_params(settings, 0)
         self._launch_times: Sequence[float] = ()  # the reconciler's, once it exists
+        # (assigned at, queued at) of the jobs GitHub gave this scale set lately.
+        self._assigned: deque[tuple[float, float]] = deque(maxlen=policy.ASSIGNMENTS_KEPT)
         self._registry = registry
         self.demand_state = DemandState()
         # Pairs held beyond demand (settings warm_pool), fed by what each pass sees.
@@ -193,9 +196,13 @@ class CapacityMonitor:
         """A poll request was built with this X-ScaleSetMaxCapacity."""
         self.metrics.record_header_sent(value, self.clock())
 
-    def job_assigned(self) -> None:
-        """GitHub assigned a job to this scale set (a JobAssigned message was handled)."""
-        self.metrics.record_job_assigned(self.clock())
+    def job_assigned(self, queued_at: float | None = None) -> None:
+        """GitHub assigned a job to this scale set (a JobAssigned message was handled);
+        ``queued_at``: when it was queued (epoch seconds), for the as-of correction."""
+        now = self.clock()
+        self.metrics.record_job_assigned(now)
+        if queued_at is not None:
+            self._assigned.append((now, queued_at))
 
     # --- inputs to the policy -------------------------------------------------------------
 
@@ -209,7 +216,10 @@ class CapacityMonitor:
         return dataclasses.replace(base, max_runners=max(0, self._max_runners()), demand_hold=hold)
 
     def demand(self, now: float) -> Demand:
-        return policy.resolve_demand(self.demand_state, now, self.params())
+        """The demand to plan with: the source's value, and how many of the jobs it counted
+        this scale set has been given since (the as-of correction, policy.net_of_starts)."""
+        demand = policy.resolve_demand(self.demand_state, now, self.params())
+        return policy.with_starts(demand, self._assigned)
 
     def _warm_target(self, now: float, demand: Demand, observed: Observed, commit: bool) -> int:
         """Pairs to hold beyond demand. A committed pass (the reconcile loop) feeds the pool

@@ -203,7 +203,6 @@ def real_pod_from(obj: Json) -> RealPod | None:
         phase=_phase(obj),
         bound=bool((obj.get("spec") or {}).get("nodeName")),
         terminating=bool(meta.get("deletionTimestamp")),
-        created_at=contract.parse_expiry(meta.get("creationTimestamp")),  # 0.0: unknown
     )
 
 

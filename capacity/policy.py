@@ -6,7 +6,7 @@ little state the policy needs between passes travels in `Memory`, which it retur
 Counting (docs/capacity-model.md §3, §4)::
 
     desired_pairs = clamp(proactive_capacity + queued_now, 0, max_runners − active_runners)
-    queued_now    = queued − runner pods created after the reading's as-of time
+    queued_now    = queued − jobs queued before the reading's as-of time, assigned here since
     runner_side   = bound real runner pods   + ready placeholder-runners
     workflow_side = bound real workflow pods + ready placeholder-workflows
     advertised    = max(0, min(max_runners, runner_side, workflow_side))
@@ -214,19 +214,27 @@ def record_demand(
     return replace(state, last_result=outcome.result)
 
 
-def started_since(observed: Observed, as_of: float) -> int:
-    """Runner pods of this scale set created after ``as_of``: jobs a reading of the queue as of
-    then still counted as queued, which GitHub has handed to this scale set since."""
-    return sum(1 for r in observed.runner_pods if r.created_at > as_of and not r.terminating)
+ASSIGNMENTS_KEPT = 1000  # assignments remembered: far more than one reading can count
 
 
-def net_of_starts(demand: Demand, observed: Observed) -> Demand:
+def with_starts(demand: Demand, assigned: Iterable[tuple[float, float]]) -> Demand:
+    """``demand`` with the jobs it counted that GitHub has given this scale set since:
+    ``assigned`` holds (assigned at, queued at) per job; those assigned after the reading's
+    as-of time and queued before it were in the reading and are running here now."""
+    if demand.as_of is None:
+        return demand
+    as_of = demand.as_of
+    started = sum(1 for at, queued in assigned if at > as_of and queued <= as_of)
+    return replace(demand, started_since=started)
+
+
+def net_of_starts(demand: Demand) -> Demand:
     """``demand`` without the jobs that have started here since its reading (the as-of
     correction): a reading 30 s behind the queue would otherwise ask for pairs for jobs whose
-    runner pods already exist, and keep them past the reading that no longer counts them."""
-    if demand.as_of is None or demand.queued <= 0:
+    runners already exist, and keep them for as long as pairs are held."""
+    if demand.started_since <= 0:
         return demand
-    return replace(demand, queued=max(0, demand.queued - started_since(observed, demand.as_of)))
+    return replace(demand, queued=max(0, demand.queued - demand.started_since))
 
 
 def resolve_demand(state: DemandState, now: float, params: Params) -> Demand:
@@ -426,7 +434,7 @@ def plan(
     (``nodepool_room``; None: no cap)."""
     sides = count_sides(observed, params)
     real = real_runners(observed)
-    desired = desired_pairs(params, net_of_starts(demand, observed), real)
+    desired = desired_pairs(params, net_of_starts(demand), real)
     if not observed.synced:
         return (
             Plan(

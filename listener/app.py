@@ -330,7 +330,7 @@ class _CriticalPath:
 
     def __init__(self) -> None:
         self.header_sent: Callable[[int], None] = lambda value: None
-        self.job_assigned: Callable[[], None] = lambda: None
+        self.job_assigned: Callable[[float | None], None] = lambda queued_at: None
 
 
 async def _listen(
@@ -389,7 +389,7 @@ async def _listen(
             metrics=p.metrics,
             on_poll=lambda: p.health.mark("poll", time.monotonic()),
             on_header=lambda value: critical.header_sent(value),
-            on_job_assigned=lambda: critical.job_assigned(),
+            on_job_assigned=lambda queued_at: critical.job_assigned(queued_at),
             reissue_interval=p.options.reissue_interval,
         )
         async with asyncio.TaskGroup() as tg:

@@ -137,7 +137,7 @@ class Listener:
         metrics: Recorder | None = None,
         on_poll: Callable[[], None] = lambda: None,
         on_header: Callable[[int], None] = lambda value: None,
-        on_job_assigned: Callable[[], None] = lambda: None,
+        on_job_assigned: Callable[[float | None], None] = lambda queued_at: None,
         reissue_interval: float = 1.0,
         quiet_interval: float = 50.0,
         keepalive_interval: float = 15.0,
@@ -275,7 +275,10 @@ class Listener:
             )
         for job in message.jobs:
             if job.message_type == "JobAssigned":
-                self._on_job_assigned()
+                # With when it was queued (epoch seconds): the monitor knows then which jobs
+                # a reading of the queue counted that this scale set has since been given.
+                queued = job.queue_time.timestamp() if job.queue_time is not None else None
+                self._on_job_assigned(queued)
         for job in message.jobs:
             if job.message_type == "JobStarted":
                 self._metrics.record_job_started(job)

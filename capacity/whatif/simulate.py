@@ -97,10 +97,8 @@ from capacity.model import (
     Params,
     Placeholder,
     PodPhase,
-    RealPod,
     Role,
 )
-from capacity.pods import job_pod_name
 from capacity.warm_pool import WarmPool
 from capacity.whatif.trace import TraceJob
 
@@ -291,7 +289,8 @@ class _Run:
     pool: WarmPool
     arrivals: warm_pool.ArrivalCounter = field(default_factory=warm_pool.ArrivalCounter)
     runner_pods: dict[int, str] = field(default_factory=dict)  # job → its runner pod
-    started_at: dict[int, float] = field(default_factory=dict)  # running job → its start
+    # (assigned at, queued at) of the jobs started here, the latest: the as-of correction
+    assigned: list[tuple[float, float]] = field(default_factory=list)
     launch_times: list[float] = field(default_factory=list)  # pair create → Running, latest
     job_nodes: dict[int, int] = field(default_factory=dict)  # running job → its node
     nodes: dict[int, _Node] = field(default_factory=dict)
@@ -459,7 +458,7 @@ class _Run:
         self.queue.waits.append(now - job.queued_at)
         self.running_jobs += 1
         self.runner_pods[index] = job.job or f"job-{index}"
-        self.started_at[index] = now
+        self.assigned = [*self.assigned[-(policy.ASSIGNMENTS_KEPT - 1) :], (now, job.queued_at)]
         self.job_nodes[index] = node_id
         self.busy += self.clipped(now, now + (job.duration or 0.0))
         self.push(now + (job.duration or 0.0), _JOB_END, index)
@@ -490,21 +489,12 @@ class _Run:
             commit=True,
         )
         params = self.params(max(0, size))
-        # The jobs' runner pods with their start, for the as-of correction of a reading (and
-        # each one's workflow pod, so no runner seems to be waiting for workflow room).
-        runners = tuple(
-            RealPod(name=f"job-{i}", phase=PodPhase.RUNNING, bound=True, created_at=started)
-            for i, started in self.started_at.items()
-        )
-        workflows = tuple(
-            RealPod(name=job_pod_name(r.name), phase=PodPhase.RUNNING, bound=True) for r in runners
-        )
         observed = Observed(
             placeholders=tuple(h for pair in self.pairs.values() for h in pair.halves),
-            runner_pods=runners,
-            workflow_pods=workflows,
             active_runners=self.running_jobs,
         )
+        # The as-of correction, as the monitor: a job starts here when it is assigned.
+        demand = policy.with_starts(demand, self.assigned)
         plan, self.memory = policy.plan(observed, demand, params, self.memory, now)
         # In the plan's order: a set's order of strings changes from one process to the next.
         for slot in dict.fromkeys(d.name[:-1] for d in plan.deletes):
@@ -582,7 +572,6 @@ def simulate_clusters(
             if kind == _JOB_END:
                 run.running_jobs -= 1
                 del run.runner_pods[arg]
-                del run.started_at[arg]
                 node_id = run.job_nodes.pop(arg)
                 run.nodes[node_id].jobs -= 1
                 remaining -= 1

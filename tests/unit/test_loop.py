@@ -162,10 +162,14 @@ class Reported:
     """What the loop reports to the capacity monitor: headers sent, jobs assigned."""
 
     headers: list[int] = field(default_factory=list)
-    assigned: int = 0
+    queued_at: list[float | None] = field(default_factory=list)
 
-    def job_assigned(self) -> None:
-        self.assigned += 1
+    @property
+    def assigned(self) -> int:
+        return len(self.queued_at)
+
+    def job_assigned(self, queued_at: float | None) -> None:
+        self.queued_at.append(queued_at)
 
 
 @dataclass
@@ -389,12 +393,14 @@ async def test_each_header_sent_and_each_job_assigned_is_reported(harness: Harne
         1,
         assigned=2,
         jobs=[
-            job("JobAssigned", runnerRequestId=21),
+            job("JobAssigned", runnerRequestId=21, queueTime="2026-11-27T10:00:00Z"),
             job("JobStarted", runnerRequestId=20, runnerName="r-20"),
             job("JobAssigned", runnerRequestId=22),
         ],
     )
     await harness.until(lambda: harness.reported.assigned == 2, "both assignments reported")
+    # With when each was queued (the as-of correction); None when the message has no time.
+    assert harness.reported.queued_at == [1795773600.0, None]
 
 
 async def test_202_reapplies_the_last_statistics(harness: Harness) -> None:

@@ -71,8 +71,8 @@ def pairs(n: int, *, start: int = 0, created: float = 0.0, ttl: float = TTL) -> 
     return out
 
 
-def runner(name: str, phase: PodPhase = R, *, bound: bool = True, created: float = 0.0) -> RealPod:
-    return RealPod(name=name, phase=phase, bound=bound, created_at=created)
+def runner(name: str, phase: PodPhase = R, *, bound: bool = True) -> RealPod:
+    return RealPod(name=name, phase=phase, bound=bound)
 
 
 def workflow(runner_name: str, phase: PodPhase = R, *, bound: bool = True) -> RealPod:

@@ -27,7 +27,14 @@ from capacity.model import (
     RealPod,
     Role,
 )
-from capacity.policy import count_sides, demand_hold, plan, record_demand, resolve_demand
+from capacity.policy import (
+    count_sides,
+    demand_hold,
+    plan,
+    record_demand,
+    resolve_demand,
+    with_starts,
+)
 
 from .builders import P, R, apply_plan, pair, pairs, ph, runner, schedule_all, workflow
 
@@ -668,16 +675,19 @@ def test_the_auto_hold_is_the_p90_launch_time(
 
 
 def test_jobs_started_since_the_reading_are_not_counted_again() -> None:
-    """A reading as of t=40 counted 3 queued jobs; two of them have runner pods since (created
-    at 50 and 60), one started before the reading (30): one pair is still wanted."""
-    runners = (runner("r0", created=30.0), runner("r1", created=50.0), runner("r2", created=60.0))
-    observed = Observed(runner_pods=runners, active_runners=3)
+    """A reading as of t=40 counted 3 queued jobs. Since then three jobs were assigned here:
+    two queued before t=40 (in the reading), one queued at 45 (not in it). One pair is still
+    wanted for the reading's jobs; the third job's pair came with a later reading."""
     read = Demand(queued=3, source=DemandSource.HUD, as_of=40.0)
-    result, _ = plan(observed, read, params(), Memory(), NOW)
+    assigned = [(50.0, 10.0), (60.0, 30.0), (70.0, 45.0), (35.0, 5.0)]  # last: before the read
+    corrected = with_starts(read, assigned)
+    assert corrected.started_since == 2
+    result, _ = plan(Observed(active_runners=3), corrected, params(), Memory(), NOW)
     assert result.desired_pairs == 1
     assert len(result.creates) == 1
     # Without an as-of time (the floor, no source) nothing is taken off.
-    result, _ = plan(observed, demand(3), params(), Memory(), NOW)
+    assert with_starts(demand(3), assigned).started_since == 0
+    result, _ = plan(Observed(active_runners=3), demand(3), params(), Memory(), NOW)
     assert result.desired_pairs == 3
 
 

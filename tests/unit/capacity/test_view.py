@@ -108,11 +108,8 @@ def test_missing_expiry_reads_as_already_expired() -> None:
 
 
 def test_runner_and_workflow_pod_projections() -> None:
-    raw = pod("r1", node=None, phase="Pending")
-    created = contract.parse_expiry(raw["metadata"]["creationTimestamp"])
-    assert created > 0  # the as-of correction reads when a runner pod was created
-    runner = real_pod_from(raw)
-    assert runner == RealPod(name="r1", phase=PodPhase.PENDING, bound=False, created_at=created)
+    runner = real_pod_from(pod("r1", node=None, phase="Pending"))
+    assert runner == RealPod(name="r1", phase=PodPhase.PENDING, bound=False)
     # A workflow pod that also carries the scale-set label is not a runner.
     assert real_pod_from(pod("r1-workflow", labels={RUNNER_POD_LABEL: "r1"})) is None
     wf = workflow_pod_from(pod("r1-workflow", labels={RUNNER_POD_LABEL: "r1"}, deleting=True))
