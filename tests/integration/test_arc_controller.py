@@ -1,0 +1,415 @@
+"""This listener as a drop-in for ARC's, under ARC's real gha-runner-scale-set controller:
+opt-in (``make test-arc``, ARC_SRC naming an actions-runner-controller source tree; see
+tests/support/arc_controller.py), skipped with one line without it.
+
+Each test gets ARC's controller (built from the tree, run as a process with the tree's CRDs)
+on a control plane of this module's own (the CRDs are replaced by the tree's, which no other
+test should see), the companion chart (charts/capacity-listener) and the tree's
+gha-runner-scale-set chart with the documented values overlay
+(deploy/helm/values-capacity-cpu.yaml), installed with the pinned Helm. The Actions service is
+FakeActions with the controller's own calls mounted (tools/fake_arc_admin.py). ARC's listener
+pods sit on kwok's fake nodes; ``ListenerPods`` runs this listener for each of them as a local
+process with the pod's config.json, settings, environment and ServiceAccount token.
+
+Test-only changes to the overlay, each because the local control plane lacks something:
+``githubConfigUrl``/``githubConfigSecret`` point at the fake; ``controllerServiceAccount`` is
+named (no controller Deployment for ARC's chart to look up); the runner pods' ``work`` volume
+is an emptyDir (no storage provisioner for kubernetes mode's ephemeral claim).
+
+Timings (ARC build, each phase) are printed as JSON lines (run with -s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client, config
+
+from tests.support import arc_controller as arc
+from tests.support.arc_listener_pod import ListenerPods
+from tests.support.helm_chart import CHART, helm, scale_set, write_values
+from tools.fake_actions import FakeActions, JobState
+from tools.fake_arc_admin import ArcAdmin
+from tools.listener_process import PAT
+from tools.localcluster import BuildError, ClusterError, LocalCluster, ensure_built
+from tools.localcluster.build import ensure_helm_built
+from tools.waits import eventually
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(arc.skip_reason() is not None, reason=arc.skip_reason() or ""),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+OVERLAY = ROOT / "deploy" / "helm" / "values-capacity-cpu.yaml"
+NAME = "cpu"  # the overlay's ConfigMaps are named for a scale set called `cpu`
+ROLE = "capacity-listener.dev/role"
+ARC_GROUP = ("actions.github.com", "v1alpha1")
+
+
+def report(what: str, **numbers: float | str) -> None:
+    print(json.dumps({"measure": what, **{k: round(v, 2) if isinstance(v, float) else v
+                                          for k, v in numbers.items()}}))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def arc_build() -> arc.Build:
+    started = time.monotonic()
+    build = arc.ensure_built()
+    report(
+        "arc-build",
+        version=build.version,
+        commit=build.commit,
+        build_s=build.seconds if build.seconds is not None else "cached",
+        lookup_s=time.monotonic() - started,
+    )
+    return build
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> Path:
+    try:
+        return ensure_helm_built().binary
+    except BuildError as exc:
+        pytest.fail(f"Helm build failed: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def arc_cluster(
+    tmp_path_factory: pytest.TempPathFactory, arc_build: arc.Build
+) -> Iterator[LocalCluster]:
+    try:
+        artifacts = ensure_built()
+    except BuildError as exc:
+        pytest.fail(f"local control plane build failed: {exc}", pytrace=False)
+    workdir = tmp_path_factory.mktemp("arc-cluster")
+    cluster = LocalCluster(artifacts, workdir)
+    try:
+        cluster.start()
+    except ClusterError as exc:
+        pytest.fail(f"local control plane did not start: {exc}", pytrace=False)
+    src = arc.source_dir()
+    assert src is not None
+    arc.install_crds(cluster, src)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(workdir / "etcd", ignore_errors=True)
+
+
+@pytest.fixture
+def local_cluster(arc_cluster: LocalCluster) -> LocalCluster:
+    """This module's control plane, for the conftest's namespace fixtures."""
+    return arc_cluster
+
+
+class Scene:
+    """One scale set under ARC: the fake, the controller, the charts, the listener pods."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        cluster: LocalCluster,
+        runners: str,
+        controller: str,
+        helm_bin: Path,
+        build: arc.Build,
+        workdir: Path,
+    ) -> None:
+        self.api = api
+        self.cluster = cluster
+        self.runners = runners
+        self.controller_ns = controller
+        self.helm_bin = helm_bin
+        self.build = build
+        self.workdir = workdir
+        self.fake = FakeActions(pats=(PAT,), session_expiry=600.0)
+        self.admin = ArcAdmin(self.fake)
+        self.arc = arc.ArcController(cluster, controller)
+        self.pods = ListenerPods(api, cluster, controller, workdir)
+        self.core = client.CoreV1Api(api)
+        self.crd = client.CustomObjectsApi(api)
+        self.nodes: list[str] = []
+
+    @property
+    def src(self) -> Path:
+        src = arc.source_dir()
+        assert src is not None
+        return src
+
+    @property
+    def url(self) -> str:
+        return self.fake.configure_url("acme")
+
+    def capacity(self, **overrides: Any) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            "proactive_capacity": 2,
+            "recalculate_interval": 1.0,
+            "downscale_delay": 0.0,
+            "placeholder_ready_timeout": 60.0,
+        }
+        values.update(overrides)
+        return values
+
+    def overlay(self, **changes: Any) -> dict[str, Any]:
+        """The documented overlay, plus the test-only changes this module's docstring lists."""
+        values: dict[str, Any] = yaml.safe_load(OVERLAY.read_text())
+        values["githubConfigUrl"] = self.url
+        values["githubConfigSecret"] = {"github_token": PAT}
+        values["controllerServiceAccount"] = {"namespace": self.controller_ns, "name": "arc"}
+        values["template"]["spec"]["volumes"].append({"name": "work", "emptyDir": {}})
+        values.update(changes)
+        return values
+
+    async def start(self, *, capacity: dict[str, Any] | None = None) -> None:
+        await self.fake.start()
+        companion = {
+            "scaleSets": {NAME: scale_set(self.runners, self.url, **(capacity or self.capacity()))},
+        }
+        result = await asyncio.to_thread(
+            helm, self.helm_bin, "install", f"cl-{self.controller_ns}"[:40], str(CHART),
+            "--namespace", self.controller_ns,
+            "--values", str(write_values(companion, self.workdir, "companion.json")),
+            kubeconfig=self.cluster.kubeconfig,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        self.arc.start(self.build.binary)
+        self.pods.start()
+
+    async def install(self, *, upgrade: bool = False, **changes: Any) -> None:
+        result = await asyncio.to_thread(
+            arc.install_scale_set, self.helm_bin, self.cluster, self.src, NAME, self.runners,
+            self.overlay(**changes), self.workdir, upgrade=upgrade,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+
+    def add_nodes(self, count: int, cpu: str = "3", memory: str = "9Gi") -> None:
+        for i in range(count):
+            name = f"arc-{self.runners}-{i}"
+            self.cluster.add_node(name, cpu=cpu, memory=memory, pods=30)
+            self.nodes.append(name)
+
+    async def stop(self) -> None:
+        await self.pods.stop()
+        self.arc.stop()
+        await self.fake.stop()
+        for name in self.nodes:
+            self.cluster.remove_node(name)
+
+    def detail(self) -> str:
+        runs = "\n".join(f"--- {r.name}:\n{r.process.log_tail(15)}" for r in self.pods.runs)
+        return f":\n--- controller:\n{self.arc.log_tail(25)}\n{runs}"
+
+    async def wait(self, check: Any, what: str, within: float = 90) -> Any:
+        def alive() -> None:
+            if self.arc.proc is not None and self.arc.proc.poll() is not None:
+                raise AssertionError(f"ARC's controller exited:\n{self.arc.log_tail()}")
+
+        return await eventually(check, what, within, interval=0.3, alive=alive, detail=self.detail)
+
+    async def arc_objects(self, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        found = await self.crd.list_namespaced_custom_object(
+            *ARC_GROUP, namespace or self.runners, plural
+        )
+        return list(found["items"])
+
+    async def placeholders(self) -> list[Any]:
+        pods = await self.core.list_namespaced_pod(self.runners, label_selector=ROLE)
+        return [p for p in pods.items if p.metadata.deletion_timestamp is None]
+
+    async def runner_pods(self) -> list[Any]:
+        pods = await self.core.list_namespaced_pod(
+            self.runners, label_selector="app.kubernetes.io/component=runner"
+        )
+        return list(pods.items)
+
+    def scale_set_id(self) -> int:
+        (scale_set_id,) = self.admin.live_ids()
+        return scale_set_id
+
+    def headers(self) -> list[int | None]:
+        return [c.value for c in self.fake.capacity_history()]
+
+
+@pytest.fixture
+async def scene(
+    local_cluster: LocalCluster,
+    namespace: str,
+    controller_namespace: str,
+    helm_bin: Path,
+    arc_build: arc.Build,
+    tmp_path: Path,
+) -> AsyncIterator[Scene]:
+    configuration = client.Configuration()
+    await config.load_kube_config(
+        config_file=str(local_cluster.kubeconfig), client_configuration=configuration
+    )
+    async with client.ApiClient(configuration) as api:
+        s = Scene(
+            api, local_cluster, namespace, controller_namespace, helm_bin, arc_build, tmp_path
+        )
+        try:
+            yield s
+        finally:
+            await s.stop()
+
+
+def forbidden(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "forbidden" in line.lower()]
+
+
+# --- the tests ----------------------------------------------------------------------------
+
+
+async def test_arc_creates_our_listener_pod_and_its_calls_are_allowed(scene: Scene) -> None:
+    started = time.monotonic()
+    scene.add_nodes(2)
+    await scene.start()
+    await scene.install()
+
+    async def listener_running() -> Any:
+        return scene.pods.running() or None
+
+    (ran,) = await scene.wait(listener_running, "ARC's listener pod, played by our listener")
+    pod_created = time.monotonic() - started
+    spec = ran.pod["spec"]
+    (container,) = [c for c in spec["containers"] if c["name"] == "listener"]
+    overlay = yaml.safe_load(OVERLAY.read_text())["listenerTemplate"]["spec"]["containers"][0]
+    assert container["image"] == overlay["image"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["listener-config"] == "/etc/gha-listener"
+    assert mounts["capacity-config"] == "/etc/capacity-listener"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["capacity-config"]["configMap"]["name"] == f"capacity-listener-{NAME}"
+    ports = {p.get("name"): p["containerPort"] for p in container.get("ports") or []}
+    assert ports.get("metrics") == 8080, ports  # ARC's, from --listener-metrics-addr
+    assert ports.get("probes") == 8081, ports  # the overlay's
+    assert spec["terminationGracePeriodSeconds"] == 60
+    config_json = ran.process.config
+    assert config_json["configure_url"] == scene.url
+    (runner_set,) = await scene.arc_objects("ephemeralrunnersets")
+    assert config_json["ephemeral_runner_set_name"] == runner_set["metadata"]["name"]
+    assert config_json["runner_scale_set_id"] == scene.scale_set_id()
+
+    # The placeholders (create/list/delete pods in the runner namespace) are made with the
+    # pod's own token.
+    async def pairs() -> bool:
+        return len(await scene.placeholders()) == 4
+
+    await scene.wait(pairs, "two placeholder pairs")
+    await scene.wait(lambda: 2 in scene.headers(), "the header at 2")
+
+    # One job: the listener patches ARC's EphemeralRunnerSet (its generated name) to 1.
+    scene.fake.add_jobs(1, labels=(NAME,))
+
+    async def patched() -> bool:
+        (current,) = await scene.arc_objects("ephemeralrunnersets")
+        return bool(current["spec"].get("replicas") == 1)
+
+    await scene.wait(patched, "the EphemeralRunnerSet patched to 1 replica")
+    log = ran.process.log_text()
+    assert forbidden(log) == [], forbidden(log)
+    report("arc-listener-pod", listener_pod_after_install_s=pod_created,
+           test_s=time.monotonic() - started)  # fmt: skip
+
+
+async def test_a_burst_flows_to_runner_pods_that_preempt_placeholders(scene: Scene) -> None:
+    started = time.monotonic()
+    # Two nodes of one pair each (3 CPU: a 750m runner half and a 2 CPU workflow half).
+    scene.add_nodes(2)
+    await scene.start()
+    await scene.install()
+    await scene.wait(lambda: 2 in scene.headers(), "the header at 2", within=120)
+    runner_placeholders = {
+        p.metadata.name for p in await scene.placeholders()
+        if p.metadata.labels[ROLE] == "placeholder-runner"
+    }  # fmt: skip
+    assert len(runner_placeholders) == 2
+    ready = time.monotonic()
+
+    # Three jobs for a header of 2: two are assigned, the third stays queued.
+    scene.fake.add_jobs(3, labels=(NAME,))
+    sid = scene.scale_set_id()
+
+    async def assigned() -> bool:
+        return len(scene.fake.jobs_of(sid, JobState.ASSIGNED)) == 2
+
+    await scene.wait(assigned, "two jobs assigned")
+
+    async def runners_running() -> list[Any] | None:
+        pods = [p for p in await scene.runner_pods() if p.status.phase == "Running"]
+        return pods if len(pods) == 2 else None
+
+    pods = await scene.wait(runners_running, "two runner pods Running", within=120)
+    assert {p.spec.node_name for p in pods} <= set(scene.nodes)
+    flowed = time.monotonic()
+    left = {p.metadata.name for p in await scene.placeholders()}
+    assert not (runner_placeholders & left), "the runner pods did not take the placeholders' room"
+    runners = await scene.arc_objects("ephemeralrunners")
+    assert len(runners) == 2
+    assert len(scene.admin.jit_configs) == 2
+    # The header never went above what the placeholders confirmed; the third job waits.
+    assert max(h for h in scene.headers() if h is not None) == 2
+    assert len(scene.fake.queued()) == 1
+    report("arc-burst", header_ready_s=ready - started, runner_pods_running_s=flowed - ready,
+           test_s=time.monotonic() - started)  # fmt: skip
+
+
+async def test_recreate_and_delete_leave_no_placeholder_or_session(scene: Scene) -> None:
+    started = time.monotonic()
+    scene.add_nodes(2)
+    await scene.start()
+    await scene.install()
+    await scene.wait(lambda: 2 in scene.headers(), "the header at 2", within=120)
+    (first,) = scene.pods.running()
+    first_pairs = {p.metadata.name for p in await scene.placeholders()}
+    assert len(first_pairs) == 4
+
+    # A values change ARC applies by recreating the listener.
+    await scene.install(upgrade=True, maxRunners=10)
+
+    async def replaced() -> Any:
+        return [r for r in scene.pods.running() if r is not first] or None
+
+    (second,) = await scene.wait(replaced, "ARC's new listener pod", within=120)
+    assert first.exit_code == 0, first.process.log_tail()
+
+    async def old_pairs_gone() -> bool:
+        return not (first_pairs & {p.metadata.name for p in await scene.placeholders()})
+
+    await scene.wait(old_pairs_gone, "the first listener's placeholders gone")
+    sid = scene.scale_set_id()
+    session = scene.fake.session(sid)
+    assert session is not None
+    assert [s for s in scene.fake.session_log if not s.deleted] == [session]
+    recreated = time.monotonic()
+
+    # Uninstall: ARC removes the listener, the runner set and the scale set.
+    result = await asyncio.to_thread(
+        arc.uninstall, scene.helm_bin, scene.cluster, NAME, scene.runners
+    )
+    assert result.returncode == 0, result.stderr
+
+    async def all_gone() -> bool:
+        return (
+            not scene.pods.running()
+            and not await scene.placeholders()
+            and not await scene.arc_objects("autoscalingrunnersets")
+        )
+
+    await scene.wait(all_gone, "listener, placeholders and scale set gone", within=120)
+    assert second.exit_code == 0, second.process.log_tail()
+    assert scene.fake.session(sid) is None
+    assert all(s.deleted for s in scene.fake.session_log)
+    await scene.wait(lambda: sid in scene.admin.deleted, "the scale set deleted on the service")
+    report("arc-recreate-delete", recreate_s=recreated - started,
+           delete_s=time.monotonic() - recreated)  # fmt: skip
