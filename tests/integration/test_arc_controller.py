@@ -22,6 +22,7 @@ Timings (ARC build, each phase) are printed as JSON lines (run with -s).
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import shutil
 import time
@@ -35,6 +36,7 @@ from kubernetes_asyncio import client, config
 
 from tests.support import arc_controller as arc
 from tests.support.arc_listener_pod import ListenerPods
+from tests.support.arc_runners import ArcRunners
 from tests.support.helm_chart import CHART, helm, scale_set, write_values
 from tools.fake_actions import FakeActions, JobState
 from tools.fake_arc_admin import ArcAdmin
@@ -50,9 +52,22 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAY = ROOT / "deploy" / "helm" / "values-capacity-cpu.yaml"
-NAME = "cpu"  # the overlay's ConfigMaps are named for a scale set called `cpu`
+
+
+def _overlay_scale_set() -> str:
+    """The scale set the documented overlay is written for: its settings ConfigMap is
+    ``capacity-listener-<scale set>``, as the companion chart names it."""
+    values = yaml.safe_load(OVERLAY.read_text())
+    (volume,) = [
+        v for v in values["listenerTemplate"]["spec"]["volumes"] if v["name"] == "capacity-config"
+    ]
+    return str(volume["configMap"]["name"]).removeprefix("capacity-listener-")
+
+
+NAME = _overlay_scale_set()
 ROLE = "capacity-listener.dev/role"
 ARC_GROUP = ("actions.github.com", "v1alpha1")
+WORKFLOW_REQUESTS = {"cpu": "2", "memory": "8Gi"}  # helm_chart.scale_set's workflow pod
 
 
 def report(what: str, **numbers: float | str) -> None:
@@ -139,6 +154,8 @@ class Scene:
         self.core = client.CoreV1Api(api)
         self.crd = client.CustomObjectsApi(api)
         self.nodes: list[str] = []
+        self.base_overlay: dict[str, Any] = {}
+        self.overlay_source = ""
 
     @property
     def src(self) -> Path:
@@ -162,7 +179,7 @@ class Scene:
 
     def overlay(self, **changes: Any) -> dict[str, Any]:
         """The documented overlay, plus the test-only changes this module's docstring lists."""
-        values: dict[str, Any] = yaml.safe_load(OVERLAY.read_text())
+        values: dict[str, Any] = copy.deepcopy(self.base_overlay)
         values["githubConfigUrl"] = self.url
         values["githubConfigSecret"] = {"github_token": PAT}
         values["controllerServiceAccount"] = {"namespace": self.controller_ns, "name": "arc"}
@@ -182,8 +199,26 @@ class Scene:
             kubeconfig=self.cluster.kubeconfig,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
+        await self._read_overlay()
         self.arc.start(self.build.binary)
         self.pods.start()
+
+    async def _read_overlay(self) -> None:
+        """The overlay as the docs give it: the chart's ``<scale set>-arc-values`` ConfigMap
+        where the chart writes one, else deploy/helm/values-capacity-cpu.yaml."""
+        try:
+            cm = await self.core.read_namespaced_config_map(
+                f"{NAME}-arc-values", self.controller_ns
+            )
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            self.base_overlay = yaml.safe_load(OVERLAY.read_text())
+            self.overlay_source = str(OVERLAY.relative_to(ROOT))
+        else:
+            self.base_overlay = yaml.safe_load(cm.data["values.yaml"])
+            self.overlay_source = f"ConfigMap {NAME}-arc-values"
+        report("arc-overlay", source=self.overlay_source)
 
     async def install(self, *, upgrade: bool = False, **changes: Any) -> None:
         result = await asyncio.to_thread(
@@ -283,7 +318,7 @@ async def test_arc_creates_our_listener_pod_and_its_calls_are_allowed(scene: Sce
     pod_created = time.monotonic() - started
     spec = ran.pod["spec"]
     (container,) = [c for c in spec["containers"] if c["name"] == "listener"]
-    overlay = yaml.safe_load(OVERLAY.read_text())["listenerTemplate"]["spec"]["containers"][0]
+    (overlay,) = scene.base_overlay["listenerTemplate"]["spec"]["containers"]
     assert container["image"] == overlay["image"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["listener-config"] == "/etc/gha-listener"
@@ -364,6 +399,44 @@ async def test_a_burst_flows_to_runner_pods_that_preempt_placeholders(scene: Sce
            test_s=time.monotonic() - started)  # fmt: skip
 
 
+async def test_jobs_run_to_completion_through_arc_and_the_queue_drains(scene: Scene) -> None:
+    started = time.monotonic()
+    scene.add_nodes(2)
+    await scene.start()
+    await scene.install()
+    await scene.wait(lambda: 2 in scene.headers(), "the header at 2", within=120)
+    sid = scene.scale_set_id()
+    runners = ArcRunners(scene.api, scene.fake, scene.runners, sid, WORKFLOW_REQUESTS)
+    runners.start()
+    try:
+        jobs = scene.fake.add_jobs(3, labels=(NAME,))
+
+        def done() -> bool:
+            return all(scene.fake.job(j.runner_request_id).state is JobState.COMPLETED
+                       for j in jobs)  # fmt: skip
+
+        await scene.wait(done, "three jobs run to completion", within=240)
+        ran = time.monotonic()
+        # Every job ran: its workflow pod got to Running (took a workflow placeholder's room).
+        assert scene.fake.stranded(sid) == []
+        assert all(scene.fake.job(j.runner_request_id).result == "succeeded" for j in jobs)
+        assert len(runners.finished) == 3
+
+        async def back_to_start() -> bool:
+            return (
+                not await scene.arc_objects("ephemeralrunners")
+                and len(await scene.placeholders()) == 4
+                and scene.headers()[-1] == 2
+            )
+
+        await scene.wait(back_to_start, "no runner left, two pairs again", within=120)
+    finally:
+        await runners.stop()
+    # GitHub never had more than two of these jobs in flight with this scale set.
+    assert max(h for h in scene.headers() if h is not None) == 2
+    report("arc-jobs", three_jobs_s=ran - started, test_s=time.monotonic() - started)
+
+
 async def test_recreate_and_delete_leave_no_placeholder_or_session(scene: Scene) -> None:
     started = time.monotonic()
     scene.add_nodes(2)
@@ -381,6 +454,7 @@ async def test_recreate_and_delete_leave_no_placeholder_or_session(scene: Scene)
         return [r for r in scene.pods.running() if r is not first] or None
 
     (second,) = await scene.wait(replaced, "ARC's new listener pod", within=120)
+    await scene.wait(lambda: first.exit_code is not None, "the first listener's exit", 70)
     assert first.exit_code == 0, first.process.log_tail()
 
     async def old_pairs_gone() -> bool:
@@ -407,6 +481,7 @@ async def test_recreate_and_delete_leave_no_placeholder_or_session(scene: Scene)
         )
 
     await scene.wait(all_gone, "listener, placeholders and scale set gone", within=120)
+    await scene.wait(lambda: second.exit_code is not None, "the second listener's exit", 70)
     assert second.exit_code == 0, second.process.log_tail()
     assert scene.fake.session(sid) is None
     assert all(s.deleted for s in scene.fake.session_log)

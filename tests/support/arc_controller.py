@@ -171,6 +171,10 @@ class ArcController:
             # No admission webhook (ARC's scale-set mode registers none) and no metrics page.
             "--port=0",
             f"--metrics-addr=127.0.0.1:{free_port()}",
+            # What the controller chart passes with `metrics.listenerAddr: ":8080"` (without
+            # it the chart turns the listener's metrics off: no `metrics` port on the pod).
+            "--listener-metrics-addr=:8080",
+            "--listener-metrics-endpoint=/metrics",
             "--log-level=debug",
             "--update-strategy=immediate",
             *extra,

@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from tools.listener_process import ListenerProcess
 from tools.localcluster import LocalCluster
@@ -49,6 +50,7 @@ class Ran:
     pod: dict[str, Any]
     process: ListenerProcess
     exit_code: int | None = None
+    stopping: asyncio.Task[None] | None = None
 
     @property
     def name(self) -> str:
@@ -63,6 +65,7 @@ class ListenerPods:
     workdir: Path
     interval: float = 0.3
     runs: list[Ran] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
 
     @property
@@ -78,7 +81,9 @@ class ListenerPods:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         for ran in self.runs:
-            if ran.process.returncode is None:
+            if ran.stopping is not None:
+                await ran.stopping
+            elif ran.process.returncode is None:
                 ran.exit_code = await ran.process.stop()
 
     def running(self) -> list[Ran]:
@@ -86,21 +91,31 @@ class ListenerPods:
 
     async def _forever(self) -> None:
         while True:
-            pods = await self.core.list_namespaced_pod(
-                self.namespace, label_selector=LISTENER_SELECTOR
-            )
-            live = {p.metadata.uid: p for p in pods.items}
-            known = {r.pod["metadata"]["uid"]: r for r in self.runs}
-            for uid, pod in live.items():
-                if uid not in known and pod.metadata.deletion_timestamp is None:
-                    self.runs.append(await self._run(self.api.sanitize_for_serialization(pod)))
-            for uid, ran in known.items():
-                pod = live.get(uid)
-                gone = pod is None or pod.metadata.deletion_timestamp is not None
-                if gone and ran.process.returncode is None:
-                    grace = (ran.pod["spec"].get("terminationGracePeriodSeconds") or 30) + 5
-                    ran.exit_code = await ran.process.stop(within=float(grace))
+            try:
+                await self._round()
+            except ApiException as exc:  # a test's wait names what did not happen
+                self.errors.append(f"{exc.status} {exc.reason}")
             await asyncio.sleep(self.interval)
+
+    async def _round(self) -> None:
+        pods = await self.core.list_namespaced_pod(self.namespace, label_selector=LISTENER_SELECTOR)
+        live = {p.metadata.uid: p for p in pods.items}
+        known = {r.pod["metadata"]["uid"]: r for r in self.runs}
+        for uid, pod in live.items():
+            if uid not in known and pod.metadata.deletion_timestamp is None:
+                self.runs.append(await self._run(self.api.sanitize_for_serialization(pod)))
+        for uid, ran in known.items():
+            pod = live.get(uid)
+            gone = pod is None or pod.metadata.deletion_timestamp is not None
+            if gone and ran.stopping is None:
+                # Apart: a listener that takes its grace period to stop must not hold up the
+                # next pod ARC creates.
+                ran.stopping = asyncio.create_task(self._stop(ran), name=f"stop-{ran.name}")
+
+    @staticmethod
+    async def _stop(ran: Ran) -> None:
+        grace = (ran.pod["spec"].get("terminationGracePeriodSeconds") or 30) + 5
+        ran.exit_code = await ran.process.stop(within=float(grace))
 
     async def _run(self, pod: dict[str, Any]) -> Ran:
         name = pod["metadata"]["name"]
