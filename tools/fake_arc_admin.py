@@ -18,8 +18,11 @@ the gha-runner-scale-set controller 0.14 calls through its ``multiclient``):
   ``{runner: RunnerReference, encodedJITConfig}``; a name already registered is
   ``AgentExistsException``;
 * ``GET  _apis/distributedtask/pools/0/agents/ID`` and ``...agents?agentName=NAME``;
-* ``DELETE _apis/distributedtask/pools/0/agents/ID`` -> 204, or 400
-  ``JobStillRunningException`` while the runner runs a job (the client matches the type name).
+* ``DELETE _apis/distributedtask/pools/0/agents/ID`` -> 204, also for a runner already gone,
+  or 400 ``JobStillRunningException`` while the runner runs a job (the client matches the
+  type name). Idempotent because the controller removes an idle runner twice when a scale
+  set goes (the EphemeralRunnerSet's clean-up, then the EphemeralRunner's finalizer) and
+  retries any answer but 204 for ever: a 404 there would keep the scale set from going.
 
 Every call needs the admin token (``api-version`` and a Bearer token FakeActions issued).
 A deleted scale set stays in ``FakeActions.scale_sets`` (a listener that still holds its
@@ -238,7 +241,7 @@ class ArcAdmin:
         runner_id = int(request.match_info["runner_id"])
         found = self._runner(runner_id)
         if found is None:
-            raise _not_found("AgentNotFoundException", f"No runner with id {runner_id}.")
+            return web.Response(status=204)
         scale_set_id, name = found
         if any(j.runner_name == name for j in self.fake.jobs_of(scale_set_id, JobState.RUNNING)):
             raise _bad("JobStillRunningException", f"Runner {name} is running a job.")

@@ -189,18 +189,23 @@ class Scene:
 
     async def start(self, *, capacity: dict[str, Any] | None = None) -> None:
         await self.fake.start()
+        # The ladder is cluster-wide and outlives a release: create it once.
+        existing = await client.SchedulingV1Api(self.api).list_priority_class()
         companion = {
+            "priorityClasses": {
+                "create": "arc-workflow" not in {pc.metadata.name for pc in existing.items}
+            },
             "scaleSets": {NAME: scale_set(self.runners, self.url, **(capacity or self.capacity()))},
         }
         result = await asyncio.to_thread(
-            helm, self.helm_bin, "install", f"cl-{self.controller_ns}"[:40], str(CHART),
+            helm, self.helm_bin, "install", self.companion, str(CHART),
             "--namespace", self.controller_ns,
             "--values", str(write_values(companion, self.workdir, "companion.json")),
             kubeconfig=self.cluster.kubeconfig,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         await self._read_overlay()
-        self.arc.start(self.build.binary)
+        self.arc.start(self.build.binary, self.runners)
         self.pods.start()
 
     async def _read_overlay(self) -> None:
@@ -233,12 +238,29 @@ class Scene:
             self.cluster.add_node(name, cpu=cpu, memory=memory, pods=30)
             self.nodes.append(name)
 
+    @property
+    def companion(self) -> str:
+        return f"cl-{self.controller_ns}"[:40]
+
     async def stop(self) -> None:
-        await self.pods.stop()
-        self.arc.stop()
-        await self.fake.stop()
-        for name in self.nodes:
-            self.cluster.remove_node(name)
+        try:
+            # ARC's finalizers need the controller: uninstall the scale set while it runs.
+            if await self.arc_objects("autoscalingrunnersets"):
+                await asyncio.to_thread(
+                    arc.uninstall, self.helm_bin, self.cluster, NAME, self.runners
+                )
+            await asyncio.to_thread(
+                helm, self.helm_bin, "uninstall", self.companion, "--namespace",
+                self.controller_ns, kubeconfig=self.cluster.kubeconfig,
+            )  # fmt: skip
+        finally:
+            try:
+                await self.pods.stop()
+            finally:
+                self.arc.stop()
+                await self.fake.stop()
+                for name in self.nodes:
+                    self.cluster.remove_node(name)
 
     def detail(self) -> str:
         runs = "\n".join(f"--- {r.name}:\n{r.process.log_tail(15)}" for r in self.pods.runs)
@@ -488,3 +510,27 @@ async def test_recreate_and_delete_leave_no_placeholder_or_session(scene: Scene)
     await scene.wait(lambda: sid in scene.admin.deleted, "the scale set deleted on the service")
     report("arc-recreate-delete", recreate_s=recreated - started,
            delete_s=time.monotonic() - recreated)  # fmt: skip
+
+
+async def test_scale_set_labels_reach_the_service_and_route_jobs(scene: Scene) -> None:
+    # ARC 0.14 registers `scaleSetLabels` beside the scale set's name (one label before).
+    started = time.monotonic()
+    scene.add_nodes(2)
+    await scene.start()
+    await scene.install(scaleSetLabels=["linux-x64", "self-hosted"])
+    await scene.wait(lambda: 2 in scene.headers(), "the header at 2", within=120)
+    sid = scene.scale_set_id()
+    assert scene.fake.scale_sets[sid].labels == (NAME, "linux-x64", "self-hosted")
+    (create,) = scene.fake.requests_for("arc_create_scale_set")
+    assert json.loads(create.body)["labels"] == [
+        {"type": "System", "name": label} for label in (NAME, "linux-x64", "self-hosted")
+    ]
+    (job,) = scene.fake.add_jobs(1, labels=("self-hosted", "linux-x64"))
+
+    async def patched() -> bool:
+        (current,) = await scene.arc_objects("ephemeralrunnersets")
+        return bool(current["spec"].get("replicas") == 1)
+
+    await scene.wait(patched, "the EphemeralRunnerSet patched to 1 replica")
+    assert scene.fake.job(job.runner_request_id).scale_set_id == sid
+    report("arc-labels", test_s=time.monotonic() - started)

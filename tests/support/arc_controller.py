@@ -163,7 +163,10 @@ class ArcController:
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(default_factory=Path)
 
-    def start(self, binary: Path, *extra: str) -> None:
+    def start(self, binary: Path, watch: str, *extra: str) -> None:
+        """Start it, reconciling scale sets of the namespace ``watch`` only (the controller
+        chart's ``flags.watchSingleNamespace``): a controller left by a failed test cannot
+        act on the next test's scale set."""
         self.log_path = self.cluster.workdir / f"arc-controller-{self.namespace}.log"
         argv = [
             str(binary),
@@ -176,7 +179,7 @@ class ArcController:
             "--listener-metrics-addr=:8080",
             "--listener-metrics-endpoint=/metrics",
             "--log-level=debug",
-            "--update-strategy=immediate",
+            f"--watch-single-namespace={watch}",
             *extra,
         ]
         env = {
@@ -239,6 +242,6 @@ def uninstall(
     helm_bin: Path, cluster: LocalCluster, release: str, namespace: str
 ) -> subprocess.CompletedProcess[str]:
     return helm(
-        helm_bin, "uninstall", release, "--namespace", namespace, "--wait",
-        kubeconfig=cluster.kubeconfig, timeout=300,
+        helm_bin, "uninstall", release, "--namespace", namespace, "--wait", "--timeout", "90s",
+        kubeconfig=cluster.kubeconfig, timeout=120,
     )  # fmt: skip

@@ -153,6 +153,8 @@ async def test_jit_config_registers_the_runner_and_a_busy_one_cannot_be_removed(
     assert r.status_code == 204
     assert admin.removed_runners == [idle]
     assert fake.scale_sets[scale_set_id].runners == {}
+    r = await arc.call("DELETE", f"{agents}/{idle}")  # the EphemeralRunner's finalizer, again
+    assert r.status_code == 204
 
 
 async def test_every_call_needs_the_admin_token(
