@@ -232,11 +232,14 @@ class Scene:
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
 
-    def add_nodes(self, count: int, cpu: str = "3", memory: str = "9Gi") -> None:
-        for i in range(count):
-            name = f"arc-{self.runners}-{i}"
-            self.cluster.add_node(name, cpu=cpu, memory=memory, pods=30)
-            self.nodes.append(name)
+    def add_node(self) -> None:
+        """One node with room for exactly two pairs and the listener pod: a runner pod
+        (750m / 512Mi, the overlay's) fits only in a runner placeholder's room, a workflow pod
+        (2 CPU / 8 GiB) only in a workflow placeholder's, wherever the scheduler put them."""
+        name = f"arc-{self.runners}"
+        # 2 x (750m + 2) + 50m CPU; 2 x (512Mi + 8Gi) + 128Mi.
+        self.cluster.add_node(name, cpu="5550m", memory="17536Mi", pods=30)
+        self.nodes.append(name)
 
     @property
     def companion(self) -> str:
@@ -264,7 +267,28 @@ class Scene:
 
     def detail(self) -> str:
         runs = "\n".join(f"--- {r.name}:\n{r.process.log_tail(15)}" for r in self.pods.runs)
-        return f":\n--- controller:\n{self.arc.log_tail(25)}\n{runs}"
+        return f":\n--- controller:\n{self.arc.log_tail(25)}\n{runs}\n--- pods:\n{self._pods()}"
+
+    def _pods(self) -> str:
+        """The pods of both namespaces (sync: a wait's detail is read outside the loop)."""
+        found: dict[str, list[Any]] = {"items": []}
+        for ns in (self.runners, self.controller_ns):
+            found["items"] += self.cluster.rest.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+        lines = []
+        for pod in found.get("items") or []:
+            requests = [
+                (c.get("resources") or {}).get("requests") for c in pod["spec"]["containers"]
+            ]
+            conditions = [
+                f"{c['type']}={c['status']}:{c.get('message', '')}"
+                for c in pod["status"].get("conditions") or []
+            ]
+            lines.append(
+                f"{pod['metadata']['name']} {pod['status'].get('phase')} "
+                f"{pod['spec'].get('nodeName')} nominated={pod['status'].get('nominatedNodeName')} "
+                f"deleting={pod['metadata'].get('deletionTimestamp')} {requests} {conditions}"
+            )
+        return "\n".join(lines)
 
     async def wait(self, check: Any, what: str, within: float = 90) -> Any:
         def alive() -> None:
@@ -329,7 +353,7 @@ def forbidden(text: str) -> list[str]:
 
 async def test_arc_creates_our_listener_pod_and_its_calls_are_allowed(scene: Scene) -> None:
     started = time.monotonic()
-    scene.add_nodes(2)
+    scene.add_node()
     await scene.start()
     await scene.install()
 
@@ -381,8 +405,7 @@ async def test_arc_creates_our_listener_pod_and_its_calls_are_allowed(scene: Sce
 
 async def test_a_burst_flows_to_runner_pods_that_preempt_placeholders(scene: Scene) -> None:
     started = time.monotonic()
-    # Two nodes of one pair each (3 CPU: a 750m runner half and a 2 CPU workflow half).
-    scene.add_nodes(2)
+    scene.add_node()
     await scene.start()
     await scene.install()
     await scene.wait(lambda: 2 in scene.headers(), "the header at 2", within=120)
@@ -423,7 +446,7 @@ async def test_a_burst_flows_to_runner_pods_that_preempt_placeholders(scene: Sce
 
 async def test_jobs_run_to_completion_through_arc_and_the_queue_drains(scene: Scene) -> None:
     started = time.monotonic()
-    scene.add_nodes(2)
+    scene.add_node()
     await scene.start()
     await scene.install()
     await scene.wait(lambda: 2 in scene.headers(), "the header at 2", within=120)
@@ -461,7 +484,7 @@ async def test_jobs_run_to_completion_through_arc_and_the_queue_drains(scene: Sc
 
 async def test_recreate_and_delete_leave_no_placeholder_or_session(scene: Scene) -> None:
     started = time.monotonic()
-    scene.add_nodes(2)
+    scene.add_node()
     await scene.start()
     await scene.install()
     await scene.wait(lambda: 2 in scene.headers(), "the header at 2", within=120)
@@ -515,7 +538,7 @@ async def test_recreate_and_delete_leave_no_placeholder_or_session(scene: Scene)
 async def test_scale_set_labels_reach_the_service_and_route_jobs(scene: Scene) -> None:
     # ARC 0.14 registers `scaleSetLabels` beside the scale set's name (one label before).
     started = time.monotonic()
-    scene.add_nodes(2)
+    scene.add_node()
     await scene.start()
     await scene.install(scaleSetLabels=["linux-x64", "self-hosted"])
     await scene.wait(lambda: 2 in scene.headers(), "the header at 2", within=120)
