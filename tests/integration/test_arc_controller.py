@@ -39,7 +39,15 @@ from tools.fake_actions import JobState
 from tools.localcluster import BuildError, ClusterError, LocalCluster, ensure_built
 from tools.localcluster.build import ensure_helm_built
 
+# A preemptor can wait for kube-scheduler's 5-minute flush of unschedulable pods: with async
+# preemption (on by default since Kubernetes 1.32), a victim that is gone at once (the
+# placeholders' grace period is 0) can leave the preemptor parked although its room is free
+# (kubernetes/kubernetes#141694, seen here in about 1 run of 3 with two runner pods at once).
+# The waits for a preemptor allow for it; the time it took is printed.
+SCHEDULER_FLUSH = 330.0
+
 pytestmark = [
+    pytest.mark.timeout(900),
     pytest.mark.cluster,
     pytest.mark.skipif(arc.skip_reason() is not None, reason=arc.skip_reason() or ""),
 ]
@@ -205,7 +213,7 @@ async def test_a_burst_flows_to_runner_pods_that_preempt_placeholders(scene: Sce
         pods = [p for p in await scene.runner_pods() if p.status.phase == "Running"]
         return pods if len(pods) == 2 else None
 
-    pods = await scene.wait(runners_running, "two runner pods Running", within=120)
+    pods = await scene.wait(runners_running, "two runner pods Running", within=SCHEDULER_FLUSH)
     assert {p.spec.node_name for p in pods} <= set(scene.nodes)
     flowed = time.monotonic()
     left = {p.metadata.name for p in await scene.placeholders()}
@@ -236,7 +244,7 @@ async def test_jobs_run_to_completion_through_arc_and_the_queue_drains(scene: Sc
             return all(scene.fake.job(j.runner_request_id).state is JobState.COMPLETED
                        for j in jobs)  # fmt: skip
 
-        await scene.wait(done, "three jobs run to completion", within=240)
+        await scene.wait(done, "three jobs run to completion", within=2 * SCHEDULER_FLUSH)
         ran = time.monotonic()
         # Every job ran: its workflow pod got to Running (took a workflow placeholder's room).
         assert scene.fake.stranded(sid) == []
@@ -265,28 +273,44 @@ async def test_recreate_and_delete_leave_no_placeholder_or_session(scene: Scene)
     await scene.install()
     await scene.wait(lambda: 2 in scene.headers(), "the header at 2", within=120)
     (first,) = scene.pods.running()
+    sid = scene.scale_set_id()
+    first_session = scene.fake.session(sid)
+    assert first_session is not None
     first_pairs = {p.metadata.name for p in await scene.placeholders()}
     assert len(first_pairs) == 4
 
     # A values change ARC applies by recreating the listener.
+    upgraded = time.monotonic()
     await scene.install(upgrade=True, maxRunners=10)
 
     async def replaced() -> Any:
         return [r for r in scene.pods.running() if r is not first] or None
 
     (second,) = await scene.wait(replaced, "ARC's new listener pod", within=120)
+    new_pod = time.monotonic()
     await scene.wait(lambda: first.exit_code is not None, "the first listener's exit", 70)
     assert first.exit_code == 0, first.process.log_tail()
+    assert first_session.deleted  # the first listener ended its session on the way out
+    old_exit = time.monotonic()
 
     async def old_pairs_gone() -> bool:
         return not (first_pairs & {p.metadata.name for p in await scene.placeholders()})
 
     await scene.wait(old_pairs_gone, "the first listener's placeholders gone")
-    sid = scene.scale_set_id()
-    session = scene.fake.session(sid)
-    assert session is not None
-    assert [s for s in scene.fake.session_log if not s.deleted] == [session]
+
+    def one_new_session() -> bool:
+        live = [s for s in scene.fake.session_log if not s.deleted]
+        return len(live) == 1 and live[0] is not first_session
+
+    await scene.wait(one_new_session, "the new listener's session, and only it")
+    await scene.wait(lambda: scene.headers()[-1] == 2, "the new listener's header at 2")
     recreated = time.monotonic()
+    report(
+        "arc-recreate",
+        new_pod_after_upgrade_s=new_pod - upgraded,
+        old_listener_exit_s=old_exit - new_pod,
+        new_session_and_header_s=recreated - old_exit,
+    )
 
     # Uninstall: ARC removes the listener, the runner set and the scale set.
     result = await asyncio.to_thread(
@@ -307,8 +331,7 @@ async def test_recreate_and_delete_leave_no_placeholder_or_session(scene: Scene)
     assert scene.fake.session(sid) is None
     assert all(s.deleted for s in scene.fake.session_log)
     await scene.wait(lambda: sid in scene.admin.deleted, "the scale set deleted on the service")
-    report("arc-recreate-delete", recreate_s=recreated - started,
-           delete_s=time.monotonic() - recreated)  # fmt: skip
+    report("arc-delete", delete_s=time.monotonic() - recreated, test_s=time.monotonic() - started)
 
 
 async def test_scale_set_labels_reach_the_service_and_route_jobs(scene: Scene) -> None:
