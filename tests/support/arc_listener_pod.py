@@ -141,11 +141,13 @@ class ListenerPods:
             if "value" in e and e["name"] not in _LOCAL_ENV
         }
         env["CAPACITY_LISTENER_ROLE"] = name
+        # ARC gives a recreated listener pod the same name: keep each one's files apart.
+        files = f"{name}-{pod['metadata']['uid'][:8]}"
         process = ListenerProcess(
-            name,
+            files,
             self.workdir,
             config,
-            kubeconfig=await self._kubeconfig(spec["serviceAccountName"], name),
+            kubeconfig=await self._kubeconfig(spec["serviceAccountName"], files),
             capacity=capacity,
             env=env,
         )
