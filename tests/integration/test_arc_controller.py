@@ -22,6 +22,7 @@ Timings (ARC build, each phase) are printed as JSON lines (run with -s).
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import shutil
 import time
@@ -356,3 +357,60 @@ async def test_scale_set_labels_reach_the_service_and_route_jobs(scene: Scene) -
     await scene.wait(patched, "the EphemeralRunnerSet patched to 1 replica")
     assert scene.fake.job(job.runner_request_id).scale_set_id == sid
     report("arc-labels", test_s=time.monotonic() - started)
+
+
+async def test_a_runner_template_change_keeps_the_listener_on_the_current_runner_set(
+    scene: Scene,
+) -> None:
+    # ARC 0.14 answers a runner template change with a new EphemeralRunnerSet (a new generated
+    # name, so a new listener with a new config.json and Role); ARC after #4516 updates the
+    # one runner set, named as the scale set, in place. Either way the listener must patch
+    # the runner set ARC reconciles, with the rights ARC gave it.
+    started = time.monotonic()
+    scene.add_node()
+    await scene.start()
+    await scene.install()
+    await scene.wait(lambda: 2 in scene.headers(), "the header at 2", within=120)
+    (old_set,) = await scene.arc_objects("ephemeralrunnersets")
+    template = copy.deepcopy(scene.overlay()["template"])
+    template["metadata"].setdefault("annotations", {})["tests.capacity-listener.dev/rev"] = "2"
+    await scene.install(upgrade=True, template=template)
+
+    async def settled() -> Any:
+        sets = [
+            s
+            for s in await scene.arc_objects("ephemeralrunnersets")
+            if not s["metadata"].get("deletionTimestamp")
+        ]
+        if len(sets) != 1:
+            return None
+        annotations = sets[0]["spec"]["ephemeralRunnerSpec"]["metadata"].get("annotations") or {}
+        running = [
+            r
+            for r in scene.pods.running()
+            if r.process.config["ephemeral_runner_set_name"] == sets[0]["metadata"]["name"]
+        ]
+        if "tests.capacity-listener.dev/rev" not in annotations or len(running) != 1:
+            return None
+        return sets[0], running[0]
+
+    current, ran = await scene.wait(settled, "one updated runner set and its listener")
+    changed = time.monotonic()
+    scene.fake.add_jobs(1, labels=(NAME,))
+
+    async def patched() -> bool:
+        got = await scene.crd.get_namespaced_custom_object(
+            "actions.github.com", "v1alpha1", scene.runners, "ephemeralrunnersets",
+            current["metadata"]["name"],
+        )  # fmt: skip
+        return bool(got["spec"].get("replicas") == 1)
+
+    await scene.wait(patched, "the current runner set patched to 1 replica")
+    assert forbidden(ran.process.log_text()) == []
+    report(
+        "arc-template-change",
+        runner_set_renamed=str(current["metadata"]["name"] != old_set["metadata"]["name"]),
+        listeners=len(scene.pods.runs),
+        settled_s=changed - started,
+        test_s=time.monotonic() - started,
+    )
