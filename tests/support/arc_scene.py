@@ -83,6 +83,8 @@ class Scene:
         self.crd = client.CustomObjectsApi(api)
         self.nodes: list[str] = []
         self.base_overlay: dict[str, Any] = {}
+        self.relisted = 0
+        self._orphaned_since: float | None = None
         self.overlay_source = ""
 
     @property
@@ -159,6 +161,39 @@ class Scene:
             self.overlay(**changes), self.workdir, upgrade=upgrade,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
+        await self.wait(self._listener_on_a_live_runner_set, "ARC's listener on a live runner set")
+
+    async def _listener_on_a_live_runner_set(self) -> bool:
+        """Whether ARC's AutoscalingListener names a runner set that exists. ARC 0.14 can
+        create two EphemeralRunnerSets for a new scale set (its second reconcile does not see
+        the first yet), delete the first as old and leave the listener it made for the first
+        naming it, for good: a listener, ours or ARC's, then has no runner set to scale. An
+        operator deletes the AutoscalingListener (ARC makes it again, for the live set); so
+        does this, after 3 s, counting it in ``relisted`` (ARC after #4516 has one runner
+        set per scale set and never does this)."""
+        listeners = await self.arc_objects("autoscalinglisteners", self.controller_ns)
+        if len(listeners) != 1:
+            return False
+        (listener,) = listeners
+        live = {
+            s["metadata"]["name"]
+            for s in await self.arc_objects("ephemeralrunnersets")
+            if not s["metadata"].get("deletionTimestamp")
+        }
+        if listener["spec"].get("ephemeralRunnerSetName") in live:
+            self._orphaned_since = None
+            return True
+        now = asyncio.get_running_loop().time()
+        if self._orphaned_since is None:
+            self._orphaned_since = now
+        elif now - self._orphaned_since > 3.0 and live:
+            await self.crd.delete_namespaced_custom_object(
+                *ARC_GROUP, self.controller_ns, "autoscalinglisteners",
+                listener["metadata"]["name"],
+            )  # fmt: skip
+            self.relisted += 1
+            self._orphaned_since = None
+        return False
 
     def add_node(self) -> None:
         """One node with room for exactly two pairs and the listener pod: a runner pod
@@ -174,6 +209,8 @@ class Scene:
         return f"cl-{self.controller_ns}"[:40]
 
     async def stop(self) -> None:
+        if self.relisted:
+            report("arc-listener-relisted", times=self.relisted)
         try:
             # ARC's finalizers need the controller: uninstall the scale set while it runs.
             if await self.arc_objects("autoscalingrunnersets"):
