@@ -263,10 +263,18 @@ class Scene:
         return await eventually(check, what, within, interval=0.3, alive=alive, detail=self.detail)
 
     async def arc_objects(self, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        found = await self.crd.list_namespaced_custom_object(
-            *ARC_GROUP, namespace or self.runners, plural
-        )
-        return list(found["items"])
+        for _ in range(30):
+            try:
+                found = await self.crd.list_namespaced_custom_object(
+                    *ARC_GROUP, namespace or self.runners, plural
+                )
+                return list(found["items"])
+            except client.ApiException as exc:
+                # A replaced CRD's storage answers 429 for a moment after it is Established.
+                if exc.status != 429:
+                    raise
+                await asyncio.sleep(1.0)
+        raise AssertionError(f"{plural}: still 429 after 30 s")
 
     async def placeholders(self) -> list[Any]:
         pods = await self.core.list_namespaced_pod(self.runners, label_selector=ROLE)
