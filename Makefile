@@ -7,7 +7,7 @@ CLUSTER := $(PY) -m tools.localcluster
 .PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
         typecheck check coverage lint-only cluster-build cluster-up cluster-down cluster-status \
         bench bench-outcomes clean conformance-build test-conformance chart-package bench-footprint \
-        test-cluster-autoscaler test-chart soak
+        test-cluster-autoscaler test-arc test-chart soak
 
 help:
 	@echo "make demo          run the local demo (builds the local cluster on first use)"
@@ -79,6 +79,12 @@ image: venv
 test-cluster-autoscaler: venv cluster-build
 	@test -n "$(CLUSTER_AUTOSCALER_SRC)" || echo "cluster-autoscaler tier skipped: CLUSTER_AUTOSCALER_SRC is not set (a cluster-autoscaler 1.36 source tree; see CONTRIBUTING.md)"
 	$(VENV)/bin/pytest tests/integration/test_cluster_autoscaler.py -rs -s
+
+# Opt-in: this listener under ARC's real gha-runner-scale-set controller, built from the
+# source tree in ARC_SRC (cached per commit); skipped without it.
+test-arc: venv cluster-build
+	@test -n "$(ARC_SRC)" || echo "ARC tier skipped: ARC_SRC is not set (an actions-runner-controller source tree; see CONTRIBUTING.md)"
+	$(VENV)/bin/pytest tests/integration/test_arc_controller.py -rs -s
 
 # Our listener against ARC's own poll loop (a Go reference over actions/scaleset, cached).
 test-conformance: venv conformance-build
