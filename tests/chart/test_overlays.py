@@ -87,6 +87,23 @@ def test_overlay_has_no_hidden_storage_class(helm_bin: Path, tmp_path: Path) -> 
     assert overlay(docs, "arc-cpu")["containerMode"]["kubernetesModeWorkVolumeClaim"] == chosen
 
 
+def test_runner_pods_ask_for_their_placeholders_room(helm_bin: Path, tmp_path: Path) -> None:
+    """A runner pod that asks for less than its placeholder holds fits beside it instead of
+    taking its room: without runnerPod.resources it asks for the placeholders' default."""
+
+    def runner_resources(entry: dict[str, Any]) -> Any:
+        docs = template(helm_bin, {"scaleSets": {"arc-cpu": entry}}, tmp_path)
+        (container,) = overlay(docs, "arc-cpu")["template"]["spec"]["containers"]
+        return container["resources"]
+
+    assert runner_resources(scale_set()) == {
+        "requests": {"cpu": "750m", "memory": "512Mi"},
+        "limits": {"memory": "512Mi"},
+    }
+    bigger = {"requests": {"cpu": "2", "memory": "4Gi"}}
+    assert runner_resources(scale_set() | {"runnerPod": {"resources": bigger}}) == bigger
+
+
 @pytest.mark.parametrize(
     ("image", "expected"),
     [

@@ -197,10 +197,11 @@ template:
           # runner-container hooks at the workflow pod template mounted below.
           - name: ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE
             value: /home/runner/pod-templates/workflow.yaml
-        {{- with $runner.resources }}
+        {{- /* The runner pod must ask for what its placeholder holds, or it fits beside the
+               placeholder instead of taking its room: the placeholders' default size when
+               runnerPod.resources is not given. */}}
         resources:
-          {{- toYaml . | nindent 10 }}
-        {{- end }}
+          {{- toYaml ($runner.resources | default (dict "requests" (dict "cpu" "750m" "memory" "512Mi") "limits" (dict "memory" "512Mi"))) | nindent 10 }}
         volumeMounts:
           - name: workflow-pod-template
             mountPath: /home/runner/pod-templates
