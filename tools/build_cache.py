@@ -21,6 +21,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -36,6 +37,22 @@ def input_key(*parts: str | bytes | Path) -> str:
         else:
             digest.update(part.encode() if isinstance(part, str) else part)
     return digest.hexdigest()[:16]
+
+
+def source_key(src: Path) -> str:
+    """A source tree's cache key: its git commit (16 hex digits), or outside git a hash of
+    its go.mod and go.sum (the opt-in tiers build cluster-autoscaler and ARC from a tree)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(src), "rev-parse", "HEAD"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return out.stdout.strip()[:16]
+    except (OSError, subprocess.SubprocessError):
+        return "tree-" + input_key(src / "go.mod", src / "go.sum")
 
 
 def cache_dir(name: str) -> Path:

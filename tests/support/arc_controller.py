@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from tests.support.helm_chart import helm, write_values
-from tools.build_cache import build_once, cache_dir, input_key
+from tools.build_cache import build_once, cache_dir, source_key
 from tools.localcluster import LocalCluster
 from tools.localcluster.ports import free_port
 from tools.localcluster.rest import KubeError, wait_for
@@ -71,20 +71,6 @@ def chart_version(src: Path) -> str:
     return str(chart["version"])
 
 
-def _commit(src: Path) -> str:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(src), "rev-parse", "HEAD"],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        return out.stdout.strip()[:16]
-    except (OSError, subprocess.SubprocessError):
-        return "tree-" + input_key(src / "go.mod", src / "go.sum")
-
-
 @dataclass(frozen=True)
 class Build:
     binary: Path
@@ -99,7 +85,7 @@ def ensure_built() -> Build:
     if src is None:
         raise RuntimeError(skip_reason() or SRC_ENV)
     version = chart_version(src)
-    commit = _commit(src)
+    commit = source_key(src)
     target = cache_dir("arc-controller") / f"{commit}-{version}" / "manager"
     took: list[float] = []
 

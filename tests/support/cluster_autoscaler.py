@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from tools.build_cache import build_once, cache_dir, input_key
+from tools.build_cache import build_once, cache_dir, source_key
 from tools.localcluster import LocalCluster
 from tools.localcluster.ports import free_port
 from tools.localcluster.rest import KubeError
@@ -62,27 +62,12 @@ def skip_reason() -> str | None:
     )
 
 
-def _key(src: Path) -> str:
-    """The source commit (or, outside git, a hash of go.mod and go.sum)."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(src), "rev-parse", "HEAD"],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        return out.stdout.strip()[:16]
-    except (OSError, subprocess.SubprocessError):
-        return "tree-" + input_key(src / "go.mod", src / "go.sum")
-
-
 def ensure_built() -> Path:
     """CA's binary for the tree in ``CLUSTER_AUTOSCALER_SRC``, built once per commit."""
     src = source_dir()
     if src is None:
         raise RuntimeError(skip_reason() or SRC_ENV)
-    target = cache_dir("cluster-autoscaler") / _key(src) / "cluster-autoscaler"
+    target = cache_dir("cluster-autoscaler") / source_key(src) / "cluster-autoscaler"
 
     def build(staging: Path) -> None:
         staging.parent.mkdir(parents=True, exist_ok=True)
