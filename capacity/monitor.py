@@ -219,6 +219,7 @@ class CapacityMonitor:
         """The demand to plan with: the source's value, and how many of the jobs it counted
         this scale set has been given since (the as-of correction, policy.net_of_starts)."""
         demand = policy.resolve_demand(self.demand_state, now, self.params())
+        policy.forget_assigned(self._assigned, demand.as_of)
         return policy.with_starts(demand, self._assigned)
 
     def _warm_target(self, now: float, demand: Demand, observed: Observed, commit: bool) -> int:

@@ -72,6 +72,7 @@ place, so its invariants (checked by the Hypothesis properties) can be read toge
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -226,6 +227,16 @@ def with_starts(demand: Demand, assigned: Iterable[tuple[float, float]]) -> Dema
     as_of = demand.as_of
     started = sum(1 for at, queued in assigned if at > as_of and queued <= as_of)
     return replace(demand, started_since=started)
+
+
+def forget_assigned(assigned: deque[tuple[float, float]], as_of: float | None) -> None:
+    """Drop the assignments made at or before ``as_of`` from the front of ``assigned`` (kept
+    in time order): a reading's as-of time never goes back, so they can never count again,
+    and ``with_starts`` then reads only the jobs assigned since the latest reading."""
+    if as_of is None:
+        return
+    while assigned and assigned[0][0] <= as_of:
+        assigned.popleft()
 
 
 def net_of_starts(demand: Demand) -> Demand:

@@ -84,6 +84,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -290,7 +291,9 @@ class _Run:
     arrivals: warm_pool.ArrivalCounter = field(default_factory=warm_pool.ArrivalCounter)
     runner_pods: dict[int, str] = field(default_factory=dict)  # job → its runner pod
     # (assigned at, queued at) of the jobs started here, the latest: the as-of correction
-    assigned: list[tuple[float, float]] = field(default_factory=list)
+    assigned: deque[tuple[float, float]] = field(
+        default_factory=lambda: deque(maxlen=policy.ASSIGNMENTS_KEPT)
+    )
     launch_times: list[float] = field(default_factory=list)  # pair create → Running, latest
     job_nodes: dict[int, int] = field(default_factory=dict)  # running job → its node
     nodes: dict[int, _Node] = field(default_factory=dict)
@@ -458,7 +461,7 @@ class _Run:
         self.queue.waits.append(now - job.queued_at)
         self.running_jobs += 1
         self.runner_pods[index] = job.job or f"job-{index}"
-        self.assigned = [*self.assigned[-(policy.ASSIGNMENTS_KEPT - 1) :], (now, job.queued_at)]
+        self.assigned.append((now, job.queued_at))
         self.job_nodes[index] = node_id
         self.busy += self.clipped(now, now + (job.duration or 0.0))
         self.push(now + (job.duration or 0.0), _JOB_END, index)
@@ -494,6 +497,7 @@ class _Run:
             active_runners=self.running_jobs,
         )
         # The as-of correction, as the monitor: a job starts here when it is assigned.
+        policy.forget_assigned(self.assigned, demand.as_of)
         demand = policy.with_starts(demand, self.assigned)
         plan, self.memory = policy.plan(observed, demand, params, self.memory, now)
         # In the plan's order: a set's order of strings changes from one process to the next.

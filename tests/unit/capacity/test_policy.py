@@ -8,6 +8,7 @@ side by side.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -30,6 +31,7 @@ from capacity.model import (
 from capacity.policy import (
     count_sides,
     demand_hold,
+    forget_assigned,
     plan,
     record_demand,
     resolve_demand,
@@ -714,3 +716,14 @@ def test_a_warm_pool_that_shrinks_is_damped_by_downscale_delay_not_the_hold() ->
     assert kept.deletes == ()
     gone, _ = plan(Observed(placeholders=(*pairs(2),)), demand(0), ended, memory, 311.0)
     assert gone.target_pairs == 0
+
+
+def test_assignments_before_a_reading_are_forgotten_and_count_the_same() -> None:
+    assigned = deque([(30.0, 5.0), (40.0, 10.0), (50.0, 20.0), (60.0, 45.0)])
+    read = Demand(queued=3, source=DemandSource.HUD, as_of=40.0)
+    before = with_starts(read, list(assigned)).started_since
+    forget_assigned(assigned, read.as_of)
+    assert list(assigned) == [(50.0, 20.0), (60.0, 45.0)]
+    assert with_starts(read, assigned).started_since == before == 1
+    forget_assigned(assigned, None)  # no reading (the floor): nothing is dropped
+    assert len(assigned) == 2
