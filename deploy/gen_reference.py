@@ -37,8 +37,9 @@ DESCRIPTIONS: dict[str, str] = {
     "proactive_capacity": "Placeholder pairs kept ready on top of the queued jobs, so jobs "
     "start without waiting for a node. Costs idle nodes. The warm pool of `warm_pool.mode: "
     "fixed`; with `scheduled` or `adaptive`, the floor outside the schedule's windows.",
-    "recalculate_interval": "Period of the fallback reconcile pass and of the demand reads; "
-    "watch events trigger passes in between.",
+    "recalculate_interval": "Period of the fallback reconcile pass (watch events trigger "
+    "passes in between), and of the demand reads from GitHub's REST API unless "
+    "`demand.interval` is set.",
     "placeholder_ready_timeout": "A pair with a half still Pending after this long is "
     "deleted (never advertised) and retried on a later pass.",
     "workflow_resources": "Requests of each workflow placeholder: the LARGEST request any "

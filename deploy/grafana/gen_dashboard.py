@@ -466,7 +466,7 @@ def critical_path() -> list[PanelBuilder]:
             "Demand age when planned",
             "Seconds since the read behind the demand value a reconcile pass planned with "
             "began, p50 and p95 (a source's own lag behind GitHub, such as HUD's, comes on "
-            "top). Long: a slow or failing source, or a long recalculate_interval.",
+            "top). Long: a slow or failing source, or a long demand.interval.",
             *quantiles("gha_capacity_demand_age_seconds", "name"),
             unit="s",
             width=8,
