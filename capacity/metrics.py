@@ -402,6 +402,12 @@ class _StateSeries:
             "Placeholder pairs wanted: proactive capacity plus queued jobs, within headroom.",
             plan.desired_pairs,
         )
+        yield self._one(
+            "gha_capacity_stall_backoff_seconds",
+            "Seconds left before new pairs are created again after a stalled pair (one half "
+            "Pending for two launch times while the other ran); 0 when not backing off.",
+            plan.stall_backoff,
+        )
         yield self._family(
             "gha_capacity_pairs",
             "Placeholder pairs by state (running: both halves Running; broken: lone halves).",

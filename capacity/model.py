@@ -193,6 +193,10 @@ class Params:
     # (None: `downscale_delay`, like the warm pool). The monitor sets it from the launch
     # times it observes (`demand.hold: auto`).
     demand_hold: float | None = None
+    # How long one half may stay Pending while the other is Running before the pair is
+    # released as stalled (None: only `ready_timeout`). The monitor sets it from the launch
+    # times it observes (policy.stall_timeout).
+    stall_timeout: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_runners", "proactive_capacity", "max_pending_pairs", "cluster_index"):
@@ -220,6 +224,9 @@ class DeleteReason(StrEnum):
     """Why the plan deletes a placeholder (a metrics label)."""
 
     TIMEOUT = "timeout"  # a half still Pending after ready_timeout: the whole pair goes
+    # a half still Pending after stall_timeout while the other is Running: the whole pair
+    # goes, and new pairs wait out a back-off (the cloud cannot give that half's node)
+    STALLED = "stalled"
     EXCESS = "excess"  # more pairs than the (damped) target, or above the max_runners headroom
     # a lone half that no real runner needs and no other half can pair with, left over for
     # downscale_delay
@@ -266,6 +273,8 @@ class Plan:
     pending_pairs: int = 0  # pairs with a half still Pending
     broken: int = 0  # lone halves (the other half is gone)
     held_by_nodepools: int = 0  # pairs not created: the NodePools' limits cannot hold them
+    # seconds left of the back-off after a stalled pair (no new pairs meanwhile)
+    stall_backoff: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -282,3 +291,8 @@ class Memory:
     # The warm part of `desired` over `downscale_delay`, when queued jobs are held for a
     # shorter `demand_hold` (then `desired_window` spans that hold).
     warm_window: tuple[tuple[float, int], ...] = field(default=())
+    # After a stalled pair (`stalled_at`): no new pairs before `stalled_at + backoff`;
+    # `backoff` doubles on the next stall and is cleared once a pair created after the last
+    # stall is Running.
+    backoff: float = 0.0
+    stalled_at: float | None = None

@@ -208,12 +208,18 @@ class CapacityMonitor:
 
     def params(self) -> Params:
         """The knobs with the listener's current max_runners (it may change at any time) and,
-        with `demand.hold` unset, the hold the observed launch times give."""
+        with `demand.hold` unset, the hold the observed launch times give, and the stall
+        timeout they give."""
         base = self._base_params
         hold = base.demand_hold
         if self.settings.demand.hold is None:
             hold = policy.demand_hold(self._launch_times, base.downscale_delay)
-        return dataclasses.replace(base, max_runners=max(0, self._max_runners()), demand_hold=hold)
+        return dataclasses.replace(
+            base,
+            max_runners=max(0, self._max_runners()),
+            demand_hold=hold,
+            stall_timeout=policy.stall_timeout(self._launch_times, base.ready_timeout),
+        )
 
     def demand(self, now: float) -> Demand:
         """The demand to plan with: the source's value, and how many of the jobs it counted

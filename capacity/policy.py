@@ -31,6 +31,11 @@ The plan, in order:
 1. not owned → ORPHAN; Succeeded/Failed → FINISHED; past `expires_at` → EXPIRED (per pod);
 2. a slot with a half in phase Unknown or Running on an unusable node → the whole slot
    UNUSABLE; a slot with a half Pending longer than `ready_timeout` → the whole slot TIMEOUT;
+   a slot with one half Running and the other Pending longer than `stall_timeout` (twice
+   the observed p90 launch) → the whole slot STALLED, and step 9 creates nothing for a
+   back-off (`stall_timeout`, doubled per stall up to `ready_timeout`, cleared once a pair
+   created after the stall is Running): the cloud cannot give that half's node, and a new
+   pair would only hold another node for the half it can give;
 3. runner room: placeholder-runners beyond ``max_runners − real runners`` go at once
    (EXCESS), real runners being the active EphemeralRunners (also those whose pod is still
    being created) or the runner pods alive, whichever is more: those not ready first, then
@@ -58,7 +63,8 @@ The plan, in order:
    and (c), with NodePool limits read, within the pairs the pools can still hold
    (`nodepool_room`): a pair that no node may be launched for would only wait Pending until
    its ready timeout; likewise with cluster-autoscaler node groups read, within the room a
-   full group's nodes still have for the halves (`node_group_room`).
+   full group's nodes still have for the halves (`node_group_room`); and (d) none during a
+   stall back-off (step 2).
 
 Slot ids are decimal strings chosen by the policy: above every numeric slot observed and above
 `Memory.next_slot`, so ids are not reused while a process lives and never collide with a pod
@@ -159,20 +165,48 @@ HOLD_MIN_LAUNCHES = 8  # launches seen before the observed launch time is truste
 LAUNCHES_KEPT = 32  # the recent launch times the hold is taken from
 
 
+def launch_p90(launches: Sequence[float]) -> float | None:
+    """The p90 of the recent pair launch times (create → both halves Running); None until
+    HOLD_MIN_LAUNCHES have been seen (a few early launches say little of the next ones)."""
+    if len(launches) < HOLD_MIN_LAUNCHES:
+        return None
+    ordered = sorted(launches)
+    return ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
+
+
 def demand_hold(launches: Sequence[float], ceiling: float) -> float | None:
-    """The auto hold of pairs made for queued jobs: the p90 of the recent pair launch times
-    (create → both halves Running), within [HOLD_FLOOR, ``ceiling``]; None (use the ceiling,
-    `downscale_delay`) until HOLD_MIN_LAUNCHES have been seen.
+    """The auto hold of pairs made for queued jobs: the p90 launch time (``launch_p90``),
+    within [HOLD_FLOOR, ``ceiling``]; None (use the ceiling, `downscale_delay`) until enough
+    launches have been seen.
 
     Rent or buy: a pair released while its job might still come costs a launch again, one
     held idle costs its idle time; holding it for one launch time and then letting go never
     costs more than twice the better choice. The p90 and not the median, because a hold
     shorter than the launch it hedges deletes pairs whose nodes are still coming up."""
-    if len(launches) < HOLD_MIN_LAUNCHES:
+    p90 = launch_p90(launches)
+    if p90 is None:
         return None
-    ordered = sorted(launches)
-    p90 = ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
     return max(min(HOLD_FLOOR, ceiling), min(p90, ceiling))
+
+
+STALL_FLOOR = 60.0  # seconds: never call a half stalled sooner than this
+STALL_LAUNCHES = 2.0  # a half is stalled once Pending this many p90 launch times
+
+
+def stall_timeout(launches: Sequence[float], ceiling: float) -> float | None:
+    """How long one half of a pair may stay Pending while the other holds a node before the
+    pair is released as stalled: twice the p90 launch time, within [STALL_FLOOR,
+    ``ceiling``] (`placeholder_ready_timeout`); None (the ceiling alone) until enough
+    launches have been seen.
+
+    A workflow half Pending for two p90 launches while its runner half sits on a node is not
+    a slow launch but a type the cloud cannot give (Karpenter's insufficient capacity, a
+    backed-off node group): holding the runner half pays for its node until
+    `placeholder_ready_timeout` for a pair that cannot become capacity."""
+    p90 = launch_p90(launches)
+    if p90 is None:
+        return None
+    return max(min(STALL_FLOOR, ceiling), min(STALL_LAUNCHES * p90, ceiling))
 
 
 # --- demand sharding ----------------------------------------------------------------------
@@ -318,6 +352,19 @@ def _timed_out(p: Placeholder, params: Params, now: float) -> bool:
     return p.phase == PodPhase.PENDING and now - p.created_at > params.ready_timeout
 
 
+def _stalled(members: Sequence[Placeholder], params: Params, now: float) -> bool:
+    """One half Running, the other Pending for longer than ``stall_timeout``."""
+    if params.stall_timeout is None or len(members) != 2:
+        return False
+    phases = {p.phase for p in members}
+    pending = [p for p in members if p.phase == PodPhase.PENDING]
+    return (
+        PodPhase.RUNNING in phases
+        and len(pending) == 1
+        and now - pending[0].created_at > params.stall_timeout
+    )
+
+
 def _lone_keep_order(p: Placeholder, params: Params) -> tuple[bool, float, str]:
     """Lone halves most worth keeping first: Running before Pending, then oldest."""
     return (not is_ready(p, params), p.created_at, p.name)
@@ -419,6 +466,7 @@ class _Slots:
     complete: list[_Pair]
     lone_runners: list[Placeholder]
     lone_workflows: list[Placeholder]
+    stalled: int = 0  # pairs released as stalled this pass
 
 
 @dataclass(frozen=True)
@@ -473,9 +521,13 @@ def plan(
     lone_runners_kept, lone_since = _age_lone_halves(  # 8
         leftovers, memory, counts.total, params, now, delete
     )
+    backoff, stalled_at = _stall_backoff(memory, slots.stalled, pairs, params, now)  # 2
+    backing_off = 0.0 if stalled_at is None else max(0.0, stalled_at + backoff - now)
     count, held = _new_pairs(  # 9
         desired, counts, headroom(params, real) - lone_runners_kept, params, pool_room
     )
+    if backing_off > 0:
+        count = 0
     first = _next_slot(observed, memory)
     after = count_sides(observed, params, excluding=delete.reasons)
     result = Plan(
@@ -490,13 +542,34 @@ def plan(
         pending_pairs=len(pairs) - running_pairs,
         broken=broken,
         held_by_nodepools=held,
+        stall_backoff=backing_off,
     )
     return result, Memory(
         desired_window=window,
         next_slot=first + count,
         lone_since=lone_since,
         warm_window=warm_window,
+        backoff=backoff,
+        stalled_at=stalled_at,
     )
+
+
+def _stall_backoff(
+    memory: Memory, stalled: int, pairs: Iterable[_Pair], params: Params, now: float
+) -> tuple[float, float | None]:
+    """Step 2's back-off: (its length, the last stall). A stall starts one of
+    `stall_timeout` (about two launches: Karpenter, too, stops offering a type it could not
+    launch for a few minutes), doubled per stall that follows, up to `ready_timeout`; a
+    pair created after the last stall reaching Running shows the type launches again and
+    clears it."""
+    if stalled and params.stall_timeout is not None:
+        longest = max(params.stall_timeout, params.ready_timeout)
+        backoff = params.stall_timeout if memory.backoff <= 0 else 2 * memory.backoff
+        return min(backoff, longest), now
+    since = memory.stalled_at
+    if since is not None and any(p.ready(params) and p.created_at >= since for p in pairs):
+        return 0.0, None
+    return memory.backoff, since
 
 
 def _damped_target(
@@ -556,6 +629,9 @@ def _group_slots(
             delete(members, DeleteReason.UNUSABLE)
         elif any(_timed_out(p, params, now) for p in members):
             delete(members, DeleteReason.TIMEOUT)
+        elif _stalled(members, params, now):
+            delete(members, DeleteReason.STALLED)
+            slots.stalled += 1
         elif Role.RUNNER in halves and Role.WORKFLOW in halves:
             slots.complete.append(_Pair(halves[Role.RUNNER], halves[Role.WORKFLOW]))
         elif Role.RUNNER in halves:

@@ -357,6 +357,7 @@ class Reconciler:
                     "desired": plan.desired_pairs,
                     "target": plan.target_pairs,
                     "held_by_nodepools": plan.held_by_nodepools,
+                    "stall_backoff": round(plan.stall_backoff, 1),
                 },
             )
         await self._delete(plan.deletes, observed, now)

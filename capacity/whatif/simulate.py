@@ -61,9 +61,11 @@ What is simulated, per label set (one scale set each; label sets do not share no
 Simplified away, on purpose: pod start and image pull times (0), the header's round trip
 to GitHub (a Running pair takes a waiting job at once; see hand-over), consolidation of
 nodes that are not empty (moving pairs off a half-full node), spot interruptions,
-NodePool limits, failed launches outside an outage. Every node costs the same; a node's
-room is counted in pairs (both halves on one node), so with two pools (runner and
-workflow) a simulated node stands for one node of each holding ``pairs_per_node`` pods.
+NodePool limits, failed launches outside an outage, a pair released as stalled (a pair is
+one node here, so one half cannot run while the other waits; an outage holds both). Every
+node costs the same; a node's room is counted in pairs (both halves on one node), so with
+two pools (runner and workflow) a simulated node stands for one node of each holding
+``pairs_per_node`` pods.
 
 Measured per policy: spare node-seconds (every node-second not spent running a job:
 launching, holding a placeholder, or empty before consolidation; counted in the window)

@@ -330,16 +330,27 @@ def capacity() -> list[PanelBuilder]:
             "Placeholder re-creations",
             "Pairs deleted to be created again, by reason: broken (a half was preempted by "
             "other workloads or lost with its node), timeout (Pending past "
-            "placeholder_ready_timeout: the pool cannot provide it) and expired (TTL renewal); "
-            "against all successful creates. A steady broken stream means placeholders keep "
-            "losing their room.",
+            "placeholder_ready_timeout: the pool cannot provide it), stalled (one half "
+            "Pending for two launch times while the other ran: the cloud is out of that "
+            "type; new pairs back off) and expired (TTL renewal); against all successful "
+            "creates. A steady broken stream means placeholders keep losing their room.",
             increase_by(
-                "gha_capacity_pair_deletes_total", "reason", 'reason=~"broken|timeout|expired"'
+                "gha_capacity_pair_deletes_total",
+                "reason",
+                'reason=~"broken|timeout|stalled|expired"',
             ),
             Query(
                 f'sum(increase(gha_capacity_pair_creates_total{{{SEL}, result="ok"}}[{RATE}]))',
                 "created",
             ),
+        ),
+        timeseries(
+            "Stall back-off",
+            "Seconds left before new pairs are tried again after a stalled pair (its other "
+            "half could not get a node for two launch times). While it is above 0 the queue "
+            "is left to other clusters serving the same labels instead of holding nodes for "
+            "halves that cannot become capacity.",
+            by_name("gha_capacity_stall_backoff_seconds", "back-off", agg="max"),
         ),
     ]
 

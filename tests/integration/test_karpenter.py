@@ -8,7 +8,7 @@ away. Each test has its own NodePools (nodes reserved for its namespace): a runn
 
 The observed timings are printed at the end of the run ("karpenter timings").
 
-Size: the capacity model on the real Karpenter, seven tests on one ``scene`` fixture (runner
+Size: the capacity model on the real Karpenter, eight tests on one ``scene`` fixture (runner
 set, NodePools, one monitor) that test_karpenter_nodepool_limits.py reuses; each test is one
 scenario of a few dozen lines, and the fixture and pool helpers would otherwise be duplicated.
 """
@@ -219,6 +219,44 @@ async def test_workflow_type_without_cloud_capacity_drops_the_header_and_recover
         node_lost_to_header_drop_s=dropped - lost,
         capacity_back_to_advertised_s=recovered - back,
     )
+    await run.close()
+
+
+async def test_a_pair_whose_workflow_type_cannot_launch_is_released_and_backs_off(
+    scene: Scene,
+) -> None:
+    """The cloud has no workflow nodes from the start: the runner half of the warm pair
+    runs, its workflow half waits. Past twice the p90 launch time (here its 60 s floor) the
+    pair goes as `stalled`, well before placeholder_ready_timeout (300 s), no pair is made
+    during the back-off, and Karpenter removes the runner node nothing holds any more."""
+    runners = runner_pool(scene, consolidate_after="5s")
+    workflow_pool(scene)
+    scene.karpenter.set_capacity(insufficient=[WORKFLOW_TYPE])
+    run = scene.start(
+        settings(scene.ns, WORKFLOWS, proactive_capacity=1, placeholder_ready_timeout=300.0)
+    )
+    # As if this listener had timed 8 launches of 20 s: the stall timeout is 60 s.
+    run.reconciler.launch_times.extend([20.0] * 8)
+    started = time.monotonic()
+
+    async def stalled() -> bool:
+        return run.count("gha_capacity_pair_deletes_total", reason="stalled") >= 1
+
+    await eventually(stalled, "the pair released as stalled", 150)
+    released = time.monotonic() - started
+    assert 60 <= released < 120, released
+    assert run.count("gha_capacity_pair_deletes_total", reason="timeout") == 0
+    assert run.metric("gha_capacity_stall_backoff_seconds") > 0
+    creates = run.creates()
+
+    async def runner_node_gone() -> bool:
+        return scene.karpenter.nodes(runners) == []
+
+    await eventually(runner_node_gone, "the stalled runner half's node consolidated", 50)
+    assert run.creates() == creates, "a pair was made during the back-off"
+    assert set(run.advertised_values) == {0}
+    scene.karpenter.set_capacity()
+    record_timings("stalled pair", released_after_s=released)
     await run.close()
 
 

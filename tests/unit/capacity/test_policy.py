@@ -35,6 +35,7 @@ from capacity.policy import (
     plan,
     record_demand,
     resolve_demand,
+    stall_timeout,
     with_starts,
 )
 
@@ -671,6 +672,73 @@ def test_the_auto_hold_is_the_p90_launch_time(
     launches: list[float], ceiling: float, hold: float | None
 ) -> None:
     assert demand_hold(launches, ceiling) == hold
+
+
+@pytest.mark.parametrize(
+    ("launches", "ceiling", "timeout"),
+    [
+        ([50.0] * 7, 300.0, None),  # too few launches seen: ready_timeout alone
+        ([5.0] * 8, 300.0, 60.0),  # launches on nodes with room: the floor
+        ([10.0] * 8 + [80.0, 90.0], 300.0, 160.0),  # twice the p90
+        ([200.0] * 10, 300.0, 300.0),  # never beyond ready_timeout
+    ],
+)
+def test_the_stall_timeout_is_twice_the_p90_launch_time(
+    launches: list[float], ceiling: float, timeout: float | None
+) -> None:
+    assert stall_timeout(launches, ceiling) == timeout
+
+
+# --- a half the cloud cannot give -----------------------------------------------------------
+
+
+def _stalled_pair(slot: int, created: float) -> tuple[Placeholder, Placeholder]:
+    """The runner half on its node, the workflow half still waiting for one."""
+    return pair(slot, R, P, created=created)
+
+
+def test_a_pair_whose_workflow_half_cannot_launch_is_released_and_backs_off() -> None:
+    """Site A's workflow type has run out: its runner halves sit on nodes for pairs that
+    cannot become capacity. Past twice the launch time the pair goes whole (STALLED), and no
+    pair is made for the queue during the back-off, though jobs still wait."""
+    knobs = params(stall_timeout=120.0, ready_timeout=300.0)
+    observed = Observed(placeholders=(*_stalled_pair(1, 0.0), *pair(2, P, P, created=0.0)))
+    early, memory = plan(observed, demand(3), knobs, Memory(), 100.0)
+    assert early.deletes == ()  # within the stall timeout: a slow launch
+    result, memory = plan(observed, demand(3), knobs, memory, 121.0)
+    assert {d.name: d.reason for d in result.deletes} == {
+        "ph-1-r": DeleteReason.STALLED,
+        "ph-1-w": DeleteReason.STALLED,
+    }  # the pair with both halves Pending is left to ready_timeout
+    assert result.creates == ()
+    assert result.stall_backoff == 120.0
+    after = apply_plan(observed, result, knobs, 121.0)
+    during, memory = plan(after, demand(3), knobs, memory, 200.0)
+    assert during.creates == ()
+    assert during.stall_backoff == pytest.approx(41.0)
+    resumed, memory = plan(after, demand(3), knobs, memory, 242.0)
+    assert len(resumed.creates) == 2  # the back-off is over: the type is tried again
+    # Those stall too: the back-off doubles.
+    again = Observed(
+        placeholders=tuple(p for slot in resumed.creates for p in _stalled_pair(int(slot), 242.0))
+    )
+    second, memory = plan(again, demand(3), knobs, memory, 363.0)
+    assert {d.reason for d in second.deletes} == {DeleteReason.STALLED}
+    assert second.stall_backoff == 240.0
+    # The cloud has the type again: a pair made after the stall runs, and the back-off ends.
+    recovered = Observed(placeholders=tuple(pair(9, created=700.0)))
+    cleared, memory = plan(recovered, demand(3), knobs, memory, 710.0)
+    assert (memory.backoff, memory.stalled_at, cleared.stall_backoff) == (0.0, None, 0.0)
+    assert len(cleared.creates) == 2
+
+
+def test_without_observed_launches_only_the_ready_timeout_applies() -> None:
+    observed = Observed(placeholders=_stalled_pair(1, 0.0))
+    result, memory = plan(observed, demand(1), params(), Memory(), 250.0)
+    assert result.deletes == ()
+    result, _ = plan(observed, demand(1), params(), memory, 301.0)
+    assert {d.reason for d in result.deletes} == {DeleteReason.TIMEOUT}
+    assert len(result.creates) == 1  # a timeout is not a stall: no back-off
 
 
 # --- the as-of correction ------------------------------------------------------------------
