@@ -1,0 +1,161 @@
+"""The outcome benchmark's goal rows, seed by seed: each of our variants against the stock
+variant it replaces, on the same seed (the same trace, shortage and clock).
+
+    python -m tools.bench_goals OUTCOMES_JSON [OUTCOMES_JSON ...]
+
+A median over seeds can hide that a variant wins big on two seeds and loses on three; a
+platform team deciding whether to deploy wants to know in how many seeds it wins. The goals:
+
+* **ours, demand only** against stock ``minRunners: 0``: no job failed by the prepare-job
+  timeout, p90 wait ≤ 0.75 × stock's, node-seconds ≤ 1.05 × stock's;
+* **ours, warm pool N** against stock ``minRunners: N`` and pause pods: a shorter p90 than
+  both, at no more node-seconds than either;
+* **every variant of ours** within 1.3 × the offline optimum's node-seconds;
+* **ours, adaptive** against ours, warm pool N (the fixed pool): shorter p90 (and its
+  node-seconds beside it, since the two pools do not cost the same).
+
+Waits are ``wait_s`` (queue → workflow pod Running, or → the failure for a job the timeout
+failed). Prints one markdown table per document (a trace family) and, per goal, the seeds
+that meet it. Seeds that lack a variant a goal needs, or were recorded before failed jobs
+counted in the waits, are left out of that goal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Seed = Mapping[str, Any]
+
+
+def _p90(seed: Seed, variant: str) -> float:
+    return float(seed["variants"][variant]["wait_s"]["p90"])
+
+
+def _node_s(seed: Seed, variant: str) -> float:
+    return float(seed["variants"][variant]["node_seconds"]["total"])
+
+
+def _failed(seed: Seed, variant: str) -> int:
+    return int(seed["variants"][variant]["failed_by_timeout"])
+
+
+def _optimum(seed: Seed) -> float:
+    return float(seed["reference"]["node_seconds"]["total"])
+
+
+@dataclass(frozen=True)
+class Goal:
+    name: str
+    needs: tuple[str, ...]
+    # (the seed's figures as text, whether the goal is met)
+    check: Callable[[Seed], tuple[str, bool]]
+
+
+def _demand(seed: Seed) -> tuple[str, bool]:
+    failed = _failed(seed, "ours_demand")
+    p90 = _p90(seed, "ours_demand") / _p90(seed, "stock_min0")
+    node = _node_s(seed, "ours_demand") / _node_s(seed, "stock_min0")
+    text = (
+        f"failed {failed} (stock {_failed(seed, 'stock_min0')}), p90 ×{p90:.2f}, node-s ×{node:.2f}"
+    )
+    return text, failed == 0 and p90 <= 0.75 and node <= 1.05
+
+
+def _warm(seed: Seed) -> tuple[str, bool]:
+    ours_p90, ours_node = _p90(seed, "ours_warm"), _node_s(seed, "ours_warm")
+    parts, met = [], True
+    for stock, label in (("stock_minN", "minRunners N"), ("stock_overprov", "pause pods")):
+        p90, node = ours_p90 / _p90(seed, stock), ours_node / _node_s(seed, stock)
+        parts.append(f"vs {label}: p90 ×{p90:.2f}, node-s ×{node:.2f}")
+        met = met and p90 < 1.0 and node <= 1.0
+    return "; ".join(parts), met
+
+
+def _optimum_bound(seed: Seed) -> tuple[str, bool]:
+    ours = [v for v in ("ours_demand", "ours_warm", "ours_adaptive") if v in seed["variants"]]
+    ratios = {v: _node_s(seed, v) / _optimum(seed) for v in ours}
+    text = ", ".join(f"{v.removeprefix('ours_')} ×{r:.2f}" for v, r in ratios.items())
+    return text, all(r <= 1.3 for r in ratios.values())
+
+
+def _adaptive(seed: Seed) -> tuple[str, bool]:
+    p90 = _p90(seed, "ours_adaptive") / _p90(seed, "ours_warm")
+    node = _node_s(seed, "ours_adaptive") / _node_s(seed, "ours_warm")
+    return f"p90 ×{p90:.2f}, node-s ×{node:.2f} of the fixed pool", p90 < 1.0
+
+
+GOALS = (
+    Goal(
+        "demand only: 0 failed, p90 ≤ 0.75 × stock minRunners 0, node-s ≤ 1.05 ×",
+        ("ours_demand", "stock_min0"),
+        _demand,
+    ),
+    Goal(
+        "warm pool N: shorter p90 than minRunners N and pause pods, node-s ≤ both",
+        ("ours_warm", "stock_minN", "stock_overprov"),
+        _warm,
+    ),
+    Goal("every variant of ours ≤ 1.3 × the optimum's node-s", ("ours_demand",), _optimum_bound),
+    Goal("adaptive: shorter p90 than the fixed pool", ("ours_adaptive", "ours_warm"), _adaptive),
+)
+
+
+def _usable(seed: Seed, needs: tuple[str, ...]) -> bool:
+    """The seed has every variant the goal needs, with waits that count failed jobs (runs
+    before 2026-11-27 recorded only the succeeded jobs' waits), and the optimum."""
+    variants = seed["variants"]
+    return "reference" in seed and all(v in variants and "wait_s" in variants[v] for v in needs)
+
+
+def goal_rows(document: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str, bool]], int]]:
+    """Per goal: (name, [(seed, figures, met)], seeds meeting it)."""
+    rows = []
+    for goal in GOALS:
+        per_seed = []
+        for name, seed in sorted(document["seeds"].items(), key=lambda kv: int(kv[0])):
+            if _usable(seed, goal.needs):
+                text, met = goal.check(seed)
+                per_seed.append((name, text, met))
+        rows.append((goal.name, per_seed, sum(met for _, _, met in per_seed)))
+    return rows
+
+
+def report(document: Mapping[str, Any]) -> str:
+    family = document.get("config", {}).get("family", "capped")
+    lines = [
+        f"Goals, seed by seed ({family} family)",
+        "",
+        "| goal | seed | figures (ratio to the variant it replaces) | met |",
+        "|---|---|---|---|",
+    ]
+    summary = []
+    for name, per_seed, met in goal_rows(document):
+        for seed, text, ok in per_seed:
+            lines.append(f"| {name} | {seed} | {text} | {'yes' if ok else 'no'} |")
+        summary.append(f"- {name}: {met} of {len(per_seed)} seeds")
+    return "\n".join([*lines, "", *summary])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench_goals")
+    parser.add_argument("json", type=Path, nargs="+", help="outcomes.json of bench_outcomes")
+    args = parser.parse_args(argv)
+    for path in args.json:
+        try:
+            document = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"bench_goals: {path}: {exc}", file=sys.stderr)
+            return 2
+        print(report(document))
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
