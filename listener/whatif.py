@@ -2,7 +2,8 @@
 
     whatif import     write a JSONL trace: from GitHub's REST API with the listener's own
                       credentials (its config.json), or from a file (validated, normalised)
-    whatif synth      write a seeded synthetic trace (capacity.whatif.synth)
+    whatif synth      write a seeded synthetic trace (capacity.whatif.synth; ``--family
+                      staged``: builds fanning out into shards, capacity.whatif.staged)
     whatif optimum    OPT₀ per label set: the least spare node-seconds for zero queue time
     whatif simulate   the monitor's own policy replayed on the trace, per warm-pool setting
     whatif recommend  per label set, the cheapest setting that meets a p90 queue target
@@ -46,6 +47,7 @@ from capacity.warm_pool import WarmPool
 from capacity.whatif.optimum import Optimum, by_label_set, intervals, optimum
 from capacity.whatif.recommend import Point, Setting, cheapest, fixed_pools, sweep
 from capacity.whatif.simulate import SimConfig
+from capacity.whatif.staged import StagedSpec, generate_staged
 from capacity.whatif.synth import SynthSpec, generate, provisioning_delays
 from capacity.whatif.trace import TraceError, TraceJob, from_github, read_lines, write_lines
 from listener.config import ConfigError
@@ -186,12 +188,21 @@ async def _import_github(
 
 
 def _synth_command(args: argparse.Namespace) -> int:
-    spec = SynthSpec(
-        minutes=args.minutes,
-        working_hours=args.working_hours,
-        duration_scale=args.duration_scale,
-    )
-    jobs = generate(spec, args.seed)
+    spec: SynthSpec | StagedSpec
+    if args.family == "staged":
+        spec = StagedSpec(
+            minutes=args.minutes,
+            working_hours=args.working_hours,
+            duration_scale=args.duration_scale,
+        )
+        jobs = generate_staged(spec, args.seed)
+    else:
+        spec = SynthSpec(
+            minutes=args.minutes,
+            working_hours=args.working_hours,
+            duration_scale=args.duration_scale,
+        )
+        jobs = generate(spec, args.seed)
     _write_trace(jobs, args.out)
     summary = {"seed": args.seed, "jobs": len(jobs), "spec": spec.describe(), "out": args.out}
     _print(summary, sys.stderr if args.out == "-" else None)
@@ -530,6 +541,12 @@ def parser() -> argparse.ArgumentParser:
 
     syn = sub.add_parser("synth", help="write a seeded synthetic trace")
     syn.add_argument("--seed", type=int, default=1)
+    syn.add_argument(
+        "--family",
+        choices=("bursty", "staged"),
+        default="bursty",
+        help="bursty batches (default), or staged runs: a build, then a fan-out of shards",
+    )
     syn.add_argument("--minutes", type=float, default=60.0, help="how long runs arrive")
     syn.add_argument("--working-hours", action="store_true", help="weekday 09-18 UTC profile")
     syn.add_argument("--duration-scale", type=float, default=1.0, help="multiply durations")

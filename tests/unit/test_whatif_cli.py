@@ -32,6 +32,21 @@ def test_synth_is_seeded(trace: Path, tmp_path: Path) -> None:
     assert again.read_bytes() == trace.read_bytes()
 
 
+def test_synth_staged_family_writes_builds_and_shards(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "staged.jsonl"
+    argv = ["synth", "--family", "staged", "--seed", "2", "--minutes", "60", "--out", str(path)]
+    assert whatif.main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["spec"]["family"] == "staged"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert summary["jobs"] == len(lines) > 20
+    names = {line["job_name"].split(" ")[0] for line in lines}
+    assert {"build", "test"} <= names
+    assert all(line["workflow"].startswith(".github/workflows/") for line in lines)
+
+
 def test_optimum_per_label_set(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert whatif.main(["optimum", str(trace), "--lead", "60"]) == 0
     result = json.loads(capsys.readouterr().out)
