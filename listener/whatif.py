@@ -43,8 +43,10 @@ from capacity.settings import (
     to_params,
     to_warm_pool,
 )
+from capacity.stages import StageModel
 from capacity.warm_pool import WarmPool
 from capacity.whatif.optimum import Optimum, by_label_set, intervals, optimum
+from capacity.whatif.predict import learn, predictive_setting
 from capacity.whatif.recommend import Point, Setting, cheapest, fixed_pools, sweep
 from capacity.whatif.simulate import SimConfig
 from capacity.whatif.staged import StagedSpec, generate_staged
@@ -381,6 +383,29 @@ def _model(config: SimConfig, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _predictive(args: argparse.Namespace, key: str) -> list[Setting]:
+    """The predictive pool for label set ``key``, when asked for: a stage model learned from
+    ``--predictive-train`` (else empty), learning on from the trace as its jobs end; parents
+    from every label set of the trace."""
+    if not args.predictive:
+        return []
+    if not 0 < args.predictive_quantile < 1:
+        raise UsageError(f"--predictive-quantile {args.predictive_quantile}: must be in (0, 1)")
+    trained = learn(_read_trace(args.predictive_train)) if args.predictive_train else StageModel()
+    # Pairs Running by the expected arrival: the longest launch ahead of it.
+    lead = args.lead * (1 + args.lead_jitter)
+    hold = args.predictive_hold if args.predictive_hold is not None else lead
+    setting = predictive_setting(
+        trained,
+        _read_trace(args.trace),
+        key,
+        lead=lead,
+        hold=hold,
+        quantile=args.predictive_quantile,
+    )
+    return [setting]
+
+
 def _curves(
     args: argparse.Namespace,
 ) -> Iterator[tuple[str, Optimum, list[Point], float]]:
@@ -390,7 +415,7 @@ def _curves(
     settings = _settings(args)
     for key, jobs in groups.items():
         started = time.process_time()
-        points = sweep(jobs, config, settings)
+        points = sweep(jobs, config, settings + _predictive(args, key))
         yield key, optima[key], points, time.process_time() - started
 
 
@@ -508,6 +533,27 @@ def _simulation_options(parser: argparse.ArgumentParser) -> None:
         "--pool-factory",
         action="append",
         help="module:callable returning a warm pool (observe/target); repeatable",
+    )
+    parser.add_argument(
+        "--predictive",
+        action="store_true",
+        help="also a predictive pool: pairs for the children a stage model expects from the "
+        "jobs running (needs workflow and job_name in the trace)",
+    )
+    parser.add_argument(
+        "--predictive-train", default="", help="a trace to learn the stage model from first"
+    )
+    parser.add_argument(
+        "--predictive-quantile",
+        type=float,
+        default=0.5,
+        help="the parent's duration quantile the children are timed by (0.5)",
+    )
+    parser.add_argument(
+        "--predictive-hold",
+        type=float,
+        default=None,
+        help="seconds an unmet prediction is held past its time (default: the longest launch)",
     )
     parser.add_argument("--max-runners", type=int, default=1000, help="maxRunners (1000)")
     parser.add_argument(
