@@ -54,6 +54,7 @@ class PredictivePool:
     lead: float  # create → Running of a pair (seconds)
     hold: float  # an unmet expectation is dropped this long after its expected arrival
     quantile: float = 0.5  # of the parent's duration, given the time it has run
+    count_quantile: float | None = None  # of the count per fan-out (None: its mean)
     grace: float = 30.0  # after the parent's end: a demand read and a pass see its children
     base: WarmPool | None = None
     armed: dict[str, _Armed] = field(default_factory=dict)
@@ -81,7 +82,9 @@ class PredictivePool:
     def predicted(self, now: float) -> float:
         """The children expected and armed now (a mean, before rounding up)."""
         running = self.parents(now)
-        for expected in self.model.predict(running, now, quantile=self.quantile):
+        for expected in self.model.predict(
+            running, now, quantile=self.quantile, count_quantile=self.count_quantile
+        ):
             if expected.label_set != self.label_set or expected.parent in self.done:
                 continue
             if now >= expected.at - self.lead:

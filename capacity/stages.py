@@ -161,7 +161,12 @@ class StageModel:
         return parent
 
     def predict(
-        self, parents: Iterable[RunningParent], now: float, *, quantile: float = 0.5
+        self,
+        parents: Iterable[RunningParent],
+        now: float,
+        *,
+        quantile: float = 0.5,
+        count_quantile: float | None = None,
     ) -> list[Expected]:
         """Children expected from ``parents`` (running at ``now``), per label set: the share
         of the parent's past runs at least this long that fanned out, times the mean count;
@@ -183,7 +188,10 @@ class StageModel:
             for label_set, stats in sorted(parent.children.items()):
                 if not stats.counts or not stats.delays:
                     continue
-                mean = sum(stats.counts) / len(stats.counts)
+                if count_quantile is None:
+                    mean = sum(stats.counts) / len(stats.counts)
+                else:
+                    mean = _quantile(sorted(stats.counts), count_quantile)
                 delay = _quantile(sorted(stats.delays), 0.5)
                 found.append(
                     Expected(

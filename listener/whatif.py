@@ -196,6 +196,7 @@ def _synth_command(args: argparse.Namespace) -> int:
             minutes=args.minutes,
             working_hours=args.working_hours,
             duration_scale=args.duration_scale,
+            build_sigma_scale=args.build_sigma_scale,
         )
         jobs = generate_staged(spec, args.seed)
     else:
@@ -391,6 +392,9 @@ def _predictive(args: argparse.Namespace, key: str) -> list[Setting]:
         return []
     if not 0 < args.predictive_quantile < 1:
         raise UsageError(f"--predictive-quantile {args.predictive_quantile}: must be in (0, 1)")
+    count = args.predictive_count_quantile
+    if count is not None and not 0 < count <= 1:
+        raise UsageError(f"--predictive-count-quantile {count}: must be in (0, 1]")
     trained = learn(_read_trace(args.predictive_train)) if args.predictive_train else StageModel()
     # Pairs Running by the expected arrival: the longest launch ahead of it.
     lead = args.lead * (1 + args.lead_jitter)
@@ -402,6 +406,7 @@ def _predictive(args: argparse.Namespace, key: str) -> list[Setting]:
         lead=lead,
         hold=hold,
         quantile=args.predictive_quantile,
+        count_quantile=count,
     )
     return [setting]
 
@@ -550,6 +555,12 @@ def _simulation_options(parser: argparse.ArgumentParser) -> None:
         help="the parent's duration quantile the children are timed by (0.5)",
     )
     parser.add_argument(
+        "--predictive-count-quantile",
+        type=float,
+        default=None,
+        help="cover this quantile of a fan-out's size (default: its mean)",
+    )
+    parser.add_argument(
         "--predictive-hold",
         type=float,
         default=None,
@@ -596,6 +607,12 @@ def parser() -> argparse.ArgumentParser:
     syn.add_argument("--minutes", type=float, default=60.0, help="how long runs arrive")
     syn.add_argument("--working-hours", action="store_true", help="weekday 09-18 UTC profile")
     syn.add_argument("--duration-scale", type=float, default=1.0, help="multiply durations")
+    syn.add_argument(
+        "--build-sigma-scale",
+        type=float,
+        default=1.0,
+        help="staged: multiply each build's duration sigma (how predictable builds are)",
+    )
     syn.add_argument("--out", default="-", help="the JSONL file ('-': standard output)")
     syn.set_defaults(run=_synth_command)
 

@@ -113,6 +113,7 @@ def predictive_pool(
     lead: float,
     hold: float,
     quantile: float = 0.5,
+    count_quantile: float | None = None,
     online: bool = True,
 ) -> WarmPool:
     """A fresh ``PredictivePool`` for ``label_set``: the model ``trained`` (a ``to_dict``),
@@ -120,7 +121,13 @@ def predictive_pool(
     model = StageModel.from_dict(trained)
     parents = TraceParents(jobs, StageLearner(model) if online else None)
     return PredictivePool(
-        model=model, label_set=label_set, parents=parents, lead=lead, hold=hold, quantile=quantile
+        model=model,
+        label_set=label_set,
+        parents=parents,
+        lead=lead,
+        hold=hold,
+        quantile=quantile,
+        count_quantile=count_quantile,
     )
 
 
@@ -132,10 +139,12 @@ def predictive_setting(
     lead: float,
     hold: float,
     quantile: float = 0.5,
+    count_quantile: float | None = None,
 ) -> Setting:
     """The predictive pool as a sweep's setting (a fresh pool and model copy per run)."""
+    count = "" if count_quantile is None else f" count q{count_quantile:g}"
     return Setting(
-        name=f"predictive q{quantile:g}",
+        name=f"predictive q{quantile:g}{count}",
         pool=functools.partial(
             predictive_pool,
             trained.to_dict(),
@@ -144,5 +153,6 @@ def predictive_setting(
             lead=lead,
             hold=hold,
             quantile=quantile,
+            count_quantile=count_quantile,
         ),
     )

@@ -120,6 +120,7 @@ class StagedSpec:
     rerun_share: float = 0.5  # failed runs run again (run_attempt 2)
     rerun_after: tuple[float, float] = (120.0, 900.0)  # seconds after the failure
     duration_scale: float = 1.0
+    build_sigma_scale: float = 1.0  # multiply every build's σ: how predictable builds are
     workflows: tuple[StagedWorkflow, ...] = field(default_factory=default_workflows)
 
     def __post_init__(self) -> None:
@@ -132,6 +133,8 @@ class StagedSpec:
             raise ValueError(f"rerun_after: need 0 <= low <= high, got {low}..{high}")
         if not self.duration_scale > 0:
             raise ValueError(f"duration_scale: must be > 0, got {self.duration_scale}")
+        if self.build_sigma_scale < 0:
+            raise ValueError(f"build_sigma_scale: must be >= 0, got {self.build_sigma_scale}")
         self.arrivals()  # the arrival knobs are checked where they are defined
 
     def arrivals(self) -> SynthSpec:
@@ -155,6 +158,7 @@ class StagedSpec:
             "working_hours": self.working_hours,
             "rerun_share": self.rerun_share,
             "duration_scale": self.duration_scale,
+            "build_sigma_scale": self.build_sigma_scale,
             "workflows": {
                 w.path: {
                     "weight": w.weight,
@@ -208,7 +212,7 @@ class _Builder:
 
     def attempt(self, run: str, flow: StagedWorkflow, at: float, attempt: int) -> None:
         rng = self.rng
-        build = self.duration(flow.build_median, flow.build_sigma)
+        build = self.duration(flow.build_median, flow.build_sigma * self.spec.build_sigma_scale)
         fate = rng.random()
         if fate < flow.cancel_share:  # cancelled part-way: nothing follows
             self.add(

@@ -267,7 +267,8 @@ async def test_history_fills_the_workflow_job_name_and_attempt_from_the_rest_fie
             async for run, job in history.jobs(["acme/app"], since, since + timedelta(hours=1))
         ]
     first, second = traced
-    assert not isinstance(first, str) and not isinstance(second, str)
+    assert not isinstance(first, str)
+    assert not isinstance(second, str)
     assert (first.workflow, first.job_name, first.run_attempt) == (
         ".github/workflows/pr.yml",
         "test (1/4)",
@@ -276,7 +277,8 @@ async def test_history_fills_the_workflow_job_name_and_attempt_from_the_rest_fie
     assert (second.workflow, second.job_name, second.run_attempt) == ("nightly", "", 1)
     # A bad attempt does not drop the job: it is a first attempt.
     odd = from_github({"id": 6}, {**finished, "id": 3, "run_attempt": "x"})
-    assert not isinstance(odd, str) and odd.run_attempt == 1
+    assert not isinstance(odd, str)
+    assert odd.run_attempt == 1
 
 
 def test_github_jobs_become_trace_lines_or_a_reason() -> None:

@@ -76,6 +76,9 @@ def test_it_predicts_share_times_count_at_the_duration_plus_delay() -> None:
     assert later[0].count > expected.count
     # Past every fanned build seen: nothing more to expect.
     assert model.predict([RunningParent(PULL, "build", T0, run="9#1")], T0 + 5000) == []
+    # Covering a quantile of the fan-out's size instead of its mean: the largest, at 1.
+    (largest,) = model.predict([RunningParent(PULL, "build", T0)], T0, count_quantile=1.0)
+    assert largest.count == pytest.approx(share * 8)
     # An unknown parent predicts nothing.
     assert model.predict([RunningParent("other.yml", "build", T0)], T0) == []
 
@@ -162,7 +165,8 @@ def test_trace_parents_are_the_jobs_running_at_a_time() -> None:
     jobs = generate_staged(_one_shape(minutes=60), 4)
     parents = TraceParents(jobs)
     first = jobs[0]
-    assert first.started_at is not None and first.completed_at is not None
+    assert first.started_at is not None
+    assert first.completed_at is not None
     running = parents(first.started_at + 1)
     assert any(p.started_at == first.started_at and p.job_name == "build" for p in running)
     assert all(p.run for p in running)

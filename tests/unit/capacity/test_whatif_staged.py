@@ -63,7 +63,8 @@ def test_workflows_have_their_own_shapes_and_the_noise_is_there() -> None:
     pull = ".github/workflows/pull.yml"
     assert 1800 < statistics.median(builds[trunk]) < 3000
     assert 200 < statistics.median(builds[lint]) < 400
-    assert set(fanouts[trunk]) <= {0, 8, 10, 12} and 8 in fanouts[trunk]
+    assert set(fanouts[trunk]) <= {0, 8, 10, 12}
+    assert 8 in fanouts[trunk]
     assert set(fanouts[lint]) <= {0, 2, 3}
     assert set(fanouts[".github/workflows/docs.yml"]) == {0}
     # Failed or cancelled builds fan out nothing: a share of pull.yml's runs, not most.
@@ -84,12 +85,26 @@ def test_a_rerun_comes_after_the_failed_attempt_of_the_same_run() -> None:
         assert min(j.queued_at for j in runs[(run, 2)]) >= first_end + 120
 
 
+def test_build_sigma_scale_sets_how_predictable_builds_are() -> None:
+    exact = generate_staged(StagedSpec(minutes=240, build_sigma_scale=0.0), 6)
+    fanned = {(j.run, j.run_attempt) for j in exact if j.job_name.startswith("test")}
+    builds = {
+        j.workflow: j.duration
+        for j in exact
+        if j.job_name == "build" and (j.run, j.run_attempt) in fanned
+    }
+    assert builds[".github/workflows/pull.yml"] == 1200.0
+    assert builds[".github/workflows/trunk.yml"] == 2400.0
+
+
 def test_bad_shapes_are_refused_naming_the_field() -> None:
     with pytest.raises(ValueError, match="shards"):
         StagedWorkflow(path="ci.yml", weight=1.0, shards=())
-    with pytest.raises(ValueError, match="ci.yml: fail_share"):
+    with pytest.raises(ValueError, match=r"ci\.yml: fail_share"):
         StagedWorkflow(path="ci.yml", weight=1.0, fail_share=1.5)
     with pytest.raises(ValueError, match="rerun_share"):
         StagedSpec(rerun_share=2.0)
+    with pytest.raises(ValueError, match="build_sigma_scale"):
+        StagedSpec(build_sigma_scale=-1.0)
     with pytest.raises(ValueError, match="minutes"):
         StagedSpec(minutes=0)
