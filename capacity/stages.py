@@ -73,13 +73,11 @@ def parent_name(parent: RunningParent) -> str:
 @dataclass(frozen=True)
 class Expected:
     """Children expected on ``label_set`` from one running parent: ``count`` (a mean, not
-    an integer) arriving about ``at``; ``early``..``late`` is the spread of that guess."""
+    an integer) arriving about ``at``."""
 
     label_set: str
     count: float
     at: float
-    early: float
-    late: float
     parent: str  # the parent's run and key
 
 
@@ -198,8 +196,6 @@ class StageModel:
                         label_set=label_set,
                         count=share * mean,
                         at=start + _quantile(fanned, quantile) + delay,
-                        early=start + _quantile(fanned, 0.1) + delay,
-                        late=start + _quantile(fanned, 0.9) + delay,
                         parent=name,
                     )
                 )

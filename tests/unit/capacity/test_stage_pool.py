@@ -82,7 +82,9 @@ def test_bad_knobs_are_refused() -> None:
     with pytest.raises(ValueError, match="quantile"):
         _pool([], quantile=1.0)
     with pytest.raises(ValueError, match="lead and hold"):
-        PredictivePool(model=_model(), label_set="gpu", parents=list, lead=-1.0, hold=60.0)
+        PredictivePool(
+            model=_model(), label_set="gpu", parents=lambda now: [], lead=-1.0, hold=60.0
+        )
 
 
 def _staged(seed: int) -> list[TraceJob]:
