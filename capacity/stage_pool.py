@@ -10,9 +10,7 @@ from the runs in progress) will fan out onto its label set, and holds pairs for 
   are Running when the children come; each parent is armed once;
 * **counted down by arrivals**: the jobs the pool is told arrived (``observe``'s
   ``new_jobs``) take the armed expectations' counts, the earliest first, since the children,
-  once queued, are demand that the policy already covers; and once some have come, the rest
-  of that count goes ``grace`` seconds later (a stage's jobs are queued together: a
-  predicted count larger than the fan-out is not a late child);
+  once queued, are demand that the policy already covers;
 * **released by the break-even hold**: an expectation still unmet ``hold`` seconds after
   its expected arrival is dropped (rent or buy: keeping a pair longer than a launch costs
   more than launching again for a late child), and so is one whose parent ended ``grace``
@@ -57,7 +55,6 @@ class PredictivePool:
     hold: float  # an unmet expectation is dropped this long after its expected arrival
     quantile: float = 0.5  # of the parent's duration, given the time it has run
     count_quantile: float | None = None  # of the count per fan-out (None: its mean)
-    closing: bool = True  # the first arrivals close an expectation (after ``grace``)
     grace: float = 30.0  # after the parent's end: a demand read and a pass see its children
     base: WarmPool | None = None
     armed: dict[str, _Armed] = field(default_factory=dict)
@@ -81,9 +78,6 @@ class PredictivePool:
             taken = min(left, armed.remaining)
             armed.remaining -= taken
             left -= taken
-            if taken > 0 and self.closing:
-                # A stage's jobs are queued together: once some came, the rest are not late.
-                armed.until = min(armed.until, now + self.grace)
 
     def predicted(self, now: float) -> float:
         """The children expected and armed now (a mean, before rounding up)."""

@@ -55,23 +55,6 @@ def test_children_are_armed_one_lead_ahead_and_met_by_arrivals() -> None:
     assert pool.target(arrival + 2) == 0
 
 
-def test_the_first_children_close_the_fan_out() -> None:
-    """A stage's jobs are queued together: once some came, the rest of the count is released
-    ``grace`` seconds later instead of after the hold."""
-    parents = [RunningParent(PULL, "build", T0, run="1#1")]
-    pool = _pool(parents, grace=20.0)
-    arrival = T0 + 605.0
-    assert pool.target(arrival - 100) == 4
-    pool.observe(arrival, queued_jobs=2, new_jobs=2)
-    assert pool.target(arrival + 20) == 2
-    assert pool.target(arrival + 21) == 0
-    kept = _pool(parents, grace=20.0, closing=False)
-    assert kept.target(arrival - 100) == 4
-    kept.observe(arrival, queued_jobs=2, new_jobs=2)
-    assert kept.target(arrival + 21) == 2  # held to the hold's end
-    assert kept.target(arrival + 61) == 0
-
-
 def test_unmet_children_are_released_after_the_hold() -> None:
     pool = _pool([RunningParent(PULL, "build", T0, run="1#1")])
     arrival = T0 + 605.0
