@@ -17,10 +17,13 @@ its end (GitHub queues a stage the moment its ``needs`` are done); when several 
 run ended before, the latest to end is the parent. The job key is the job's name without a
 matrix suffix (``test (3/8)`` → ``test``), so shards of one matrix are one parent.
 
-``StageLearner`` links jobs online, job by job (ended, queued); ``StageModel.predict`` gives,
-for the parents running now, the children expected on each label set: P(fan-out | ran this
-long) × E[count], arriving about ``started + duration quantile (given the time run so far)
-+ delay``. A parent seen fewer than ``min_runs`` times predicts nothing.
+``StageLearner`` links jobs online, job by job (ended, queued). ``StageModel.expected``
+gives, for the parents running now, the children expected on each label set within a time
+window: P(fan-out and ended in time | ran this long) × E[count], a child arriving at the
+parent's ``started + duration + delay``, over the parent's past runs at least as long as
+it has run so far. Summed over many parents, fractions of different runs pool into whole
+pairs. A parent seen fewer than ``min_runs`` times, or a model older than ``max_age``,
+predicts nothing.
 
 The model is a small JSON dict (``to_dict``/``from_dict``), bounded in size (parents,
 samples, label sets), so it can be kept in a ConfigMap like the adaptive pool's profile.
@@ -72,12 +75,11 @@ def parent_name(parent: RunningParent) -> str:
 
 @dataclass(frozen=True)
 class Expected:
-    """Children expected on ``label_set`` from one running parent: ``count`` (a mean, not
-    an integer) arriving about ``at``."""
+    """Children expected on ``label_set`` from one running parent within a window:
+    ``count`` is a mean, not an integer."""
 
     label_set: str
     count: float
-    at: float
     parent: str  # the parent's run and key
 
 
@@ -158,18 +160,22 @@ class StageModel:
             return None
         return parent
 
-    def predict(
+    def expected(
         self,
         parents: Iterable[RunningParent],
         now: float,
+        until: float,
         *,
-        quantile: float = 0.5,
         count_quantile: float | None = None,
+        hold: float = math.inf,
     ) -> list[Expected]:
-        """Children expected from ``parents`` (running at ``now``), per label set: the share
-        of the parent's past runs at least this long that fanned out, times the mean count;
-        at the ``quantile`` of those fanned runs' durations, plus the median delay. A
-        parent that has run longer than any fanned run seen predicts nothing."""
+        """Children expected from ``parents`` (running at ``now``) to be queued by ``until``,
+        per parent and label set: the share of the parent's past runs at least this long
+        whose children would have come by then (runs that fanned out, at their duration
+        plus the median delay), times the mean count per fan-out (or its
+        ``count_quantile``). A parent that has run past every fanned run seen, or more
+        than ``hold`` past the 0.9 quantile of them, predicts nothing: its children are
+        not coming on any time the model knows."""
         found: list[Expected] = []
         for running in parents:
             parent = self.usable(running.workflow, running.job_name, now)
@@ -177,26 +183,27 @@ class StageModel:
                 continue
             elapsed = now - running.started_at
             longer = [(d, f) for d, f in parent.observed if d >= elapsed]
-            fanned = sorted(d for d, f in longer if f)
-            if not fanned:
+            fanned = sorted(d for d, f in parent.observed if f)
+            if not any(f for _, f in longer) or elapsed > _quantile(fanned, 0.9) + hold:
                 continue
-            share = len(fanned) / len(longer)
-            start = running.started_at
-            name = parent_name(running)
             for label_set, stats in sorted(parent.children.items()):
                 if not stats.counts or not stats.delays:
                     continue
-                if count_quantile is None:
-                    mean = sum(stats.counts) / len(stats.counts)
-                else:
-                    mean = _quantile(sorted(stats.counts), count_quantile)
                 delay = _quantile(sorted(stats.delays), 0.5)
+                due = sum(1 for d, f in longer if f and running.started_at + d + delay <= until)
+                if not due:
+                    continue
+                counts = sorted(stats.counts)
+                size = (
+                    sum(counts) / len(counts)
+                    if count_quantile is None
+                    else _quantile(counts, count_quantile)
+                )
                 found.append(
                     Expected(
                         label_set=label_set,
-                        count=share * mean,
-                        at=start + _quantile(fanned, quantile) + delay,
-                        parent=name,
+                        count=due / len(longer) * size,
+                        parent=parent_name(running),
                     )
                 )
         return found

@@ -390,23 +390,20 @@ def _predictive(args: argparse.Namespace, key: str) -> list[Setting]:
     from every label set of the trace."""
     if not args.predictive:
         return []
-    if not 0 < args.predictive_quantile < 1:
-        raise UsageError(f"--predictive-quantile {args.predictive_quantile}: must be in (0, 1)")
     count = args.predictive_count_quantile
     if count is not None and not 0 < count <= 1:
         raise UsageError(f"--predictive-count-quantile {count}: must be in (0, 1]")
-    trained = learn(_read_trace(args.predictive_train)) if args.predictive_train else StageModel()
-    # Pairs Running by the expected arrival: the longest launch ahead of it.
+    # Pairs Running by the children's arrival: at least the longest launch ahead of it.
     lead = args.lead * (1 + args.lead_jitter)
+    horizon = args.predictive_horizon if args.predictive_horizon is not None else 1.25 * lead
+    if horizon < 0:
+        raise UsageError(f"--predictive-horizon {horizon:g}: must be >= 0")
     hold = args.predictive_hold if args.predictive_hold is not None else lead
+    if hold < 0:
+        raise UsageError(f"--predictive-hold {hold:g}: must be >= 0")
+    trained = learn(_read_trace(args.predictive_train)) if args.predictive_train else StageModel()
     setting = predictive_setting(
-        trained,
-        _read_trace(args.trace),
-        key,
-        lead=lead,
-        hold=hold,
-        quantile=args.predictive_quantile,
-        count_quantile=count,
+        trained, _read_trace(args.trace), key, horizon=horizon, hold=hold, count_quantile=count
     )
     return [setting]
 
@@ -549,10 +546,11 @@ def _simulation_options(parser: argparse.ArgumentParser) -> None:
         "--predictive-train", default="", help="a trace to learn the stage model from first"
     )
     parser.add_argument(
-        "--predictive-quantile",
+        "--predictive-horizon",
         type=float,
-        default=0.5,
-        help="the parent's duration quantile the children are timed by (0.5)",
+        default=None,
+        help="pairs for the children expected within this many seconds "
+        "(default: 1.25 x the longest launch)",
     )
     parser.add_argument(
         "--predictive-count-quantile",
@@ -564,7 +562,8 @@ def _simulation_options(parser: argparse.ArgumentParser) -> None:
         "--predictive-hold",
         type=float,
         default=None,
-        help="seconds an unmet prediction is held past its time (default: the longest launch)",
+        help="a parent this long past the 0.9 quantile of its fanned runs counts no more "
+        "(default: the longest launch)",
     )
     parser.add_argument("--max-runners", type=int, default=1000, help="maxRunners (1000)")
     parser.add_argument(

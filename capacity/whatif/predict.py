@@ -110,9 +110,8 @@ def predictive_pool(
     jobs: Sequence[TraceJob],
     label_set: str,
     *,
-    lead: float,
+    horizon: float,
     hold: float,
-    quantile: float = 0.5,
     count_quantile: float | None = None,
     online: bool = True,
 ) -> WarmPool:
@@ -124,9 +123,8 @@ def predictive_pool(
         model=model,
         label_set=label_set,
         parents=parents,
-        lead=lead,
+        horizon=horizon,
         hold=hold,
-        quantile=quantile,
         count_quantile=count_quantile,
     )
 
@@ -136,23 +134,21 @@ def predictive_setting(
     jobs: Sequence[TraceJob],
     label_set: str,
     *,
-    lead: float,
+    horizon: float,
     hold: float,
-    quantile: float = 0.5,
     count_quantile: float | None = None,
 ) -> Setting:
     """The predictive pool as a sweep's setting (a fresh pool and model copy per run)."""
     count = "" if count_quantile is None else f" count q{count_quantile:g}"
     return Setting(
-        name=f"predictive q{quantile:g}{count}",
+        name=f"predictive {horizon:g}s{count}",
         pool=functools.partial(
             predictive_pool,
             trained.to_dict(),
             jobs,
             label_set,
-            lead=lead,
+            horizon=horizon,
             hold=hold,
-            quantile=quantile,
             count_quantile=count_quantile,
         ),
     )

@@ -59,12 +59,15 @@ def test_simulate_adds_the_predictive_pool_learned_from_a_training_trace(
     argv += ["--predictive", "--predictive-train", str(train)]
     assert whatif.main(argv) == 0
     curve = json.loads(capsys.readouterr().out)["label_sets"]["linux-gpu"]["curve"]
-    assert [p["policy"] for p in curve] == ["reactive", "predictive q0.5"]
+    # The horizon by default: 1.25 x the longest launch, 180 s x (1 + 0.25).
+    assert [p["policy"] for p in curve] == ["reactive", "predictive 281.25s"]
     reactive, predictive = curve
     assert predictive["queue_seconds"]["p50"] < reactive["queue_seconds"]["p50"]
     argv = ["recommend", str(trace), "--label-set", "linux-gpu", "--pools", "0", "--p90", "1"]
-    assert whatif.main([*argv, "--predictive", "--predictive-quantile", "1.5"]) == 1
-    assert "--predictive-quantile 1.5: must be in (0, 1)" in capsys.readouterr().err
+    assert whatif.main([*argv, "--predictive", "--predictive-count-quantile", "1.5"]) == 1
+    assert "--predictive-count-quantile 1.5: must be in (0, 1]" in capsys.readouterr().err
+    assert whatif.main([*argv, "--predictive", "--predictive-horizon", "-1"]) == 1
+    assert "--predictive-horizon -1: must be >= 0" in capsys.readouterr().err
 
 
 def test_optimum_per_label_set(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,5 +1,5 @@
-"""The predictive pool: pairs armed one lead ahead of the children a stage model expects,
-counted down by arrivals, released by the hold or the parent's end; and, in the simulator,
+"""The predictive pool: pairs for the children a stage model expects within its horizon,
+pooled over parents, released when their parent ends or is overdue; and, in the simulator,
 ahead of reactive on a staged trace with slow child launches."""
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ T0 = 1_000_000.0
 
 def _model() -> StageModel:
     model = StageModel()
-    for i in range(10):  # builds of 600 s, each fanning out 4 GPU shards 5 s after its end
-        model.record(PULL, "build", 600.0, {"gpu": (4, 5.0)}, T0 + i)
+    for i, duration in enumerate([500.0, 550.0, 600.0, 650.0, 700.0] * 2):
+        # Builds of 500–700 s, each fanning out 4 GPU shards 5 s after its end.
+        model.record(PULL, "build", duration, {"gpu": (4, 5.0)}, T0 + i)
+    model.record(PULL, "build", 200.0, {}, T0 + 10)  # one failed early: fanned out nothing
     return model
 
 
@@ -35,55 +37,56 @@ def _pool(parents: list[RunningParent], **kwargs: object) -> PredictivePool:
         model=_model(),
         label_set="gpu",
         parents=lambda now: parents,
-        lead=100.0,
+        horizon=100.0,
         hold=60.0,
         **kwargs,  # type: ignore[arg-type]
     )
 
 
-def test_children_are_armed_one_lead_ahead_and_met_by_arrivals() -> None:
+def test_pairs_for_the_children_expected_within_the_horizon() -> None:
     parents = [RunningParent(PULL, "build", T0, run="1#1")]
     pool = _pool(parents)
-    arrival = T0 + 605.0
-    assert pool.target(arrival - 101) == 0  # not yet one lead ahead
-    assert pool.target(arrival - 100) == 4
-    pool.observe(arrival, queued_jobs=3, new_jobs=3)  # three children came
-    assert pool.target(arrival) == 1
-    pool.observe(arrival + 1, queued_jobs=1, new_jobs=1)
-    assert pool.target(arrival + 1) == 0
-    # Armed once: the same parent is not armed again.
-    assert pool.target(arrival + 2) == 0
+    assert pool.target(T0) == 0  # the first children are due at 505 s: beyond 100 s
+    # At 410 s the 500 s builds' children (505 s) are within the horizon: 2 of 10 fanned
+    # runs of the 10 at least this long, 4 shards each.
+    assert pool.predicted(T0 + 410) == pytest.approx(0.2 * 4)
+    assert pool.target(T0 + 410) == 1
+    # At 560 s, of the 8 runs this long (600, 650, 700 s, twice each, and the 2 of 550 s
+    # already ruled out), those due by 660 s: 600 and 650, 4 of 6.
+    assert pool.predicted(T0 + 560) == pytest.approx(4 / 6 * 4)
+    assert pool.target(T0 + 560) == 3
+    parents.clear()  # the build ended: its children are queued (demand) or never come
+    assert pool.target(T0 + 600) == 0
 
 
-def test_unmet_children_are_released_after_the_hold() -> None:
+def test_many_parents_pool_their_fractions() -> None:
+    one = _pool([RunningParent(PULL, "build", T0, run="1#1")])
+    many = _pool([RunningParent(PULL, "build", T0 + i, run=f"{i}#1") for i in range(5)])
+    assert one.target(T0 + 410) == 1  # 0.8 rounded up
+    assert many.target(T0 + 414) == 4  # 5 x 0.8: not 5 x 1
+    assert many.predicted(T0 + 414) == pytest.approx(4.0)
+
+
+def test_a_parent_overdue_past_the_hold_counts_no_more() -> None:
     pool = _pool([RunningParent(PULL, "build", T0, run="1#1")])
-    arrival = T0 + 605.0
-    assert pool.target(arrival - 50) == 4
-    assert pool.target(arrival + 60) == 4
-    assert pool.target(arrival + 61) == 0
-
-
-def test_a_parent_that_ended_without_children_releases_them() -> None:
-    parents = [RunningParent(PULL, "build", T0, run="1#1")]
-    pool = _pool(parents, grace=30.0)
-    assert pool.target(T0 + 520) == 4
-    parents.clear()  # the build failed at T0 + 530
-    assert pool.target(T0 + 530) == 4
-    assert pool.target(T0 + 561) == 0
+    # 0.9 quantile of the fanned runs: 700 s; the hold 60 s.
+    assert pool.target(T0 + 690) == 4
+    assert pool.target(T0 + 761) == 0
 
 
 def test_a_base_pool_adds_its_target() -> None:
     pool = _pool([RunningParent(PULL, "build", T0, run="1#1")], base=FixedPool(2))
+    pool.observe(T0, queued_jobs=0, new_jobs=0)
     assert pool.target(T0) == 2
-    assert pool.target(T0 + 505) == 6
+    assert pool.target(T0 + 690) == 6
 
 
 def test_bad_knobs_are_refused() -> None:
-    with pytest.raises(ValueError, match="quantile"):
-        _pool([], quantile=1.0)
-    with pytest.raises(ValueError, match="lead and hold"):
+    with pytest.raises(ValueError, match="count_quantile"):
+        _pool([], count_quantile=0.0)
+    with pytest.raises(ValueError, match="horizon and hold"):
         PredictivePool(
-            model=_model(), label_set="gpu", parents=lambda now: [], lead=-1.0, hold=60.0
+            model=_model(), label_set="gpu", parents=lambda now: [], horizon=100.0, hold=-1.0
         )
 
 
@@ -115,13 +118,13 @@ def test_predictive_beats_reactive_on_a_staged_trace_with_slow_child_launches() 
         demand_interval=10.0,
     )
     reactive = simulate(gpu, config, FixedPool(0))
-    setting = predictive_setting(trained, jobs, "linux-gpu", lead=210.0, hold=210.0)
+    setting = predictive_setting(trained, jobs, "linux-gpu", horizon=260.0, hold=210.0)
     predictive = simulate(gpu, config, setting.pool())
     assert reactive.percentile(90) > 150.0  # each shard waits for a launch
-    assert predictive.percentile(90) <= 0.25 * reactive.percentile(90)  # measured: 7 s vs 196 s
-    assert predictive.node_seconds <= 1.3 * reactive.node_seconds  # measured: 1.17
+    assert predictive.percentile(90) <= 0.25 * reactive.percentile(90)  # measured: 19 s vs 196 s
+    assert predictive.node_seconds <= 1.3 * reactive.node_seconds  # measured: 1.21
     # Without the model's knowledge (an empty model), it is reactive.
-    empty = predictive_setting(StageModel(), jobs, "linux-gpu", lead=210.0, hold=210.0)
+    empty = predictive_setting(StageModel(), jobs, "linux-gpu", horizon=260.0, hold=210.0)
     blind = simulate(gpu, config, empty.pool())
     # Learning online, it catches up after its first runs: better than reactive, worse than
     # trained.

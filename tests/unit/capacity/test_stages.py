@@ -62,27 +62,30 @@ def test_it_learns_the_fan_out_share_the_count_and_the_delay() -> None:
     assert len(build.observed) <= SAMPLES
 
 
-def test_it_predicts_share_times_count_at_the_duration_plus_delay() -> None:
+def test_it_expects_share_times_count_within_the_window() -> None:
     model = learn(generate_staged(_one_shape(), 1))
     build = model.parents[(PULL, "build")]
     share = sum(f for _, f in build.observed) / len(build.observed)
     mean = statistics.mean(build.children["linux-gpu"].counts)
-    (expected,) = model.predict([RunningParent(PULL, "build", T0, run="9#1")], T0)
-    assert expected.label_set == "linux-gpu"
-    assert expected.count == pytest.approx(share * mean)
-    assert T0 + 1150 < expected.at < T0 + 1250
-    early = model.predict([RunningParent(PULL, "build", T0, run="9#1")], T0, quantile=0.1)
-    assert T0 + 1050 < early[0].at < expected.at
+    parent = [RunningParent(PULL, "build", T0, run="9#1")]
+    # Builds of about 1,200 s (σ 0.05): nothing due in the first 1,000 s, all by 1,500 s.
+    assert model.expected(parent, T0, T0 + 1000) == []
+    (everything,) = model.expected(parent, T0, T0 + 1500)
+    assert everything.label_set == "linux-gpu"
+    assert everything.parent == "9#1/.github/workflows/pull.yml/build"
+    assert everything.count == pytest.approx(share * mean)
+    (half,) = model.expected(parent, T0, T0 + 1200 + 4)  # the median build plus the delay
+    assert 0.25 * everything.count < half.count < 0.75 * everything.count
     # Having run 1,000 s, the builds that failed early are ruled out: a higher share.
-    later = model.predict([RunningParent(PULL, "build", T0, run="9#1")], T0 + 1000)
-    assert later[0].count > expected.count
-    # Past every fanned build seen: nothing more to expect.
-    assert model.predict([RunningParent(PULL, "build", T0, run="9#1")], T0 + 5000) == []
+    (later,) = model.expected(parent, T0 + 1000, T0 + 1500)
+    assert later.count > everything.count
     # Covering a quantile of the fan-out's size instead of its mean: the largest, at 1.
-    (largest,) = model.predict([RunningParent(PULL, "build", T0)], T0, count_quantile=1.0)
+    (largest,) = model.expected(parent, T0, T0 + 1500, count_quantile=1.0)
     assert largest.count == pytest.approx(share * 8)
+    # Past every fanned build seen: nothing more to expect.
+    assert model.expected(parent, T0 + 5000, T0 + 6000) == []
     # An unknown parent predicts nothing.
-    assert model.predict([RunningParent("other.yml", "build", T0)], T0) == []
+    assert model.expected([RunningParent("other.yml", "build", T0)], T0, T0 + 9999) == []
 
 
 def test_too_few_runs_or_too_old_predicts_nothing() -> None:
@@ -90,12 +93,25 @@ def test_too_few_runs_or_too_old_predicts_nothing() -> None:
     for i in range(4):
         model.record(PULL, "build", 600.0, {"gpu": (4, 3.0)}, T0 + i)
     parent = [RunningParent(PULL, "build", T0 + 10)]
-    assert model.predict(parent, T0 + 10) == []
+    assert model.expected(parent, T0 + 10, T0 + 9999) == []
     model.record(PULL, "build", 600.0, {"gpu": (4, 3.0)}, T0 + 5)
-    (expected,) = model.predict(parent, T0 + 10)
+    (expected,) = model.expected(parent, T0 + 10, T0 + 10 + 603.0)
     assert expected.count == 4.0
-    assert expected.at == T0 + 10 + 600.0 + 3.0
-    assert model.predict(parent, T0 + 5 + 3601) == []  # the model is too old
+    assert model.expected(parent, T0 + 10, T0 + 10 + 602.9) == []  # due at 600 s + 3 s
+    assert model.expected(parent, T0 + 5 + 3601, T0 + 9999) == []  # the model is too old
+
+
+def test_a_parent_past_the_hold_counts_no_more() -> None:
+    model = StageModel()
+    for i, duration in enumerate([600, 610, 620, 630, 640, 650, 660, 670, 680, 1000]):
+        model.record(PULL, "build", duration, {"gpu": (2, 0.0)}, T0 + i)
+    parent = [RunningParent(PULL, "build", T0)]
+    # Run 800 s: only the 1,000 s build is longer, and it fanned out.
+    (expected,) = model.expected(parent, T0 + 800, T0 + 1000)
+    assert expected.count == 2.0
+    # But 800 s is more than 60 s past the 0.9 quantile (680 s): not on any time it knows.
+    assert model.expected(parent, T0 + 800, T0 + 1000, hold=60.0) == []
+    assert model.expected(parent, T0 + 800, T0 + 1000, hold=120.0) != []
 
 
 def test_the_model_is_bounded() -> None:
@@ -118,7 +134,7 @@ def test_round_trip_through_json() -> None:
     back = StageModel.from_dict(data)
     assert back.to_dict() == model.to_dict()
     parent = [RunningParent(PULL, "build", T0, run="1#1")]
-    assert back.predict(parent, T0) == model.predict(parent, T0)
+    assert back.expected(parent, T0, T0 + 1500) == model.expected(parent, T0, T0 + 1500)
 
 
 @pytest.mark.parametrize(
