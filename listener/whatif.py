@@ -6,6 +6,7 @@
                       staged``: builds fanning out into shards, capacity.whatif.staged)
     whatif optimum    OPT₀ per label set: the least spare node-seconds for zero queue time
     whatif simulate   the monitor's own policy replayed on the trace, per warm-pool setting
+                      (``--predictive``: a stage model's pool, capacity.stage_pool)
     whatif recommend  per label set, the cheapest setting that meets a p90 queue target
 
 Results are JSON on stdout (``--table``: a text table); errors are one line on stderr
