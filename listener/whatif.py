@@ -2,9 +2,11 @@
 
     whatif import     write a JSONL trace: from GitHub's REST API with the listener's own
                       credentials (its config.json), or from a file (validated, normalised)
-    whatif synth      write a seeded synthetic trace (capacity.whatif.synth)
+    whatif synth      write a seeded synthetic trace (capacity.whatif.synth; ``--family
+                      staged``: builds fanning out into shards, capacity.whatif.staged)
     whatif optimum    OPT₀ per label set: the least spare node-seconds for zero queue time
     whatif simulate   the monitor's own policy replayed on the trace, per warm-pool setting
+                      (``--predictive``: a stage model's pool, capacity.stage_pool)
     whatif recommend  per label set, the cheapest setting that meets a p90 queue target
 
 Results are JSON on stdout (``--table``: a text table); errors are one line on stderr
@@ -42,10 +44,13 @@ from capacity.settings import (
     to_params,
     to_warm_pool,
 )
+from capacity.stages import StageModel
 from capacity.warm_pool import WarmPool
 from capacity.whatif.optimum import Optimum, by_label_set, intervals, optimum
+from capacity.whatif.predict import learn, predictive_setting
 from capacity.whatif.recommend import Point, Setting, cheapest, fixed_pools, sweep
 from capacity.whatif.simulate import SimConfig
+from capacity.whatif.staged import StagedSpec, generate_staged
 from capacity.whatif.synth import SynthSpec, generate, provisioning_delays
 from capacity.whatif.trace import TraceError, TraceJob, from_github, read_lines, write_lines
 from listener.config import ConfigError
@@ -186,12 +191,22 @@ async def _import_github(
 
 
 def _synth_command(args: argparse.Namespace) -> int:
-    spec = SynthSpec(
-        minutes=args.minutes,
-        working_hours=args.working_hours,
-        duration_scale=args.duration_scale,
-    )
-    jobs = generate(spec, args.seed)
+    spec: SynthSpec | StagedSpec
+    if args.family == "staged":
+        spec = StagedSpec(
+            minutes=args.minutes,
+            working_hours=args.working_hours,
+            duration_scale=args.duration_scale,
+            build_sigma_scale=args.build_sigma_scale,
+        )
+        jobs = generate_staged(spec, args.seed)
+    else:
+        spec = SynthSpec(
+            minutes=args.minutes,
+            working_hours=args.working_hours,
+            duration_scale=args.duration_scale,
+        )
+        jobs = generate(spec, args.seed)
     _write_trace(jobs, args.out)
     summary = {"seed": args.seed, "jobs": len(jobs), "spec": spec.describe(), "out": args.out}
     _print(summary, sys.stderr if args.out == "-" else None)
@@ -370,6 +385,30 @@ def _model(config: SimConfig, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _predictive(args: argparse.Namespace, key: str) -> list[Setting]:
+    """The predictive pool for label set ``key``, when asked for: a stage model learned from
+    ``--predictive-train`` (else empty), learning on from the trace as its jobs end; parents
+    from every label set of the trace."""
+    if not args.predictive:
+        return []
+    count = args.predictive_count_quantile
+    if count is not None and not 0 < count <= 1:
+        raise UsageError(f"--predictive-count-quantile {count}: must be in (0, 1]")
+    # Pairs Running by the children's arrival: at least the longest launch ahead of it.
+    lead = args.lead * (1 + args.lead_jitter)
+    horizon = args.predictive_horizon if args.predictive_horizon is not None else 1.25 * lead
+    if horizon < 0:
+        raise UsageError(f"--predictive-horizon {horizon:g}: must be >= 0")
+    hold = args.predictive_hold if args.predictive_hold is not None else lead
+    if hold < 0:
+        raise UsageError(f"--predictive-hold {hold:g}: must be >= 0")
+    trained = learn(_read_trace(args.predictive_train)) if args.predictive_train else StageModel()
+    setting = predictive_setting(
+        trained, _read_trace(args.trace), key, horizon=horizon, hold=hold, count_quantile=count
+    )
+    return [setting]
+
+
 def _curves(
     args: argparse.Namespace,
 ) -> Iterator[tuple[str, Optimum, list[Point], float]]:
@@ -379,7 +418,7 @@ def _curves(
     settings = _settings(args)
     for key, jobs in groups.items():
         started = time.process_time()
-        points = sweep(jobs, config, settings)
+        points = sweep(jobs, config, settings + _predictive(args, key))
         yield key, optima[key], points, time.process_time() - started
 
 
@@ -498,6 +537,35 @@ def _simulation_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         help="module:callable returning a warm pool (observe/target); repeatable",
     )
+    parser.add_argument(
+        "--predictive",
+        action="store_true",
+        help="also a predictive pool: pairs for the children a stage model expects from the "
+        "jobs running (needs workflow and job_name in the trace)",
+    )
+    parser.add_argument(
+        "--predictive-train", default="", help="a trace to learn the stage model from first"
+    )
+    parser.add_argument(
+        "--predictive-horizon",
+        type=float,
+        default=None,
+        help="pairs for the children expected within this many seconds "
+        "(default: 1.25 x the longest launch)",
+    )
+    parser.add_argument(
+        "--predictive-count-quantile",
+        type=float,
+        default=None,
+        help="cover this quantile of a fan-out's size (default: its mean)",
+    )
+    parser.add_argument(
+        "--predictive-hold",
+        type=float,
+        default=None,
+        help="a parent this long past the 0.9 quantile of its fanned runs counts no more "
+        "(default: the longest launch)",
+    )
     parser.add_argument("--max-runners", type=int, default=1000, help="maxRunners (1000)")
     parser.add_argument(
         "--demand-interval",
@@ -530,9 +598,21 @@ def parser() -> argparse.ArgumentParser:
 
     syn = sub.add_parser("synth", help="write a seeded synthetic trace")
     syn.add_argument("--seed", type=int, default=1)
+    syn.add_argument(
+        "--family",
+        choices=("bursty", "staged"),
+        default="bursty",
+        help="bursty batches (default), or staged runs: a build, then a fan-out of shards",
+    )
     syn.add_argument("--minutes", type=float, default=60.0, help="how long runs arrive")
     syn.add_argument("--working-hours", action="store_true", help="weekday 09-18 UTC profile")
     syn.add_argument("--duration-scale", type=float, default=1.0, help="multiply durations")
+    syn.add_argument(
+        "--build-sigma-scale",
+        type=float,
+        default=1.0,
+        help="staged: multiply each build's duration sigma (how predictable builds are)",
+    )
     syn.add_argument("--out", default="-", help="the JSONL file ('-': standard output)")
     syn.set_defaults(run=_synth_command)
 

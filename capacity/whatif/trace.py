@@ -9,6 +9,11 @@ one job::
 
 ``run`` is the workflow run the job belongs to: jobs of one run arrive together (a batch),
 and jobs of a run already under way that are not queued yet are what a look-ahead can see.
+Three optional fields say where a job sits in its workflow, for a stage model
+(``capacity.stages``): ``workflow`` (the workflow file's path, else its name), ``job_name``
+(the job's name as GitHub shows it, a matrix suffix included) and ``run_attempt`` (1 for the
+first attempt, 2 for a re-run, ...; 1 when absent). They are written only when set, so a
+trace without them reads and writes as before.
 ``started_at`` and ``completed_at`` may be null for a job that never ran (cancelled while
 queued); such a job still counts as an arrival. Times are RFC 3339 in UTC.
 
@@ -41,6 +46,9 @@ class TraceJob:
     started_at: float | None = None
     completed_at: float | None = None
     runner: str = ""
+    workflow: str = ""  # the workflow's path (or name), "" when unknown
+    job_name: str = ""
+    run_attempt: int = 1
 
     @property
     def duration(self) -> float | None:
@@ -90,6 +98,12 @@ def to_json(job: TraceJob) -> str:
         "completed_at": None if job.completed_at is None else format_time(job.completed_at),
         "runner": job.runner,
     }
+    if job.workflow:
+        record["workflow"] = job.workflow
+    if job.job_name:
+        record["job_name"] = job.job_name
+    if job.run_attempt != 1:
+        record["run_attempt"] = job.run_attempt
     return json.dumps(record, separators=(",", ":"))
 
 
@@ -106,6 +120,13 @@ def _text(record: dict[str, Any], key: str, where: str, *, required: bool = True
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise TraceError(f"{where}: field {key}: expected a string, got {_kind(value)}")
     return str(value)
+
+
+def _attempt(record: dict[str, Any], where: str) -> int:
+    value = record.get("run_attempt", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TraceError(f"{where}: field run_attempt: expected a number >= 1, got {value!r}")
+    return value
 
 
 def _kind(value: object) -> str:
@@ -157,6 +178,9 @@ def parse_line(line: str, where: str) -> TraceJob:
         started_at=started,
         completed_at=completed,
         runner=_text(record, "runner", where, required=False),
+        workflow=_text(record, "workflow", where, required=False),
+        job_name=_text(record, "job_name", where, required=False),
+        run_attempt=_attempt(record, where),
     )
 
 
@@ -187,7 +211,9 @@ def from_github(run: dict[str, Any], job: dict[str, Any]) -> TraceJob | str:
 
     Only finished jobs are traced (a queued or running job has no end yet). A job that
     finished without a runner (cancelled while queued) is an arrival that never ran; a
-    skipped job (its condition was false) never asked for a runner and is left out."""
+    skipped job (its condition was false) never asked for a runner and is left out. Where the
+    run and job say so, the workflow (the run's ``path``, else its ``name``), the job's
+    ``name`` and the ``run_attempt`` are kept for the stage model."""
     status = job.get("status")
     if status != "completed":
         return f"not finished (status {status})"
@@ -215,6 +241,11 @@ def from_github(run: dict[str, Any], job: dict[str, Any]) -> TraceJob | str:
         if started < queued or completed < started:
             return "times out of order"
     run_id = job.get("run_id", run.get("id"))
+    workflow = run.get("path") or run.get("name") or job.get("workflow_name")
+    attempt = job.get("run_attempt", run.get("run_attempt", 1))
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        attempt = 1  # GitHub always sends one; an odd value is not worth dropping the job
+    name = job.get("name")
     return TraceJob(
         job=str(job_id),
         run=str(run_id),
@@ -223,4 +254,7 @@ def from_github(run: dict[str, Any], job: dict[str, Any]) -> TraceJob | str:
         started_at=started,
         completed_at=completed,
         runner=runner if isinstance(runner, str) else "",
+        workflow=workflow if isinstance(workflow, str) else "",
+        job_name=name if isinstance(name, str) else "",
+        run_attempt=attempt,
     )

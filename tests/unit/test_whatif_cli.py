@@ -32,6 +32,44 @@ def test_synth_is_seeded(trace: Path, tmp_path: Path) -> None:
     assert again.read_bytes() == trace.read_bytes()
 
 
+def test_synth_staged_family_writes_builds_and_shards(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "staged.jsonl"
+    argv = ["synth", "--family", "staged", "--seed", "2", "--minutes", "60", "--out", str(path)]
+    assert whatif.main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["spec"]["family"] == "staged"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert summary["jobs"] == len(lines) > 20
+    names = {line["job_name"].split(" ")[0] for line in lines}
+    assert {"build", "test"} <= names
+    assert all(line["workflow"].startswith(".github/workflows/") for line in lines)
+
+
+def test_simulate_adds_the_predictive_pool_learned_from_a_training_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    train, trace = tmp_path / "train.jsonl", tmp_path / "trace.jsonl"
+    for seed, path in (("11", train), ("12", trace)):
+        argv = ["synth", "--family", "staged", "--seed", seed, "--minutes", "120"]
+        assert whatif.main([*argv, "--out", str(path)]) == 0
+    capsys.readouterr()
+    argv = ["simulate", str(trace), "--label-set", "linux-gpu", "--pools", "0", "--lead", "180"]
+    argv += ["--predictive", "--predictive-train", str(train)]
+    assert whatif.main(argv) == 0
+    curve = json.loads(capsys.readouterr().out)["label_sets"]["linux-gpu"]["curve"]
+    # The horizon by default: 1.25 x the longest launch, 180 s x (1 + 0.25).
+    assert [p["policy"] for p in curve] == ["reactive", "predictive 281.25s"]
+    reactive, predictive = curve
+    assert predictive["queue_seconds"]["p50"] < reactive["queue_seconds"]["p50"]
+    argv = ["recommend", str(trace), "--label-set", "linux-gpu", "--pools", "0", "--p90", "1"]
+    assert whatif.main([*argv, "--predictive", "--predictive-count-quantile", "1.5"]) == 1
+    assert "--predictive-count-quantile 1.5: must be in (0, 1]" in capsys.readouterr().err
+    assert whatif.main([*argv, "--predictive", "--predictive-horizon", "-1"]) == 1
+    assert "--predictive-horizon -1: must be >= 0" in capsys.readouterr().err
+
+
 def test_optimum_per_label_set(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert whatif.main(["optimum", str(trace), "--lead", "60"]) == 0
     result = json.loads(capsys.readouterr().out)

@@ -220,6 +220,67 @@ async def test_history_gives_up_after_repeated_rate_limits() -> None:
                 pass
 
 
+@respx.mock
+async def test_history_fills_the_workflow_job_name_and_attempt_from_the_rest_fields() -> None:
+    now = 1_800_000_000.0
+    respx.get(url__startswith=f"{API}/repos/acme/app/actions/runs?created=").mock(
+        return_value=httpx.Response(
+            200,
+            json={
+                "total_count": 2,
+                "workflow_runs": [
+                    {"id": 5, "path": ".github/workflows/pr.yml", "name": "PR", "run_attempt": 2},
+                    {"id": 6, "name": "nightly"},  # no path: the name; no attempt: 1
+                ],
+            },
+        )
+    )
+    finished = {
+        "status": "completed",
+        "conclusion": "success",
+        "labels": ["linux-gpu"],
+        "created_at": "2026-11-20T09:00:00Z",
+        "started_at": "2026-11-20T09:00:30Z",
+        "completed_at": "2026-11-20T09:05:30Z",
+        "runner_name": "r-1",
+    }
+    respx.get(f"{API}/repos/acme/app/actions/runs/5/jobs?per_page=100").mock(
+        return_value=httpx.Response(
+            200,
+            json={
+                "jobs": [{**finished, "id": 1, "run_id": 5, "name": "test (1/4)", "run_attempt": 2}]
+            },
+        )
+    )
+    respx.get(f"{API}/repos/acme/app/actions/runs/6/jobs?per_page=100").mock(
+        return_value=httpx.Response(200, json={"jobs": [{**finished, "id": 2, "run_id": 6}]})
+    )
+
+    async def token() -> str:
+        return PAT
+
+    async with httpx.AsyncClient() as client:
+        history = GitHubHistory(client, token, API, clock=lambda: now)
+        since = datetime.fromtimestamp(now, UTC) - timedelta(hours=1)
+        traced = [
+            from_github(run, job)
+            async for run, job in history.jobs(["acme/app"], since, since + timedelta(hours=1))
+        ]
+    first, second = traced
+    assert not isinstance(first, str)
+    assert not isinstance(second, str)
+    assert (first.workflow, first.job_name, first.run_attempt) == (
+        ".github/workflows/pr.yml",
+        "test (1/4)",
+        2,
+    )
+    assert (second.workflow, second.job_name, second.run_attempt) == ("nightly", "", 1)
+    # A bad attempt does not drop the job: it is a first attempt.
+    odd = from_github({"id": 6}, {**finished, "id": 3, "run_attempt": "x"})
+    assert not isinstance(odd, str)
+    assert odd.run_attempt == 1
+
+
 def test_github_jobs_become_trace_lines_or_a_reason() -> None:
     base = {
         "id": 9,

@@ -46,6 +46,10 @@ def test_a_job_that_never_ran_is_kept() -> None:
         (GOOD.replace("09:00:41", "08:00:41"), "field started_at: before queued_at"),
         (GOOD.replace("09:07:02.5", "09:00:01"), "field completed_at"),
         (GOOD.replace('"job":"1"', '"job":true'), "field job: expected a string, got boolean"),
+        (GOOD.replace("}", ',"run_attempt":0}'), "field run_attempt: expected a number >= 1"),
+        (GOOD.replace("}", ',"run_attempt":"2"}'), "field run_attempt: expected a number"),
+        (GOOD.replace("}", ',"workflow":["ci"]}'), "field workflow: expected a string, got array"),
+        (GOOD.replace("}", ',"job_name":{}}'), "field job_name: expected a string, got object"),
     ],
 )
 def test_bad_lines_name_the_line_and_field(line: str, message: str) -> None:
@@ -70,9 +74,18 @@ times = st.integers(min_value=1_600_000_000_000, max_value=1_900_000_000_000).ma
     wait=st.integers(min_value=0, max_value=10**7).map(lambda ms: ms / 1000),
     run=st.integers(min_value=0, max_value=10**7).map(lambda ms: ms / 1000),
     labels=st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=3, unique=True),
+    workflow=st.text(max_size=12),
+    job_name=st.text(max_size=12),
+    attempt=st.integers(min_value=1, max_value=9),
 )
 def test_write_then_read_gives_the_same_job(
-    queued: float, wait: float, run: float, labels: list[str]
+    queued: float,
+    wait: float,
+    run: float,
+    labels: list[str],
+    workflow: str,
+    job_name: str,
+    attempt: int,
 ) -> None:
     job = TraceJob(
         job="7",
@@ -82,7 +95,26 @@ def test_write_then_read_gives_the_same_job(
         started_at=round(queued + wait, 3),
         completed_at=round(queued + wait + run, 3),
         runner="x",
+        workflow=workflow,
+        job_name=job_name,
+        run_attempt=attempt,
     )
     (back,) = read_lines(write_lines([job]))
     assert back == job
     assert to_json(back) == to_json(job)
+
+
+def test_the_workflow_fields_are_read_and_old_lines_keep_their_defaults() -> None:
+    staged = GOOD.replace(
+        "}", ',"workflow":".github/workflows/ci.yml","job_name":"test (2/8)","run_attempt":2}'
+    )
+    (job,) = read_lines([staged])
+    assert (job.workflow, job.job_name, job.run_attempt) == (
+        ".github/workflows/ci.yml",
+        "test (2/8)",
+        2,
+    )
+    (old,) = read_lines([GOOD])
+    assert (old.workflow, old.job_name, old.run_attempt) == ("", "", 1)
+    # An old line written again is the same line: the new fields appear only when set.
+    assert to_json(old) == GOOD.replace("09:07:02.5Z", "09:07:02.500Z")
