@@ -32,7 +32,7 @@ The plan, in order:
 2. a slot with a half in phase Unknown or Running on an unusable node → the whole slot
    UNUSABLE; a slot with a half Pending longer than `ready_timeout` → the whole slot TIMEOUT;
    a slot with one half Running and the other Pending longer than `stall_timeout` (twice
-   the observed p90 launch) → the whole slot STALLED, and step 9 creates nothing for a
+   the longest recent launch) → the whole slot STALLED, and step 9 creates nothing for a
    back-off (`stall_timeout`, doubled per stall up to `ready_timeout`, cleared once a pair
    created after the stall is Running): the cloud cannot give that half's node, and a new
    pair would only hold another node for the half it can give;
@@ -190,23 +190,25 @@ def demand_hold(launches: Sequence[float], ceiling: float) -> float | None:
 
 
 STALL_FLOOR = 60.0  # seconds: never call a half stalled sooner than this
-STALL_LAUNCHES = 2.0  # a half is stalled once Pending this many p90 launch times
+STALL_LAUNCHES = 2.0  # a half is stalled once Pending this many of the longest launches
 
 
 def stall_timeout(launches: Sequence[float], ceiling: float) -> float | None:
     """How long one half of a pair may stay Pending while the other holds a node before the
-    pair is released as stalled: twice the p90 launch time, within [STALL_FLOOR,
-    ``ceiling``] (`placeholder_ready_timeout`); None (the ceiling alone) until enough
-    launches have been seen.
+    pair is released as stalled: twice the longest of the recent launch times, within
+    [STALL_FLOOR, ``ceiling``] (`placeholder_ready_timeout`); None (the ceiling alone) until
+    HOLD_MIN_LAUNCHES have been seen.
 
-    A workflow half Pending for two p90 launches while its runner half sits on a node is not
-    a slow launch but a type the cloud cannot give (Karpenter's insufficient capacity, a
-    backed-off node group): holding the runner half pays for its node until
-    `placeholder_ready_timeout` for a pair that cannot become capacity."""
-    p90 = launch_p90(launches)
-    if p90 is None:
+    A workflow half Pending for twice as long as any recent launch took, while its runner
+    half sits on a node, is not a slow launch but a type the cloud cannot give (Karpenter's
+    insufficient capacity, a backed-off node group): holding the runner half pays for its
+    node until `placeholder_ready_timeout` for a pair that cannot become capacity. The
+    longest launch and not the p90: the recent launches mix pairs that landed on nodes with
+    room (seconds) with pairs that needed new nodes (minutes), and a p90 of that mix called
+    ordinary new-node launches on a loaded control plane stalled."""
+    if len(launches) < HOLD_MIN_LAUNCHES:
         return None
-    return max(min(STALL_FLOOR, ceiling), min(STALL_LAUNCHES * p90, ceiling))
+    return max(min(STALL_FLOOR, ceiling), min(STALL_LAUNCHES * max(launches), ceiling))
 
 
 # --- demand sharding ----------------------------------------------------------------------

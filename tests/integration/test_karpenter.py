@@ -226,7 +226,7 @@ async def test_a_pair_whose_workflow_type_cannot_launch_is_released_and_backs_of
     scene: Scene,
 ) -> None:
     """The cloud has no workflow nodes from the start: the runner half of the warm pair
-    runs, its workflow half waits. Past twice the p90 launch time (here its 60 s floor) the
+    runs, its workflow half waits. Past twice the longest launch time (here its 60 s floor) the
     pair goes as `stalled`, well before placeholder_ready_timeout (300 s), no pair is made
     during the back-off, and Karpenter removes the runner node nothing holds any more."""
     runners = runner_pool(scene, consolidate_after="5s")
