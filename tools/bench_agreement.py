@@ -40,6 +40,8 @@ How the benchmark maps onto the simulator (``model()`` is printed with the resul
   ``recalculate_interval``, for runs before 2026-11-27): the simulator's read lagging by
   ``hud_lag``, with the hold of queued jobs' pairs the run had, and the as-of correction
   (always: the simulator is today's).
+  The reads count the jobs queued longer than `demand.aged_after`, which both clusters
+  claim (``--aged-after`` replays with another value).
   Until its first read a listener plans for the failure floor
   (``hud.failure_base_capacity``, 1): each cluster makes that pair at start and keeps it
   idle for ``downscale_delay``. The simulator's first value arrives one lag after its first
@@ -270,6 +272,9 @@ class Knobs:
     # Node launch delays [low, high] s; None: the benchmark's configured range. On a loaded
     # machine a launch takes longer than the delay Karpenter's cloud provider sleeps.
     launch_delay: tuple[float, float] | None = None
+    # demand.aged_after to replay with (None: the run's, the product default); what a
+    # shorter one would have changed.
+    aged_after: float | None = None
 
 
 def launch_delays(
@@ -326,6 +331,8 @@ def mapping(
                 pairs_per_node=knobs.pairs_per_node,
                 handover=knobs.handover,
                 outages=short if index == 0 else (),
+                # The benchmark's listeners read the aged jobs (HUD, demand sharded).
+                aged_after=knobs.aged_after or settings.demand.aged_after,
             )
         )
     return Mapped(
@@ -604,6 +611,13 @@ def main(argv: list[str] | None = None) -> int:
         help="node launch delays to draw from (default: the run's measured ones if it "
         "recorded them, else its configured range)",
     )
+    parser.add_argument(
+        "--aged-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="replay with this demand.aged_after (default: the product's, as the run had)",
+    )
     args = parser.parse_args(argv)
     try:
         document = json.loads(args.outcomes.read_text())
@@ -612,6 +626,7 @@ def main(argv: list[str] | None = None) -> int:
             shortage=not args.no_shortage,
             pairs_per_node=args.pairs_per_node,
             launch_delay=None if args.launch_delay is None else tuple(args.launch_delay),
+            aged_after=args.aged_after,
         )
         report = compare(document, source=str(args.outcomes), tolerance=args.tolerance, knobs=knobs)
     except (OSError, ValueError) as exc:

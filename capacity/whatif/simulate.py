@@ -48,6 +48,9 @@ What is simulated, per label set (one scale set each; label sets do not share no
   ``cluster_count``, as the monitor shards demand). A waiting job goes to a cluster with a
   Running pair: job i asks cluster i mod n first, then the next ones (GitHub hands a job to
   whichever listener's header has room; the rotation stands for its arbitrary choice).
+  With ``aged_after`` a read also counts the jobs queued longer than that, which every
+  peer claims whole (``policy.claim``), so a peer that cannot launch holds its share of
+  the queue only that long.
 * **The window**: by default the listener starts at the first arrival and everything is
   counted up to the last job's end. ``simulate(..., begin=, until=)`` starts the listener
   earlier (a warm pool fills before the first job, as on a cluster started ahead) and
@@ -123,6 +126,9 @@ class SimConfig:
     # [from, to) spans when launches fail (the cloud is out of the instance type): a launch
     # asked for then is retried and comes up one delay after the span ends.
     outages: tuple[tuple[float, float], ...] = ()
+    # With peers: a read also counts the jobs queued longer than this (`demand.aged_after`),
+    # which every peer claims whole; None: the source reports no such count.
+    aged_after: float | None = None
 
     def __post_init__(self) -> None:
         if not self.delays or any(d < 0 for d in self.delays):
@@ -130,6 +136,8 @@ class SimConfig:
         for name in ("demand_interval", "recalculate_interval"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+        if self.aged_after is not None and not self.aged_after > 0:
+            raise ValueError(f"aged_after: must be > 0, got {self.aged_after}")
         for name in ("demand_lag", "node_idle", "lookahead", "coalesce"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
@@ -264,6 +272,12 @@ class _Queue:
     def queued(self) -> int:
         return len(self.waiting) - self.waiting_head
 
+    def aged(self, queued_before: float) -> int:
+        """Jobs waiting that were queued at or before ``queued_before`` (the queue is in
+        arrival order, so they are the first ones)."""
+        waiting = self.waiting[self.waiting_head :]
+        return bisect.bisect_right([self.jobs[i].queued_at for i in waiting], queued_before)
+
     def assign(self, clusters: Sequence[_Run], now: float) -> set[int]:
         """Waiting jobs, oldest first, each to a cluster with a Running pair (GitHub hands
         a job to a listener whose header has room): job i asks cluster i mod n first, then
@@ -316,6 +330,7 @@ class _Run:
     poked: bool = False  # a pass is scheduled for a change
     reads: int = 0
     seen: dict[int, int] = field(default_factory=dict)  # read number → the jobs queued it saw
+    aged: dict[int, int] = field(default_factory=dict)  # read number → those of them aged
     read_at: dict[int, float] = field(default_factory=dict)  # read number → when it was made
 
     # --- events ---------------------------------------------------------------------------
@@ -606,6 +621,8 @@ def simulate_clusters(
                     seen += ahead.count(now, config.lookahead)
                 run.reads += 1
                 run.seen[run.reads] = seen
+                if config.aged_after is not None:
+                    run.aged[run.reads] = queue.aged(now - config.aged_after)
                 run.read_at[run.reads] = now
                 run.push(now + config.demand_lag, _DEMAND_SEEN, run.reads)
                 if remaining or now < stop:
@@ -613,7 +630,9 @@ def simulate_clusters(
             elif kind == _DEMAND_SEEN:
                 seen = run.seen.pop(arg)
                 before = policy.resolve_demand(run.hud, now, run.params(0)).queued
-                outcome = DemandOutcome(result=DemandResult.OK, duration=0.0, queued=seen)
+                outcome = DemandOutcome(
+                    result=DemandResult.OK, duration=0.0, queued=seen, aged=run.aged.pop(arg, None)
+                )
                 # The queue as of the read: jobs started since are not counted again.
                 as_of = run.read_at.pop(arg)
                 run.hud = policy.record_demand(run.hud, outcome, now, as_of=as_of)

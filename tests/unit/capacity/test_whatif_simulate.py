@@ -257,3 +257,27 @@ def test_a_launch_during_an_outage_comes_up_one_delay_after_it() -> None:
     assert after.waits == pytest.approx((62.15,))  # asked for after it ended
     with pytest.raises(ValueError, match="outages"):
         SimConfig(params=PARAMS, outages=((5.0, 5.0),))
+
+
+def test_a_peer_in_an_outage_holds_its_share_until_the_other_claims_it_aged() -> None:
+    """Two jobs, sharded: peer 0 claims one, peer 1 the other. Peer 0 cannot launch for
+    1,000 s. Without an aged count its job waits out the outage; with aged_after 120 s
+    peer 1 claims it at its first read after two minutes and runs it a launch later."""
+    jobs = [_job(n, 1.0, 50.0) for n in (1, 2)]
+    peers = [
+        replace(CONFIG, params=replace(PARAMS, cluster_index=i, cluster_count=2)) for i in (0, 1)
+    ]
+    peers[0] = replace(peers[0], outages=((0.0, 1000.0),))
+    held = simulate_clusters(jobs, peers, [FixedPool(0), FixedPool(0)])
+    assert max(held.waits) > 1000.0
+    aged = [replace(p, aged_after=120.0) for p in peers]
+    freed = simulate_clusters(jobs, aged, [FixedPool(0), FixedPool(0)])
+    # Reads every 30 s from the first arrival (t = 1): peer 1's own job is seen at once,
+    # its pair made 2.15 s later and up 60 s after that.
+    assert min(freed.waits) == pytest.approx(62.15)
+    # The read at 121 s sees the other one aged (queued 120 s before); seen at 123 s, its
+    # pair at 123.15 s lands on peer 1's node, empty since its job ended and not yet
+    # consolidated: Running at once.
+    assert max(freed.waits) == pytest.approx(122.15)
+    with pytest.raises(ValueError, match="aged_after"):
+        SimConfig(params=PARAMS, aged_after=0.0)
