@@ -29,6 +29,7 @@ from base.http.client import Client, plain_client
 from capacity.hud import HudClient
 from capacity.model import DemandOutcome, DemandResult
 from capacity.settings import CapacitySettings, DemandSettings, HudSettings
+from capacity.stages import RunningParent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +43,10 @@ class Reading:
     # GitHub: REST calls made during the read by result (ok, not_modified, rate_limited, error).
     calls: Mapping[str, int] = field(default_factory=dict)
     rate_limit_remaining: int | None = None  # GitHub: the last X-RateLimit-Remaining seen
+    # GitHub: the jobs running now in the runs the source reads, any labels, at most
+    # `github_demand.MAX_RUNNING` (the most recently started), in a successful reading only.
+    # HUD leaves it empty: its queue API reports no in-progress jobs with start times.
+    running: tuple[RunningParent, ...] = ()
 
 
 class DemandReader(Protocol):

@@ -36,6 +36,15 @@ Ages: a job's age is now − its ``created_at``, recomputed at every read even f
 from earlier reads, so a job held in a repository not visited this time still ages into the
 part every peer claims (demand sharding).
 
+Live parents: the same jobs lists also show the jobs now running (status ``in_progress`` with
+a ``started_at``), which a reading reports as `Reading.running` for the stage model: workflow
+(the run's ``path``, else the job's ``workflow_name``), job name, start and run
+(``<run id>#<attempt>``). They cost nothing beyond the calls already made, are kept with the
+queued jobs' times (a 304 reuses them; a repository not visited keeps its last ones; a run no
+longer queued or in progress drops them at its next visit), and are bounded to the
+`MAX_RUNNING` most recently started. With `github.in_progress_runs` off only the running
+jobs of runs still queued as a whole are seen.
+
 Size: one demand source with its own budget, ETag cache and rate-limit pacing, all of which
 must agree on what a read costs; split only if a second REST source appears.
 """
@@ -64,6 +73,7 @@ from capacity.settings import (
     DemandSettings,
     GitHubDemandSettings,
 )
+from capacity.stages import RunningParent
 
 TokenSource = Callable[[], Awaitable[str]]
 T = TypeVar("T")
@@ -76,6 +86,7 @@ _MAX_PAUSE = 3600.0  # the primary limit resets within the hour
 _DETAIL_MAX = 200
 _NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="next"')
 _IMPLIED_LABEL = "self-hosted"
+MAX_RUNNING = 500  # live parents in one reading, the most recently started kept
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,33 @@ def _epoch(text: object) -> float | None:
         return None
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What a run list says of one run: its id, workflow file and name, and attempt."""
+
+    id: int
+    path: str = ""
+    name: str = ""
+    attempt: int | None = None
+
+
+@dataclass(frozen=True)
+class _Jobs:
+    """What one page of a run's jobs gave: matching queued jobs' creation times and the jobs
+    running now."""
+
+    queued: tuple[float, ...] = ()
+    running: tuple[RunningParent, ...] = ()
+
+
+@dataclass
+class _Found:
+    """What one repository's visit gathered so far."""
+
+    queued: list[float]
+    running: list[RunningParent]
+
+
 class _Stop(Exception):
     """Ends a read early: budget spent (`result` None), rate-limited or failed."""
 
@@ -169,6 +207,7 @@ class GitHubDemand(DemandReader):
         self._listing: list[str] | None = None  # pages read so far of a listing in progress
         self._listing_url: str | None = None
         self._jobs: dict[str, tuple[float, ...]] = {}  # repo -> created_at of matching jobs
+        self._running: dict[str, tuple[RunningParent, ...]] = {}  # repo -> its running jobs
         self._cursor = 0
         self._remaining: int | None = None
         self._reset_at: float | None = None
@@ -245,7 +284,7 @@ class GitHubDemand(DemandReader):
         start = self._cursor % len(repos)
         for step in range(len(repos)):
             repo = repos[(start + step) % len(repos)]
-            found: list[float] = []
+            found = _Found([], [])
             spent = budget.total
             try:
                 await self._visit(repo, token, budget, calls, found)
@@ -255,15 +294,19 @@ class GitHubDemand(DemandReader):
                 if visited == 0 and budget.total < spent:
                     # Progress even when one repository needs more calls than a read may
                     # make: keep what its reached runs hold, and move on next time.
-                    self._jobs[repo] = tuple(found)
+                    self._keep(repo, found)
                     self._cursor = (start + step + 1) % len(repos)
                     return 1
                 self._cursor = (start + step) % len(repos)
                 return visited
-            self._jobs[repo] = tuple(found)
+            self._keep(repo, found)
             visited += 1
         self._cursor = start
         return visited
+
+    def _keep(self, repo: str, found: _Found) -> None:
+        self._jobs[repo] = tuple(found.queued)
+        self._running[repo] = tuple(found.running)
 
     async def _list_repositories(self, token: str, budget: _Budget, calls: Counter[str]) -> None:
         if self._fixed is not None:
@@ -290,51 +333,68 @@ class GitHubDemand(DemandReader):
         if listed != self._repos:
             keep = set(listed)
             self._jobs = {repo: jobs for repo, jobs in self._jobs.items() if repo in keep}
+            self._running = {repo: jobs for repo, jobs in self._running.items() if repo in keep}
             self._cache = {repo: urls for repo, urls in self._cache.items() if repo in keep | {""}}
             self._cursor = 0
         self._repos = listed
         self._listed_at = now
 
     async def _visit(
-        self, repo: str, token: str, budget: _Budget, calls: Counter[str], found: list[float]
+        self, repo: str, token: str, budget: _Budget, calls: Counter[str], found: _Found
     ) -> None:
         base = f"{self._scope.api_url}/repos/{repo}/actions"
-        run_ids: list[int] = []
+        runs: dict[int, _Run] = {}
         live: set[str] = set()
         statuses = _RUN_STATUSES if self._settings.in_progress_runs else _RUN_STATUSES[:1]
         for status in statuses:
             url: str | None = f"{base}/runs?status={status}&per_page={_PER_PAGE}"
             while url is not None:
                 live.add(url)
-                ids, url = await self._get(url, token, budget, calls, repo=repo, extract=_run_ids)
-                run_ids.extend(ids)
-        for run_id in dict.fromkeys(run_ids):
-            url = f"{base}/runs/{run_id}/jobs?per_page={_PER_PAGE}"
+                listed, url = await self._get(url, token, budget, calls, repo=repo, extract=_runs)
+                for run in listed:
+                    runs.setdefault(run.id, run)
+        for run in runs.values():
+            url = f"{base}/runs/{run.id}/jobs?per_page={_PER_PAGE}"
             while url is not None:
                 live.add(url)
-                times, url = await self._get(
-                    url, token, budget, calls, repo=repo, extract=self._queued_times
+                jobs, url = await self._get(
+                    url, token, budget, calls, repo=repo, extract=self._job_reader(run)
                 )
-                found.extend(times)
+                found.queued.extend(jobs.queued)
+                found.running.extend(jobs.running)
         # Pages of runs no longer queued or running are not asked for again.
         cached = self._cache.get(repo, {})
         for stale in [u for u in cached if u not in live]:
             del cached[stale]
 
-    def _queued_times(self, body: Any) -> tuple[float, ...]:
+    def _job_reader(self, run: _Run) -> Callable[[Any], _Jobs]:
+        return lambda body: self._jobs_of(run, body)
+
+    def _jobs_of(self, run: _Run, body: Any) -> _Jobs:
         jobs = body.get("jobs") if isinstance(body, dict) else None
         if not isinstance(jobs, list):
             raise _Stop(DemandResult.BAD_RESPONSE, "job list: no jobs array")
         times = []
+        running = []
         for job in jobs:
-            if not isinstance(job, dict) or job.get("status") != "queued":
+            if not isinstance(job, dict):
+                continue
+            if job.get("status") == "in_progress":
+                # Not filtered by this scale set's labels: a build running on another label
+                # set announces the shards that will queue on this one. The repositories are
+                # the ones this source reads, so the parents come from where its demand does.
+                parent = _running_parent(run, job)
+                if parent is not None:
+                    running.append(parent)
+                continue
+            if job.get("status") != "queued":
                 continue
             labels = job.get("labels")
             if not isinstance(labels, list) or not label_match(map(str, labels), self._labels):
                 continue
             created = _epoch(job.get("created_at"))
             times.append(created if created is not None else self._clock())
-        return tuple(times)
+        return _Jobs(tuple(times), tuple(running))
 
     # --- one call -------------------------------------------------------------------------
 
@@ -489,7 +549,13 @@ class GitHubDemand(DemandReader):
             outcome=outcome,
             calls=dict(calls),
             rate_limit_remaining=self._remaining,
+            running=self._running_now(),
         )
+
+    def _running_now(self) -> tuple[RunningParent, ...]:
+        parents = [p for jobs in self._running.values() for p in jobs]
+        parents.sort(key=lambda p: p.started_at, reverse=True)
+        return tuple(parents[:MAX_RUNNING])
 
     def _reading(
         self, result: DemandResult, started: float, calls: Counter[str], detail: str
@@ -538,11 +604,38 @@ def _repository_names(body: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _run_ids(body: Any) -> tuple[int, ...]:
+def _runs(body: Any) -> tuple[_Run, ...]:
     runs = body.get("workflow_runs") if isinstance(body, dict) else None
     if not isinstance(runs, list):
         raise _Stop(DemandResult.BAD_RESPONSE, "no workflow_runs array")
-    return tuple(r["id"] for r in runs if isinstance(r, dict) and isinstance(r.get("id"), int))
+    return tuple(
+        _Run(r["id"], _text(r.get("path")), _text(r.get("name")), _int(r.get("run_attempt")))
+        for r in runs
+        if isinstance(r, dict) and isinstance(r.get("id"), int)
+    )
+
+
+def _running_parent(run: _Run, job: dict[str, Any]) -> RunningParent | None:
+    """A running job as the stage model names it, or None without a start time."""
+    started = _epoch(job.get("started_at"))
+    if started is None:
+        return None
+    attempt = run.attempt or _int(job.get("run_attempt")) or 1
+    return RunningParent(
+        # The file path, as traces name a workflow; the name when the run list gave none.
+        workflow=run.path or _text(job.get("workflow_name")) or run.name,
+        job_name=_text(job.get("name")),
+        started_at=started,
+        run=f"{run.id}#{attempt}",
+    )
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _path(url: str) -> str:
