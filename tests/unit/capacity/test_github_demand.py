@@ -9,8 +9,12 @@ per behaviour.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -18,10 +22,11 @@ import pytest
 import respx
 
 from capacity.demand import Reading
-from capacity.github_demand import GitHubDemand, GitHubScope, label_match
+from capacity.github_demand import MAX_RUNNING, GitHubDemand, GitHubScope, label_match
 from capacity.model import DemandResult, DemandSource, DemandState, Params
 from capacity.policy import record_demand, resolve_demand
 from capacity.settings import CapacitySettingsError, DemandSettings, GitHubDemandSettings
+from capacity.stages import RunningParent
 from tools.fake_github_rest import FakeGitHubRest
 
 TOKEN = "ghp_unit_token"
@@ -428,3 +433,159 @@ async def test_bodies_of_the_wrong_shape_are_bad_responses(
     assert got.outcome.result == DemandResult.BAD_RESPONSE
     assert detail in got.outcome.detail
     assert got.calls.get("error") == 1
+
+
+# --- live parents -----------------------------------------------------------------------------
+
+API = "https://api.test"
+BUILD = ".github/workflows/build.yml"
+T0 = 1_800_000_000.0
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat().replace("+00:00", "Z")
+
+
+class RestState:
+    """Runs and their jobs of one repository behind respx, with ETags: an unchanged body
+    answers 304 to a request that carries its ETag, as GitHub's does."""
+
+    def __init__(self, router: respx.MockRouter, repo: str = "acme/app") -> None:
+        self.runs: dict[int, dict[str, Any]] = {}  # id -> run (with its "status")
+        self.jobs: dict[int, list[dict[str, Any]]] = {}  # run id -> its jobs
+        base = f"{API}/repos/{repo}/actions"
+        router.get(f"{base}/runs").mock(side_effect=self._runs)
+        router.get(url__regex=rf"{re.escape(base)}/runs/\d+/jobs").mock(side_effect=self._jobs)
+
+    def _runs(self, request: httpx.Request) -> httpx.Response:
+        status = request.url.params.get("status")
+        runs = [r for r in self.runs.values() if r["status"] == status]
+        return self._answer(request, {"total_count": len(runs), "workflow_runs": runs})
+
+    def _jobs(self, request: httpx.Request) -> httpx.Response:
+        run_id = int(request.url.path.split("/")[-2])
+        jobs = self.jobs.get(run_id, [])
+        return self._answer(request, {"total_count": len(jobs), "jobs": jobs})
+
+    @staticmethod
+    def _answer(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        content = json.dumps(body, sort_keys=True).encode()
+        etag = f'"{hashlib.sha256(content).hexdigest()[:16]}"'
+        if request.headers.get("if-none-match") == etag:
+            return httpx.Response(304, headers={"ETag": etag})
+        return httpx.Response(200, content=content, headers={"ETag": etag})
+
+
+def _job(name: str, status: str, labels: list[str], started: float | None = None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "status": status,
+        "labels": labels,
+        "created_at": _iso(T0 - 60),
+        "started_at": _iso(started) if started is not None else None,
+        "workflow_name": "Build",
+    }
+
+
+def rest_source(http: httpx.AsyncClient, **settings: Any) -> GitHubDemand:
+    async def token() -> str:
+        return TOKEN
+
+    return GitHubDemand(
+        GitHubDemandSettings(**{"repositories": ["app"], **settings}),
+        LABELS,
+        client=http,
+        token=token,
+        scope=GitHubScope(API, "acme"),
+        interval=30.0,
+        clock=Clock(T0),
+    )
+
+
+async def test_running_jobs_are_reported_as_live_parents_of_any_label(
+    http: httpx.AsyncClient,
+) -> None:
+    with respx.mock(assert_all_called=False) as router:
+        state = RestState(router)
+        state.runs[7] = {"id": 7, "status": "in_progress", "path": BUILD, "run_attempt": 2}
+        state.jobs[7] = [
+            _job("build", "in_progress", ["gpu"], started=T0 - 30),  # another label set's
+            _job("lint", "in_progress", ["linux"]),  # no start time yet: not a parent
+            _job("test (1/4)", "queued", ["linux"]),  # counted, not a parent
+            _job("test (2/4)", "queued", ["gpu"]),  # neither
+            _job("setup", "completed", ["linux"], started=T0 - 300),
+        ]
+        state.runs[8] = {"id": 8, "status": "in_progress", "name": "Nightly"}  # no path
+        state.jobs[8] = [_job("docs", "in_progress", ["linux"], started=T0 - 10)]
+        got = await rest_source(http).read()
+    assert result(got) == (DemandResult.OK, 1, 0)
+    assert got.running == (
+        RunningParent("Build", "docs", T0 - 10, run="8#1"),  # the jobs' workflow_name
+        RunningParent(BUILD, "build", T0 - 30, run="7#2"),  # newest first
+    )
+
+
+async def test_held_parents_survive_304s_and_leave_with_their_run(
+    http: httpx.AsyncClient,
+) -> None:
+    with respx.mock(assert_all_called=False) as router:
+        state = RestState(router)
+        state.runs[7] = {"id": 7, "status": "in_progress", "path": BUILD, "run_attempt": 1}
+        state.jobs[7] = [
+            _job("build", "in_progress", ["gpu"], started=T0 - 30),
+            _job("test (1/4)", "queued", ["linux"]),
+        ]
+        reader = rest_source(http)
+        first = await reader.read()
+        second = await reader.read()
+        assert second.calls == {"not_modified": 3}  # both run lists and the jobs list
+        assert second.running == first.running == (RunningParent(BUILD, "build", T0 - 30, "7#1"),)
+        assert result(second)[:2] == (DemandResult.OK, 1)
+        state.runs[7]["status"] = "completed"
+        third = await reader.read()
+    assert third.running == ()
+    assert result(third)[:2] == (DemandResult.OK, 0)
+
+
+async def test_a_repository_not_reached_keeps_its_parents_until_its_next_visit(
+    http: httpx.AsyncClient,
+) -> None:
+    with respx.mock(assert_all_called=False) as router:
+        app = RestState(router, "acme/app")
+        RestState(router, "acme/lib")  # nothing running there
+        app.runs[7] = {"id": 7, "status": "in_progress", "path": BUILD}
+        app.jobs[7] = [_job("build", "in_progress", ["gpu"], started=T0 - 30)]
+        # app costs 3 calls (2 run lists, 1 jobs list), lib 2: one read reaches one of them.
+        reader = rest_source(http, repositories=["app", "lib"], max_calls_per_interval=3)
+        parent = RunningParent(BUILD, "build", T0 - 30, "7#1")
+        assert (await reader.read()).running == (parent,)  # app
+        app.runs[7]["status"] = "completed"
+        assert (await reader.read()).running == (parent,)  # lib, then app's budget ran out
+        assert (await reader.read()).running == ()  # app again: the run is gone
+
+
+async def test_live_parents_are_bounded_to_the_most_recently_started(
+    http: httpx.AsyncClient,
+) -> None:
+    count = MAX_RUNNING + 100
+    with respx.mock(assert_all_called=False) as router:
+        state = RestState(router)
+        state.runs[7] = {"id": 7, "status": "in_progress", "path": BUILD}
+        state.jobs[7] = [
+            _job(f"shard ({i}/{count})", "in_progress", ["linux"], started=T0 - count + i)
+            for i in range(count)
+        ]
+        got = await rest_source(http).read()
+    assert len(got.running) == MAX_RUNNING
+    starts = [p.started_at for p in got.running]
+    assert starts == sorted(starts, reverse=True)
+    assert starts[0] == T0 - 1
+    assert starts[-1] == T0 - MAX_RUNNING
+
+
+async def test_failed_reads_carry_no_parents(http: httpx.AsyncClient) -> None:
+    with respx.mock(assert_all_called=False) as router:
+        router.get(f"{API}/repos/acme/app/actions/runs").respond(503)
+        got = await rest_source(http).read()
+    assert got.outcome.result == DemandResult.HTTP_ERROR
+    assert got.running == ()
