@@ -189,7 +189,11 @@ def demand_hold(launches: Sequence[float], ceiling: float) -> float | None:
     return max(min(HOLD_FLOOR, ceiling), min(p90, ceiling))
 
 
-STALL_FLOOR = 60.0  # seconds: never call a half stalled sooner than this
+# Seconds: never call a half stalled sooner than this. Above any ordinary node launch
+# (a minute or two on the clouds): when the recent pairs all landed on nodes with room,
+# their launch times say nothing of a new node's, and a lower floor released pairs whose
+# node was still coming up (seen in the outcome benchmark).
+STALL_FLOOR = 180.0
 STALL_LAUNCHES = 2.0  # a half is stalled once Pending this many of the longest launches
 
 

@@ -24,6 +24,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from capacity import policy
 from tests.support.karpenter_kit import (
     RUNNER_SET,
     Scene,
@@ -223,10 +224,10 @@ async def test_workflow_type_without_cloud_capacity_drops_the_header_and_recover
 
 
 async def test_a_pair_whose_workflow_type_cannot_launch_is_released_and_backs_off(
-    scene: Scene,
+    scene: Scene, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The cloud has no workflow nodes from the start: the runner half of the warm pair
-    runs, its workflow half waits. Past twice the longest launch time (here its 60 s floor) the
+    runs, its workflow half waits. Past twice the longest launch time (here a 60 s floor) the
     pair goes as `stalled`, well before placeholder_ready_timeout (300 s), no pair is made
     during the back-off, and Karpenter removes the runner node nothing holds any more."""
     runners = runner_pool(scene, consolidate_after="5s")
@@ -235,7 +236,9 @@ async def test_a_pair_whose_workflow_type_cannot_launch_is_released_and_backs_of
     run = scene.start(
         settings(scene.ns, WORKFLOWS, proactive_capacity=1, placeholder_ready_timeout=300.0)
     )
-    # As if this listener had timed 8 launches of 20 s: the stall timeout is 60 s.
+    # As if this listener had timed 8 launches of 20 s, with the floor (180 s) lowered to
+    # 60 s so the test takes a minute: the stall timeout is then 60 s.
+    monkeypatch.setattr(policy, "STALL_FLOOR", 60.0)
     run.reconciler.launch_times.extend([20.0] * 8)
     started = time.monotonic()
 

@@ -678,10 +678,11 @@ def test_the_auto_hold_is_the_p90_launch_time(
     ("launches", "ceiling", "timeout"),
     [
         ([50.0] * 7, 300.0, None),  # too few launches seen: ready_timeout alone
-        ([5.0] * 8, 300.0, 60.0),  # launches on nodes with room: the floor
-        ([10.0] * 8 + [80.0, 90.0], 300.0, 180.0),  # twice the longest, not the p90
+        ([5.0] * 8, 300.0, 180.0),  # launches on nodes with room: the floor
+        ([10.0] * 8 + [80.0, 100.0], 300.0, 200.0),  # twice the longest, not the p90
         ([10.0] * 9 + [120.0], 300.0, 240.0),  # one slow new-node launch among quick ones
         ([200.0] * 10, 300.0, 300.0),  # never beyond ready_timeout
+        ([5.0] * 8, 120.0, 120.0),  # nor the floor beyond a shorter ready_timeout
     ],
 )
 def test_the_stall_timeout_is_twice_the_longest_recent_launch(
