@@ -165,27 +165,19 @@ HOLD_MIN_LAUNCHES = 8  # launches seen before the observed launch time is truste
 LAUNCHES_KEPT = 32  # the recent launch times the hold is taken from
 
 
-def launch_p90(launches: Sequence[float]) -> float | None:
-    """The p90 of the recent pair launch times (create → both halves Running); None until
-    HOLD_MIN_LAUNCHES have been seen (a few early launches say little of the next ones)."""
-    if len(launches) < HOLD_MIN_LAUNCHES:
-        return None
-    ordered = sorted(launches)
-    return ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
-
-
 def demand_hold(launches: Sequence[float], ceiling: float) -> float | None:
-    """The auto hold of pairs made for queued jobs: the p90 launch time (``launch_p90``),
-    within [HOLD_FLOOR, ``ceiling``]; None (use the ceiling, `downscale_delay`) until enough
-    launches have been seen.
+    """The auto hold of pairs made for queued jobs: the p90 of the recent pair launch times
+    (create → both halves Running), within [HOLD_FLOOR, ``ceiling``]; None (use the ceiling,
+    `downscale_delay`) until HOLD_MIN_LAUNCHES have been seen.
 
     Rent or buy: a pair released while its job might still come costs a launch again, one
     held idle costs its idle time; holding it for one launch time and then letting go never
     costs more than twice the better choice. The p90 and not the median, because a hold
     shorter than the launch it hedges deletes pairs whose nodes are still coming up."""
-    p90 = launch_p90(launches)
-    if p90 is None:
+    if len(launches) < HOLD_MIN_LAUNCHES:
         return None
+    ordered = sorted(launches)
+    p90 = ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
     return max(min(HOLD_FLOOR, ceiling), min(p90, ceiling))
 
 
