@@ -197,6 +197,10 @@ class Params:
     # released as stalled (None: only `ready_timeout`). The monitor sets it from the launch
     # times it observes (policy.stall_timeout).
     stall_timeout: float | None = None
+    # How long a new pair takes to launch: the longest of the recent launches (None: not
+    # known yet). A Pending pair younger than this is not trimmed (policy step 5): its
+    # nodes are already being launched, so deleting it saves nothing and loses the node.
+    launch_time: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_runners", "proactive_capacity", "max_pending_pairs", "cluster_index"):

@@ -219,6 +219,7 @@ class CapacityMonitor:
             max_runners=max(0, self._max_runners()),
             demand_hold=hold,
             stall_timeout=policy.stall_timeout(self._launch_times, base.ready_timeout),
+            launch_time=policy.launch_time(self._launch_times, base.ready_timeout),
         )
 
     def demand(self, now: float) -> Demand:

@@ -414,6 +414,12 @@ class Reconciler:
                 per_reason.setdefault(d.reason.value, set()).add(slots.get(d.name, d.name))
         for reason, slot_ids in per_reason.items():
             self.metrics.record_delete(reason, len(slot_ids))
+            # Which slots went and why: a pair's whole life (created, Running, deleted) can
+            # be read back from the log, e.g. to see how many pairs went before they ran.
+            log.info(
+                "placeholders deleted",
+                extra={"reason": reason, "slots": ",".join(sorted(slot_ids, key=_slot_key))},
+            )
 
     async def _delete_one(self, name: str) -> bool:
         async with self._limit:
@@ -507,3 +513,8 @@ class Reconciler:
                 extra={"budget": budget},
             )
         return len(names)
+
+
+def _slot_key(slot: str) -> tuple[int, str]:
+    """Numeric slots in number order, any other name after them."""
+    return (int(slot), "") if slot.isascii() and slot.isdigit() else (1 << 62, slot)

@@ -77,7 +77,14 @@ from typing import Any
 from capacity.settings import HUD_READ_INTERVAL
 from capacity.whatif.optimum import optimum
 from capacity.whatif.synth import SynthSpec, generate
-from tools.critical_path import JobPath, Pair, attribute, pairs_from_events, rises
+from tools.critical_path import (
+    JobPath,
+    Pair,
+    attribute,
+    delete_reasons,
+    pairs_from_events,
+    rises,
+)
 from tools.critical_path import figures as critical_path_figures
 from tools.critical_path import table as steps_table
 from tools.e2e_karpenter import (
@@ -837,7 +844,11 @@ def _critical_path(run: VariantRun) -> dict[str, Any]:
         (by_site[site.scale_set_id] if site is not None else paths).append(path)
     pairs: list[Pair] = []
     for site in run.sites:
-        own = pairs_from_events(site.placeholder_events, wall_origin)
+        reasons: dict[str, str] = {}
+        for listener in site.listeners:
+            if listener.log_path.exists():
+                reasons |= delete_reasons(listener.log_path.read_text(errors="replace"))
+        own = pairs_from_events(site.placeholder_events, wall_origin, reasons)
         pairs += own
         raised = rises(
             (c.monotonic - origin, c.value) for c in stage.fake.capacity_history(site.scale_set_id)

@@ -41,6 +41,7 @@ sampling of its own), so six variants on two cores pay nothing for it.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -70,6 +71,10 @@ LABELS = {
     "failed": "→ failed by the prepare-job timeout",
 }
 ROUND = 2
+# Why a pair that never ran went, besides the listener's delete reasons: a half taken by a
+# real pod (preempted) or removed at shutdown; or still there when the run ended.
+NOT_BY_THE_LISTENER = "not deleted by the policy"
+NOT_DELETED = "alive at the end"
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,7 @@ class Pair:
     created: float
     running: float | None  # both halves Running
     ended: float | None  # the first half gone or terminating
+    reason: str | None = None  # why the listener deleted it (None: it did not, or unknown)
 
 
 @dataclass(frozen=True)
@@ -101,10 +107,34 @@ class JobPath:
         return self.workflow_running is not None or self.failed is not None
 
 
-def pairs_from_events(events: Iterable[PodEvent], offset: float = 0.0) -> list[Pair]:
+def delete_reasons(log_text: str) -> dict[str, str]:
+    """Slot → the reason the listener gave when it deleted that slot's placeholders (its
+    "placeholders deleted" log lines; the first reason per slot)."""
+    found: dict[str, str] = {}
+    for line in log_text.splitlines():
+        if "placeholders deleted" not in line:
+            continue
+        reason = _DELETED_REASON.search(line)
+        slots = _DELETED_SLOTS.search(line)
+        if reason is None or slots is None:
+            continue
+        for slot in slots.group(1).split(","):
+            found.setdefault(slot, reason.group(1))
+    return found
+
+
+_DELETED_REASON = re.compile(r'\breason="?([^"\s]+)')
+_DELETED_SLOTS = re.compile(r'\bslots="?([^"\s]+)')
+
+
+def pairs_from_events(
+    events: Iterable[PodEvent], offset: float = 0.0, reasons: Mapping[str, str] | None = None
+) -> list[Pair]:
     """The pairs of one site from its placeholder pod events (``wall - offset`` is the time
     used), in no particular order. A pair is whole Running from the later of its halves'
-    first Running event, if that is before either half went."""
+    first Running event, if that is before either half went. ``reasons``: slot → why the
+    listener deleted it (`delete_reasons`)."""
+    reasons = reasons or {}
     created: dict[str, float] = {}
     running: dict[str, dict[str, float]] = {}
     ended: dict[str, float] = {}
@@ -127,7 +157,7 @@ def pairs_from_events(events: Iterable[PodEvent], offset: float = 0.0) -> list[P
         end = ended.get(slot)
         if whole is not None and end is not None and end < whole:
             whole = None
-        pairs.append(Pair(slot, born, whole, end))
+        pairs.append(Pair(slot, born, whole, end, reasons.get(slot) if end is not None else None))
     return pairs
 
 
@@ -222,6 +252,11 @@ def figures(paths: Sequence[JobPath], pairs: Iterable[Pair]) -> dict[str, Any]:
     total = sum(sum(v) for v in per_step.values())
     launches = [p.running - p.created for p in pairs if p.running is not None]
     never = sum(1 for p in pairs if p.running is None)
+    never_by: dict[str, int] = {}
+    for p in pairs:
+        if p.running is None:
+            why = p.reason or (NOT_DELETED if p.ended is None else NOT_BY_THE_LISTENER)
+            never_by[why] = never_by.get(why, 0) + 1
     return {
         "steps_s": {
             name: {
@@ -238,6 +273,7 @@ def figures(paths: Sequence[JobPath], pairs: Iterable[Pair]) -> dict[str, Any]:
             "p50": _r(percentile(launches, 50)),
             "p90": _r(percentile(launches, 90)),
             "never_running": never,
+            "never_running_by": dict(sorted(never_by.items())),
         },
         "columns": ["queued", *MILESTONES],
         "jobs": [

@@ -269,6 +269,7 @@ def test_each_jobs_path_is_read_from_the_fakes_on_one_clock_since_cluster_start(
     slot = "7"
     site = SimpleNamespace(
         scale_set_id=11,
+        listeners=[],
         standin=SimpleNamespace(ready_times={"runner-a": origin + 95.0}),
         placeholder_events=[
             PodEvent(

@@ -12,6 +12,7 @@ from tools.critical_path import (
     JobPath,
     Pair,
     attribute,
+    delete_reasons,
     figures,
     pairs_from_events,
     rises,
@@ -150,7 +151,13 @@ def test_figures_count_finished_jobs_per_step_and_each_steps_share() -> None:
         JobPath(queued=0.0, assigned=30.0, runner_running=40.0, workflow_running=50.0),
         JobPath(queued=5.0, assigned=6.0),  # unfinished: in no step
     ]
-    pairs = [Pair("1", 0.0, 40.0, None), Pair("2", 0.0, 100.0, None), Pair("3", 0.0, None, 9.0)]
+    pairs = [
+        Pair("1", 0.0, 40.0, None),
+        Pair("2", 0.0, 100.0, None),
+        Pair("3", 0.0, None, 9.0),
+        Pair("4", 0.0, None, 9.0, "excess"),
+        Pair("5", 0.0, None, None),
+    ]
     found = figures(paths, pairs)
     assert found["steps_s"] == {
         "assigned": {"n": 2, "p50": 10.0, "p90": 30.0, "share": pytest.approx(40 / 180, 1e-3)},
@@ -167,7 +174,17 @@ def test_figures_count_finished_jobs_per_step_and_each_steps_share() -> None:
             "share": pytest.approx(70 / 180, 1e-3),
         },
     }
-    assert found["pair_launch_s"] == {"n": 2, "p50": 40.0, "p90": 100.0, "never_running": 1}
+    assert found["pair_launch_s"] == {
+        "n": 2,
+        "p50": 40.0,
+        "p90": 100.0,
+        "never_running": 3,
+        "never_running_by": {
+            "alive at the end": 1,
+            "excess": 1,
+            "not deleted by the policy": 1,
+        },
+    }
     assert found["columns"][:2] == ["queued", "demand_seen"]
     assert found["jobs"][0] == [0.0, None, None, None, None, 10.0, 70.0, 130.0, None]
     assert len(found["jobs"]) == 3
@@ -189,3 +206,23 @@ def test_the_table_has_each_steps_median_over_seeds_and_skips_old_runs() -> None
     assert "| → workflow pod Running | 54 / 54 (95%) |" in lines  # 48, 76 and 54 s
     assert not any(line.startswith("| → pair") for line in lines)  # no pair in any seed
     assert table({"1": {"variants": {"stock_min0": {"jobs": 1}}}}, ("stock_min0",), {}) == ""
+
+
+def test_the_listeners_delete_reasons_are_read_back_per_slot() -> None:
+    log = "\n".join(
+        [
+            "time=t level=INFO logger=capacity.reconciler msg=reconcile creates=1 deletes=2",
+            'time=t level=INFO logger=capacity.reconciler msg="placeholders deleted" '
+            "reason=excess slots=3,12",
+            'time=t level=INFO logger=capacity.reconciler msg="placeholders deleted" '
+            'reason=timeout slots="12,40"',
+        ]
+    )
+    assert delete_reasons(log) == {"3": "excess", "12": "excess", "40": "timeout"}
+    events = [
+        _event(10.0, "ADDED", "3", RUNNER, "Pending"),
+        _event(50.0, "DELETED", "3", RUNNER, "Pending"),
+        _event(10.0, "ADDED", "7", RUNNER, "Pending"),
+    ]
+    found = {p.slot: p.reason for p in pairs_from_events(events, 0.0, delete_reasons(log))}
+    assert found == {"3": "excess", "7": None}

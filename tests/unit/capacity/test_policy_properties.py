@@ -41,6 +41,8 @@ def params_st(draw: st.DrawFn) -> Params:
         renew_before=draw(st.floats(0.0, ttl * 0.99)),
         node_checks=draw(st.booleans()),
         demand_hold=draw(st.none() | st.floats(0.0, 900.0)),
+        stall_timeout=draw(st.none() | st.floats(0.0, 600.0)),
+        launch_time=draw(st.none() | st.floats(0.0, 600.0)),
     )
 
 
