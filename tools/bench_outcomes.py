@@ -854,7 +854,7 @@ def _critical_path(run: VariantRun) -> dict[str, Any]:
             (c.monotonic - origin, c.value) for c in stage.fake.capacity_history(site.scale_set_id)
         )
         paths += attribute(by_site[site.scale_set_id], own, raised)
-    return critical_path_figures(paths, pairs)
+    return critical_path_figures(paths, pairs, run.window[1] - wall_origin)
 
 
 METRICS = (

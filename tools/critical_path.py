@@ -240,9 +240,38 @@ def _r(x: float | None) -> float | None:
     return None if x is None else round(x, ROUND)
 
 
-def figures(paths: Sequence[JobPath], pairs: Iterable[Pair]) -> dict[str, Any]:
+def pair_seconds(pairs: Iterable[Pair], until: float) -> dict[str, float]:
+    """Where the pairs' time went, in pair-seconds within [0, ``until``]: Pending (created →
+    both halves Running, or gone); Running until a real pod took a half (no delete reason:
+    the placeholder was preempted), until the listener released it (a reason), or until
+    ``until``. Running and released is capacity nobody used."""
+    spent = {"pending": 0.0, "running_then_taken": 0.0, "running_then_released": 0.0}
+    spent["running_at_end"] = 0.0
+
+    def span(a: float, b: float) -> float:
+        return max(0.0, min(b, until) - max(a, 0.0))
+
+    for p in pairs:
+        end = until if p.ended is None else p.ended
+        spent["pending"] += span(p.created, end if p.running is None else p.running)
+        if p.running is None:
+            continue
+        kind = (
+            "running_at_end"
+            if p.ended is None
+            else ("running_then_released" if p.reason else "running_then_taken")
+        )
+        spent[kind] += span(p.running, end)
+    return {k: round(v, 1) for k, v in spent.items()}
+
+
+def figures(
+    paths: Sequence[JobPath], pairs: Iterable[Pair], until: float | None = None
+) -> dict[str, Any]:
     """The JSON of one variant: per step (finished jobs) n, p50, p90 and share of the waits;
-    the pairs' launch (created → both halves Running); every job's milestones."""
+    the pairs' launch (created → both halves Running) and, with the window's end ``until``,
+    where their time went (`pair_seconds`); every job's milestones."""
+    pairs = list(pairs)
     per_step: dict[str, list[float]] = {name: [] for name in MILESTONES}
     for path in paths:
         if not path.finished:
@@ -275,6 +304,7 @@ def figures(paths: Sequence[JobPath], pairs: Iterable[Pair]) -> dict[str, Any]:
             "never_running": never,
             "never_running_by": dict(sorted(never_by.items())),
         },
+        **({"pair_seconds": pair_seconds(pairs, until)} if until is not None else {}),
         "columns": ["queued", *MILESTONES],
         "jobs": [
             [_r(path.queued), *(_r(getattr(path, name)) for name in MILESTONES)]

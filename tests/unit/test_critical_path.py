@@ -14,6 +14,7 @@ from tools.critical_path import (
     attribute,
     delete_reasons,
     figures,
+    pair_seconds,
     pairs_from_events,
     rises,
     steps,
@@ -226,3 +227,21 @@ def test_the_listeners_delete_reasons_are_read_back_per_slot() -> None:
     ]
     found = {p.slot: p.reason for p in pairs_from_events(events, 0.0, delete_reasons(log))}
     assert found == {"3": "excess", "7": None}
+
+
+def test_the_pairs_time_is_split_by_how_each_ended() -> None:
+    pairs = [
+        Pair("1", 0.0, 30.0, 50.0),  # taken by a job 20 s after it ran
+        Pair("2", 10.0, 40.0, 100.0, "excess"),  # released unused after 60 s
+        Pair("3", 20.0, None, 35.0, "excess"),  # trimmed while launching
+        Pair("4", 90.0, 100.0, None),  # Running at the end of the window
+        Pair("5", -30.0, None, None),  # created before the window, never ran
+    ]
+    assert pair_seconds(pairs, until=120.0) == {
+        "pending": 30.0 + 30.0 + 15.0 + 10.0 + 120.0,
+        "running_then_taken": 20.0,
+        "running_then_released": 60.0,
+        "running_at_end": 20.0,
+    }
+    assert figures([], pairs, until=120.0)["pair_seconds"]["running_then_released"] == 60.0
+    assert "pair_seconds" not in figures([], pairs)
