@@ -577,7 +577,9 @@ def _stall_backoff(
         backoff = params.stall_timeout if memory.backoff <= 0 else 2 * memory.backoff
         return min(backoff, longest), now
     since = memory.stalled_at
-    if since is not None and any(p.ready(params) and p.created_at >= since for p in pairs):
+    # Strictly after: a pair already there when the stall was seen says nothing new (and
+    # a pass repeated on the same view must not clear what the first one set).
+    if since is not None and any(p.ready(params) and p.created_at > since for p in pairs):
         return 0.0, None
     return memory.backoff, since
 
