@@ -43,7 +43,9 @@ a ``started_at``), which a reading reports as `Reading.running` for the stage mo
 queued jobs' times (a 304 reuses them; a repository not visited keeps its last ones; a run no
 longer queued or in progress drops them at its next visit), and are bounded to the
 `MAX_RUNNING` most recently started. With `github.in_progress_runs` off only the running
-jobs of runs still queued as a whole are seen.
+jobs of runs still queued as a whole are seen. The queued jobs it counts are reported too
+(`Reading.queued_jobs`: run attempt, job id, creation time), so the stage model can link
+children to the parent that ended before them.
 
 Size: one demand source with its own budget, ETag cache and rate-limit pacing, all of which
 must agree on what a read costs; split only if a second REST source appears.
@@ -73,7 +75,7 @@ from capacity.settings import (
     DemandSettings,
     GitHubDemandSettings,
 )
-from capacity.stages import RunningParent
+from capacity.stages import QueuedJob, RunningParent
 
 TokenSource = Callable[[], Awaitable[str]]
 T = TypeVar("T")
@@ -151,10 +153,10 @@ class _Run:
 
 @dataclass(frozen=True)
 class _Jobs:
-    """What one page of a run's jobs gave: matching queued jobs' creation times and the jobs
-    running now."""
+    """What one page of a run's jobs gave: the matching queued jobs (their run, id and
+    creation time) and the jobs running now."""
 
-    queued: tuple[float, ...] = ()
+    queued: tuple[QueuedJob, ...] = ()
     running: tuple[RunningParent, ...] = ()
 
 
@@ -162,7 +164,7 @@ class _Jobs:
 class _Found:
     """What one repository's visit gathered so far."""
 
-    queued: list[float]
+    queued: list[QueuedJob]
     running: list[RunningParent]
 
 
@@ -206,7 +208,7 @@ class GitHubDemand(DemandReader):
         self._listed_at: float | None = None
         self._listing: list[str] | None = None  # pages read so far of a listing in progress
         self._listing_url: str | None = None
-        self._jobs: dict[str, tuple[float, ...]] = {}  # repo -> created_at of matching jobs
+        self._jobs: dict[str, tuple[QueuedJob, ...]] = {}  # repo -> its matching queued jobs
         self._running: dict[str, tuple[RunningParent, ...]] = {}  # repo -> its running jobs
         self._cursor = 0
         self._remaining: int | None = None
@@ -374,7 +376,7 @@ class GitHubDemand(DemandReader):
         jobs = body.get("jobs") if isinstance(body, dict) else None
         if not isinstance(jobs, list):
             raise _Stop(DemandResult.BAD_RESPONSE, "job list: no jobs array")
-        times = []
+        queued = []
         running = []
         for job in jobs:
             if not isinstance(job, dict):
@@ -393,8 +395,17 @@ class GitHubDemand(DemandReader):
             if not isinstance(labels, list) or not label_match(map(str, labels), self._labels):
                 continue
             created = _epoch(job.get("created_at"))
-            times.append(created if created is not None else self._clock())
-        return _Jobs(tuple(times), tuple(running))
+            job_id = _int(job.get("id"))
+            queued.append(
+                QueuedJob(
+                    run=_attempt_of(run, job),
+                    # -1: no id (counted, but not fed to the stage model, which could not
+                    # tell it from the same job in the next reading).
+                    job_id=job_id if job_id is not None else -1,
+                    queued_at=created if created is not None else self._clock(),
+                )
+            )
+        return _Jobs(tuple(queued), tuple(running))
 
     # --- one call -------------------------------------------------------------------------
 
@@ -530,7 +541,7 @@ class GitHubDemand(DemandReader):
                 f"call budget spent)",
             )
         now = self._clock()
-        created = [t for jobs in self._jobs.values() for t in jobs]
+        created = [job.queued_at for jobs in self._jobs.values() for job in jobs]
         aged = sum(1 for t in created if now - t >= self._aged_after)
         outcome = DemandOutcome(
             result=DemandResult.OK,
@@ -550,6 +561,8 @@ class GitHubDemand(DemandReader):
             calls=dict(calls),
             rate_limit_remaining=self._remaining,
             running=self._running_now(),
+            running_truncated=sum(map(len, self._running.values())) > MAX_RUNNING,
+            queued_jobs=tuple(job for jobs in self._jobs.values() for job in jobs),
         )
 
     def _running_now(self) -> tuple[RunningParent, ...]:
@@ -620,14 +633,19 @@ def _running_parent(run: _Run, job: dict[str, Any]) -> RunningParent | None:
     started = _epoch(job.get("started_at"))
     if started is None:
         return None
-    attempt = run.attempt or _int(job.get("run_attempt")) or 1
     return RunningParent(
         # The file path, as traces name a workflow; the name when the run list gave none.
         workflow=run.path or _text(job.get("workflow_name")) or run.name,
         job_name=_text(job.get("name")),
         started_at=started,
-        run=f"{run.id}#{attempt}",
+        run=_attempt_of(run, job),
     )
+
+
+def _attempt_of(run: _Run, job: dict[str, Any]) -> str:
+    """The run attempt a job belongs to, as the stage model names it: ``<run id>#<attempt>``."""
+    attempt = run.attempt or _int(job.get("run_attempt")) or 1
+    return f"{run.id}#{attempt}"
 
 
 def _text(value: object) -> str:
