@@ -16,10 +16,16 @@ from base.kube import KubeError
 from capacity import monitor as monitor_module
 from capacity.demand import DemandReader, Reading
 from capacity.model import DemandOutcome, DemandResult
-from capacity.monitor import STAGE_MODEL_KEY, stage_model_config_map
+from capacity.monitor import (
+    PROFILE_KEY,
+    STAGE_MODEL_KEY,
+    profile_config_map,
+    stage_model_config_map,
+)
 from capacity.stage_feed import StageFeed
 from capacity.stage_pool import PredictivePool
 from capacity.stages import QueuedJob, RunningParent, StageModel
+from capacity.warm_pool import AdaptivePool
 from tests.support.fake_clock import FakeClock
 from tests.support.memory_cluster import MemoryCluster
 from tests.unit.capacity.test_monitor_logic import (
@@ -218,3 +224,24 @@ async def test_an_unusable_stored_model_is_ignored(monkeypatch: pytest.MonkeyPat
         )
         == 1
     )
+
+
+async def test_an_adaptive_base_keeps_its_profile_beside_the_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(monitor_module, "PROFILE_SAVE_INTERVAL", 0.0)
+    scene = start(
+        proactive=0,
+        github_demand=lambda settings, labels: ScriptedSource(),
+        demand={"source": "github"},
+        warm_pool={"mode": "adaptive", **PREDICTIVE},
+    )
+    pool = scene.monitor.warm_pool
+    assert isinstance(pool, PredictivePool)
+    assert isinstance(pool.base, AdaptivePool)
+    profile = asyncio.create_task(scene.monitor._profile_loop())
+    await _run_model_loop(scene)
+    profile.cancel()
+    await asyncio.gather(profile, return_exceptions=True)
+    assert PROFILE_KEY in scene.cluster.config_maps[(NS, profile_config_map(SCALE_SET))]
+    assert STAGE_MODEL_KEY in scene.cluster.config_maps[(NS, stage_model_config_map(SCALE_SET))]
