@@ -43,9 +43,11 @@ a ``started_at``), which a reading reports as `Reading.running` for the stage mo
 queued jobs' times (a 304 reuses them; a repository not visited keeps its last ones; a run no
 longer queued or in progress drops them at its next visit), and are bounded to the
 `MAX_RUNNING` most recently started. With `github.in_progress_runs` off only the running
-jobs of runs still queued as a whole are seen. The queued jobs it counts are reported too
-(`Reading.queued_jobs`: run attempt, job id, creation time), so the stage model can link
-children to the parent that ended before them.
+jobs of runs still queued as a whole are seen. A repository whose runs need more calls than
+one read may make is kept as far as the read got; while any is, a reading says so
+(`Reading.running_partial`): a job missing from it may still be running. The queued jobs
+it counts are reported too (`Reading.queued_jobs`: run attempt, job id, creation time), so
+the stage model can link children to the parent that ended before them.
 
 Size: one demand source with its own budget, ETag cache and rate-limit pacing, all of which
 must agree on what a read costs; split only if a second REST source appears.
@@ -210,6 +212,7 @@ class GitHubDemand(DemandReader):
         self._listing_url: str | None = None
         self._jobs: dict[str, tuple[QueuedJob, ...]] = {}  # repo -> its matching queued jobs
         self._running: dict[str, tuple[RunningParent, ...]] = {}  # repo -> its running jobs
+        self._partial: set[str] = set()  # repos last read in part (the call budget ran out)
         self._cursor = 0
         self._remaining: int | None = None
         self._reset_at: float | None = None
@@ -296,7 +299,7 @@ class GitHubDemand(DemandReader):
                 if visited == 0 and budget.total < spent:
                     # Progress even when one repository needs more calls than a read may
                     # make: keep what its reached runs hold, and move on next time.
-                    self._keep(repo, found)
+                    self._keep(repo, found, partial=True)
                     self._cursor = (start + step + 1) % len(repos)
                     return 1
                 self._cursor = (start + step) % len(repos)
@@ -306,9 +309,13 @@ class GitHubDemand(DemandReader):
         self._cursor = start
         return visited
 
-    def _keep(self, repo: str, found: _Found) -> None:
+    def _keep(self, repo: str, found: _Found, *, partial: bool = False) -> None:
         self._jobs[repo] = tuple(found.queued)
         self._running[repo] = tuple(found.running)
+        if partial:
+            self._partial.add(repo)
+        else:
+            self._partial.discard(repo)
 
     async def _list_repositories(self, token: str, budget: _Budget, calls: Counter[str]) -> None:
         if self._fixed is not None:
@@ -336,6 +343,7 @@ class GitHubDemand(DemandReader):
             keep = set(listed)
             self._jobs = {repo: jobs for repo, jobs in self._jobs.items() if repo in keep}
             self._running = {repo: jobs for repo, jobs in self._running.items() if repo in keep}
+            self._partial &= keep
             self._cache = {repo: urls for repo, urls in self._cache.items() if repo in keep | {""}}
             self._cursor = 0
         self._repos = listed
@@ -562,6 +570,7 @@ class GitHubDemand(DemandReader):
             rate_limit_remaining=self._remaining,
             running=self._running_now(),
             running_truncated=sum(map(len, self._running.values())) > MAX_RUNNING,
+            running_partial=bool(self._partial),
             queued_jobs=tuple(job for jobs in self._jobs.values() for job in jobs),
         )
 

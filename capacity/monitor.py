@@ -377,6 +377,7 @@ class CapacityMonitor:
                     read_at=as_of,
                     now=now,
                     truncated=reading.running_truncated,
+                    partial=reading.running_partial,
                 )
                 self.metrics.record_predicted_arrivals(arrived)
             if outcome.queued is None:

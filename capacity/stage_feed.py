@@ -19,6 +19,10 @@ counted (``QueuedJob``, with their run attempt). From a sequence of readings:
 * **a reading cut at the source's bound** (the most recently started jobs only) leaves out
   old jobs that may still run: a parent missing from it that started before the oldest one
   reported is forgotten, not recorded as ended.
+* **a partial reading** (the source's call budget did not reach every run of a repository)
+  ends nobody: the parents it shows are added or seen again, the ones it misses are kept
+  with their last-seen time (at most ``MAX_SEEN``, the most recently started), and the next
+  complete reading ends those still missing, at the time they were last seen.
 
 Parents are recorded into the model one more read interval after their window closes, so a
 child first seen a read late is still linked. The feed also keeps which parents the pool
@@ -56,6 +60,7 @@ HORIZON_LAUNCHES = 1.25  # the horizon in longest launches: the launch plus a ma
 # The longest launch is taken as at least this: recent pairs that all landed on nodes with
 # room launch in seconds, and say nothing of the node a fan-out needs.
 MIN_LAUNCH = 60.0
+MAX_SEEN = 500  # parents kept through partial readings (as many as a reading reports)
 
 
 def label_key(labels: Iterable[str]) -> str:
@@ -101,22 +106,20 @@ class StageFeed:
         read_at: float,
         now: float,
         truncated: bool = False,
+        partial: bool = False,
     ) -> int:
-        """One reading (``ok``: a good one; ``read_at``: when its read began). Returns how
-        many of its new queued jobs are children of a parent the pool counted."""
+        """One reading (``ok``: a good one; ``read_at``: when its read began; ``truncated``,
+        ``partial``: see the module docstring). Returns how many of its new queued jobs are
+        children of a parent the pool counted."""
         if not ok:
             return 0  # hold the last good set; nothing ended that we know of
-        current = set(running)
-        oldest = min((p.started_at for p in running), default=None)
-        for parent, last_seen in self.seen.items():
-            if parent in current:
-                continue
-            if truncated and oldest is not None and parent.started_at < oldest:
-                continue  # cut by the source's bound, maybe still running
-            self.learner.ended(
-                parent.run, parent.workflow, parent.job_name, parent.started_at, last_seen
-            )
-        self.seen = {parent: read_at for parent in running}
+        if partial:
+            seen = {**self.seen, **{parent: read_at for parent in running}}
+            latest = sorted(seen, key=lambda p: p.started_at)[-MAX_SEEN:]
+            self.seen = {parent: seen[parent] for parent in latest}
+        else:
+            self._end_missing(running, truncated)
+            self.seen = {parent: read_at for parent in running}
         arrived = 0
         ids: set[tuple[str, int]] = set()
         for job in sorted(queued, key=lambda j: (j.queued_at, j.run, j.job_id)):
@@ -134,6 +137,18 @@ class StageFeed:
         # Only the names that can still be linked to: running, or ended and not recorded.
         self.counted &= {parent_name(p) for p in self.seen} | self.learner.pending_names()
         return arrived
+
+    def _end_missing(self, running: Sequence[RunningParent], truncated: bool) -> None:
+        current = set(running)
+        oldest = min((p.started_at for p in running), default=None)
+        for parent, last_seen in self.seen.items():
+            if parent in current:
+                continue
+            if truncated and oldest is not None and parent.started_at < oldest:
+                continue  # cut by the source's bound, maybe still running
+            self.learner.ended(
+                parent.run, parent.workflow, parent.job_name, parent.started_at, last_seen
+            )
 
     def parents(self, now: float) -> Sequence[RunningParent]:
         """The predictive pool's ParentSource: the last good running set."""

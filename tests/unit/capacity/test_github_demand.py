@@ -592,6 +592,24 @@ async def test_a_repository_not_reached_keeps_its_parents_until_its_next_visit(
         assert (await reader.read()).running == ()  # app again: the run is gone
 
 
+async def test_a_repository_read_in_part_makes_the_running_jobs_partial(
+    http: httpx.AsyncClient,
+) -> None:
+    with respx.mock(assert_all_called=False) as router:
+        state = RestState(router)
+        for run in (7, 8):
+            state.runs[run] = {"id": run, "status": "in_progress", "path": BUILD}
+            state.jobs[run] = [_job("build", "in_progress", ["gpu"], started=T0 - run)]
+        # Two run lists and one jobs list: the read stops before the second run's jobs.
+        cut = await rest_source(http, max_calls_per_interval=3).read()
+        whole = await rest_source(http).read()
+    assert cut.outcome.result == DemandResult.OK
+    assert cut.running_partial
+    assert len(cut.running) == 1
+    assert not whole.running_partial
+    assert len(whole.running) == 2
+
+
 async def test_live_parents_are_bounded_to_the_most_recently_started(
     http: httpx.AsyncClient,
 ) -> None:

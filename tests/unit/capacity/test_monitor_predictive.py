@@ -7,6 +7,7 @@ cluster, as the adaptive profile's tests do)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Sequence
 
@@ -134,7 +135,10 @@ async def test_the_demand_loop_feeds_the_model_and_a_failed_read_holds_the_paren
         await source.give(NOW + 90, FAILED)
         assert learner.calls == []
         assert feed.parents(NOW + 90) == [parent]  # what the pool counts meanwhile
-        shards = [QueuedJob("7#1", 70 + i, NOW + 80 + i) for i in range(3)]
+        # A read the call budget cut short does not see the parent's run: nothing ended.
+        await source.give(NOW + 100, dataclasses.replace(good(), running_partial=True))
+        assert learner.calls == []
+        shards = [QueuedJob("7#1", 70 + i, NOW + 80 + i) for i in range(3)]  # after it ended
         await source.give(NOW + 120, good([], shards))
         await source.give(NOW + 150, good([], shards))  # still queued: not children again
     finally:

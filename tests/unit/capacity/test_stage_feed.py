@@ -9,7 +9,14 @@ from collections.abc import Sequence
 
 import pytest
 
-from capacity.stage_feed import DEFAULT_HOLD, DEFAULT_HORIZON, StageFeed, label_key, window
+from capacity.stage_feed import (
+    DEFAULT_HOLD,
+    DEFAULT_HORIZON,
+    MAX_SEEN,
+    StageFeed,
+    label_key,
+    window,
+)
 from capacity.stages import LINK, Expected, QueuedJob, RunningParent, StageLearner, StageModel
 
 LABELS = "linux-gpu"
@@ -54,10 +61,17 @@ def read(
     *,
     ok: bool = True,
     truncated: bool = False,
+    partial: bool = False,
 ) -> int:
     """One reading whose read began at ``at`` and ended 2 s later."""
     return feed.read(
-        ok=ok, running=running, queued=queued, read_at=at, now=at + 2, truncated=truncated
+        ok=ok,
+        running=running,
+        queued=queued,
+        read_at=at,
+        now=at + 2,
+        truncated=truncated,
+        partial=partial,
     )
 
 
@@ -135,6 +149,29 @@ def test_a_reading_cut_at_the_bound_forgets_older_parents_without_ending_them() 
     # One started after the oldest a cut reading holds, missing from it, did end.
     read(feed, T0 + 60, [mid], truncated=True)
     assert learner.calls == [("ended", "3#1", "build", T0 - 100, T0 + 30)]
+
+
+def test_a_partial_reading_ends_nobody_and_the_next_complete_one_ends_the_missing() -> None:
+    feed, learner = recording_feed()
+    a, b, c = build("1#1", T0 - 900), build("2#1", T0 - 300), build("3#1", T0 + 10)
+    read(feed, T0, [a, b])
+    read(feed, T0 + 30, [b, c], partial=True)  # a's run not reached: maybe still running
+    assert learner.calls == []
+    assert feed.parents(T0 + 32) == [a, b, c]
+    read(feed, T0 + 60, [c])
+    assert learner.calls == [
+        ("ended", "1#1", "build", T0 - 900, T0),  # last seen by the first read
+        ("ended", "2#1", "build", T0 - 300, T0 + 30),
+    ]
+
+
+def test_parents_kept_through_partial_readings_are_bounded() -> None:
+    feed, _ = recording_feed()
+    for i in range(MAX_SEEN + 10):
+        read(feed, T0 + i, [build(f"{i}#1", T0 + i)], partial=True)
+    kept = feed.parents(T0 + MAX_SEEN + 10)
+    assert len(kept) == MAX_SEEN
+    assert min(p.started_at for p in kept) == T0 + 10  # the most recently started
 
 
 def test_children_of_counted_parents_are_counted_as_arrived() -> None:
