@@ -20,6 +20,7 @@ from capacity import contract
 from capacity.cluster import Cluster
 from capacity.metrics import CapacityMetrics
 
+# The monitor's logger: these lines were the monitor's own, and log filters name it.
 log = logging.getLogger("capacity.monitor")
 
 
