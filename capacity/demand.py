@@ -29,7 +29,7 @@ from base.http.client import Client, plain_client
 from capacity.hud import HudClient
 from capacity.model import DemandOutcome, DemandResult
 from capacity.settings import CapacitySettings, DemandSettings, HudSettings
-from capacity.stages import RunningParent
+from capacity.stages import QueuedJob, RunningParent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +47,13 @@ class Reading:
     # `github_demand.MAX_RUNNING` (the most recently started), in a successful reading only.
     # HUD leaves it empty: its queue API reports no in-progress jobs with start times.
     running: tuple[RunningParent, ...] = ()
+    running_truncated: bool = False  # more were running than `running` holds
+    # Some repository's running jobs come from a visit the call budget cut short: a job
+    # missing from `running` may still be running in a run not reached.
+    running_partial: bool = False
+    # GitHub: the queued jobs it counted (run attempt, job id, queued at), from the same job
+    # lists, for the stage model to link children to the parents that ended before them.
+    queued_jobs: tuple[QueuedJob, ...] = ()
 
 
 class DemandReader(Protocol):

@@ -43,7 +43,11 @@ a ``started_at``), which a reading reports as `Reading.running` for the stage mo
 queued jobs' times (a 304 reuses them; a repository not visited keeps its last ones; a run no
 longer queued or in progress drops them at its next visit), and are bounded to the
 `MAX_RUNNING` most recently started. With `github.in_progress_runs` off only the running
-jobs of runs still queued as a whole are seen.
+jobs of runs still queued as a whole are seen. A repository whose runs need more calls than
+one read may make is kept as far as the read got; while any is, a reading says so
+(`Reading.running_partial`): a job missing from it may still be running. The queued jobs
+it counts are reported too (`Reading.queued_jobs`: run attempt, job id, creation time), so
+the stage model can link children to the parent that ended before them.
 
 Size: one demand source with its own budget, ETag cache and rate-limit pacing, all of which
 must agree on what a read costs; split only if a second REST source appears.
@@ -73,7 +77,7 @@ from capacity.settings import (
     DemandSettings,
     GitHubDemandSettings,
 )
-from capacity.stages import RunningParent
+from capacity.stages import QueuedJob, RunningParent
 
 TokenSource = Callable[[], Awaitable[str]]
 T = TypeVar("T")
@@ -151,10 +155,10 @@ class _Run:
 
 @dataclass(frozen=True)
 class _Jobs:
-    """What one page of a run's jobs gave: matching queued jobs' creation times and the jobs
-    running now."""
+    """What one page of a run's jobs gave: the matching queued jobs (their run, id and
+    creation time) and the jobs running now."""
 
-    queued: tuple[float, ...] = ()
+    queued: tuple[QueuedJob, ...] = ()
     running: tuple[RunningParent, ...] = ()
 
 
@@ -162,7 +166,7 @@ class _Jobs:
 class _Found:
     """What one repository's visit gathered so far."""
 
-    queued: list[float]
+    queued: list[QueuedJob]
     running: list[RunningParent]
 
 
@@ -206,8 +210,9 @@ class GitHubDemand(DemandReader):
         self._listed_at: float | None = None
         self._listing: list[str] | None = None  # pages read so far of a listing in progress
         self._listing_url: str | None = None
-        self._jobs: dict[str, tuple[float, ...]] = {}  # repo -> created_at of matching jobs
+        self._jobs: dict[str, tuple[QueuedJob, ...]] = {}  # repo -> its matching queued jobs
         self._running: dict[str, tuple[RunningParent, ...]] = {}  # repo -> its running jobs
+        self._partial: set[str] = set()  # repos last read in part (the call budget ran out)
         self._cursor = 0
         self._remaining: int | None = None
         self._reset_at: float | None = None
@@ -294,7 +299,7 @@ class GitHubDemand(DemandReader):
                 if visited == 0 and budget.total < spent:
                     # Progress even when one repository needs more calls than a read may
                     # make: keep what its reached runs hold, and move on next time.
-                    self._keep(repo, found)
+                    self._keep(repo, found, partial=True)
                     self._cursor = (start + step + 1) % len(repos)
                     return 1
                 self._cursor = (start + step) % len(repos)
@@ -304,9 +309,13 @@ class GitHubDemand(DemandReader):
         self._cursor = start
         return visited
 
-    def _keep(self, repo: str, found: _Found) -> None:
+    def _keep(self, repo: str, found: _Found, *, partial: bool = False) -> None:
         self._jobs[repo] = tuple(found.queued)
         self._running[repo] = tuple(found.running)
+        if partial:
+            self._partial.add(repo)
+        else:
+            self._partial.discard(repo)
 
     async def _list_repositories(self, token: str, budget: _Budget, calls: Counter[str]) -> None:
         if self._fixed is not None:
@@ -334,6 +343,7 @@ class GitHubDemand(DemandReader):
             keep = set(listed)
             self._jobs = {repo: jobs for repo, jobs in self._jobs.items() if repo in keep}
             self._running = {repo: jobs for repo, jobs in self._running.items() if repo in keep}
+            self._partial &= keep
             self._cache = {repo: urls for repo, urls in self._cache.items() if repo in keep | {""}}
             self._cursor = 0
         self._repos = listed
@@ -374,7 +384,7 @@ class GitHubDemand(DemandReader):
         jobs = body.get("jobs") if isinstance(body, dict) else None
         if not isinstance(jobs, list):
             raise _Stop(DemandResult.BAD_RESPONSE, "job list: no jobs array")
-        times = []
+        queued = []
         running = []
         for job in jobs:
             if not isinstance(job, dict):
@@ -393,8 +403,17 @@ class GitHubDemand(DemandReader):
             if not isinstance(labels, list) or not label_match(map(str, labels), self._labels):
                 continue
             created = _epoch(job.get("created_at"))
-            times.append(created if created is not None else self._clock())
-        return _Jobs(tuple(times), tuple(running))
+            job_id = _int(job.get("id"))
+            queued.append(
+                QueuedJob(
+                    run=_attempt_of(run, job),
+                    # -1: no id (counted, but not fed to the stage model, which could not
+                    # tell it from the same job in the next reading).
+                    job_id=job_id if job_id is not None else -1,
+                    queued_at=created if created is not None else self._clock(),
+                )
+            )
+        return _Jobs(tuple(queued), tuple(running))
 
     # --- one call -------------------------------------------------------------------------
 
@@ -530,7 +549,7 @@ class GitHubDemand(DemandReader):
                 f"call budget spent)",
             )
         now = self._clock()
-        created = [t for jobs in self._jobs.values() for t in jobs]
+        created = [job.queued_at for jobs in self._jobs.values() for job in jobs]
         aged = sum(1 for t in created if now - t >= self._aged_after)
         outcome = DemandOutcome(
             result=DemandResult.OK,
@@ -550,6 +569,9 @@ class GitHubDemand(DemandReader):
             calls=dict(calls),
             rate_limit_remaining=self._remaining,
             running=self._running_now(),
+            running_truncated=sum(map(len, self._running.values())) > MAX_RUNNING,
+            running_partial=bool(self._partial),
+            queued_jobs=tuple(job for jobs in self._jobs.values() for job in jobs),
         )
 
     def _running_now(self) -> tuple[RunningParent, ...]:
@@ -620,14 +642,19 @@ def _running_parent(run: _Run, job: dict[str, Any]) -> RunningParent | None:
     started = _epoch(job.get("started_at"))
     if started is None:
         return None
-    attempt = run.attempt or _int(job.get("run_attempt")) or 1
     return RunningParent(
         # The file path, as traces name a workflow; the name when the run list gave none.
         workflow=run.path or _text(job.get("workflow_name")) or run.name,
         job_name=_text(job.get("name")),
         started_at=started,
-        run=f"{run.id}#{attempt}",
+        run=_attempt_of(run, job),
     )
+
+
+def _attempt_of(run: _Run, job: dict[str, Any]) -> str:
+    """The run attempt a job belongs to, as the stage model names it: ``<run id>#<attempt>``."""
+    attempt = run.attempt or _int(job.get("run_attempt")) or 1
+    return f"{run.id}#{attempt}"
 
 
 def _text(value: object) -> str:

@@ -90,6 +90,7 @@ class State:
     warm_pool_mode: str | None = None
     warm_pool_target: int = 0
     warm_pool_estimates: tuple[Estimate, Estimate] | None = None
+    predictive_pairs: int | None = None  # None: the predictive pool is off
     node_group_state: str | None = None
     node_groups: tuple[NodeGroup, ...] = ()
     node_group_room: int | None = None
@@ -146,6 +147,15 @@ class CapacityMetrics:
         self.state.warm_pool_target = target
         if estimates is not None:
             self.state.warm_pool_estimates = estimates
+
+    def record_predictive_pairs(self, pairs: int) -> None:
+        """The predictive pool (settings warm_pool.predictive): the pairs it holds for
+        predicted children at this pass."""
+        self.state.predictive_pairs = pairs
+
+    def record_predicted_arrivals(self, children: int) -> None:
+        """Children queued for parents the predictive pool counted (0 creates the series)."""
+        self._events.predictive_arrived.labels(*self._key).inc(children)
 
     def record_node_group_state(self, state: str) -> None:
         """The node-group reader's state (one of NODE_GROUP_STATES)."""
@@ -303,7 +313,13 @@ class _Events:
             "before it counts).",
             _ASSIGN_BUCKETS,
         )
+        self.predictive_arrived = counter(
+            "gha_capacity_predictive_children_arrived",
+            "Predictive warm pool: jobs queued on this scale set as children of a running "
+            "parent job the pool had counted (its predicted children that came).",
+        )
         self.all: list[Source] = [
+            self.predictive_arrived,
             self.demand_age,
             self.pair_launch,
             self.rise_to_assignment,
@@ -384,6 +400,7 @@ class _StateSeries:
         )
         yield from self._nodepools(s)
         yield from self._warm_pool(s)
+        yield from self._predictive(s)
         # cluster-autoscaler (node checks on): nodes CA marked unneeded. Placeholders there
         # still count (the node still runs them; CA taints it ToBeDeleted before removing it).
         yield self._one(
@@ -557,6 +574,16 @@ class _StateSeries:
             "Adaptive warm pool: estimated mean jobs per batch, by estimate (fast, profile).",
             {(name,): e.mean_size for name, e in estimates.items()},
             "estimate",
+        )
+
+    def _predictive(self, s: State) -> Iterator[Metric]:
+        """The predictive warm pool (settings warm_pool.predictive.enabled)."""
+        yield self._one(
+            "gha_capacity_predictive_pairs",
+            "Predictive warm pool: pairs held at the last pass for the children the running "
+            "parent jobs are expected to queue within the horizon (on top of the base pool; "
+            "included in gha_capacity_warm_pool_target).",
+            s.predictive_pairs,
         )
 
     def _node_groups(self, s: State) -> Iterator[Metric]:

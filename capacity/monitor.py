@@ -48,8 +48,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
+import math
 import random
 import socket
 import time
@@ -60,7 +60,7 @@ from base.arc import ARC_GROUP, ARC_VERSION
 from base.exposition import Registry
 from base.http.client import Client
 from base.kube import KubeError
-from capacity import contract, policy, specs, warm_pool
+from capacity import kept, policy, specs, warm_pool
 from capacity.cluster import Cluster
 from capacity.demand import DemandReader, GitHubReaderFactory, build_reader
 from capacity.metrics import CapacityMetrics
@@ -70,6 +70,9 @@ from capacity.nodepool_watch import NodePoolLimits
 from capacity.pods import RunnerSet
 from capacity.reconciler import Manifest, Reconciler
 from capacity.settings import CapacitySettings, to_params, to_warm_pool
+from capacity.stage_feed import StageFeed, label_key, window
+from capacity.stage_pool import PredictivePool
+from capacity.stages import MAX_PARENTS, StageModel
 from capacity.view import View
 
 log = logging.getLogger("capacity.monitor")
@@ -79,6 +82,7 @@ SHUTDOWN_BUDGET = 10.0
 # namespace, read at start and written this often (a restart loses at most this much).
 PROFILE_SAVE_INTERVAL = 300.0
 PROFILE_KEY = "profile.json"
+STAGE_MODEL_KEY = "model.json"  # the predictive pool's stage model, kept the same way
 
 
 def profile_config_map(scale_set_name: str) -> str:
@@ -87,6 +91,12 @@ def profile_config_map(scale_set_name: str) -> str:
     0.14 generates the runner set's name and replaces it when the runner spec changes, which
     would both lose the profile and miss the Role's resourceNames."""
     return f"capacity-warm-pool-{scale_set_name}"
+
+
+def stage_model_config_map(scale_set_name: str) -> str:
+    """The ConfigMap that keeps a scale set's stage model (predictive warm pool), named like
+    the profile's for the same reasons."""
+    return f"capacity-stage-model-{scale_set_name}"
 
 
 class CapacityMonitor:
@@ -131,6 +141,23 @@ class CapacityMonitor:
         # Pairs held beyond demand (settings warm_pool), fed by what each pass sees.
         self.warm_pool = to_warm_pool(settings)
         self._arrivals = warm_pool.ArrivalCounter()
+        # Pairs ahead of a fan-out (warm_pool.predictive): a stage model fed from the demand
+        # readings' running and queued jobs, on top of the pool above as its base.
+        self.stage_feed: StageFeed | None = None
+        predictive = settings.warm_pool.predictive
+        if predictive.enabled:
+            feed = StageFeed(StageModel(), label_key(runner_labels), settings.demand_interval)
+            horizon, hold = window((), predictive.horizon, predictive.hold)
+            self.warm_pool = PredictivePool(
+                model=feed.model,
+                label_set=feed.label_set,
+                parents=feed.parents,
+                horizon=horizon,
+                hold=hold,
+                count_quantile=predictive.count_quantile,
+                base=self.warm_pool,
+            )
+            self.stage_feed = feed
         # HUD, GitHub's REST API or nothing (settings.demand_source).
         self._demand: DemandReader | None = build_reader(
             settings, runner_labels, github=github_demand, hud_client=hud_client
@@ -186,6 +213,9 @@ class CapacityMonitor:
         )
         self._launch_times = self.reconciler.launch_times
         self.metrics.record_warm_pool_mode(settings.warm_pool.mode)
+        if self.stage_feed is not None:
+            self.metrics.record_predictive_pairs(0)
+            self.metrics.record_predicted_arrivals(0)
         # Nothing is confirmed yet: advertise 0 until the view has synced and a pass has
         # counted verified capacity (set here, before the listener's first poll can start).
         self.reconciler.publish(0)
@@ -232,8 +262,13 @@ class CapacityMonitor:
     def _warm_target(self, now: float, demand: Demand, observed: Observed, commit: bool) -> int:
         """Pairs to hold beyond demand. A committed pass (the reconcile loop) feeds the pool
         the arrivals it saw and records the estimate; the signal path only asks."""
+        pool = self.warm_pool
+        if isinstance(pool, PredictivePool):
+            # Unset horizon and hold follow the launches this listener observes.
+            knobs = self.settings.warm_pool.predictive
+            pool.horizon, pool.hold = window(self._launch_times, knobs.horizon, knobs.hold)
         target = warm_pool.drive(
-            self.warm_pool,
+            pool,
             self._arrivals,
             now,
             queued=demand.queued,
@@ -242,13 +277,21 @@ class CapacityMonitor:
             commit=commit,
         )
         if commit:
-            estimates = (
-                self.warm_pool.estimates(now)
-                if isinstance(self.warm_pool, warm_pool.AdaptivePool)
-                else None
-            )
+            adaptive = self._adaptive()
+            estimates = adaptive.estimates(now) if adaptive is not None else None
             self.metrics.record_warm_pool(target, estimates)
+            if isinstance(pool, PredictivePool) and self.stage_feed is not None:
+                found = pool.expected(now)
+                self.stage_feed.count(found)
+                pairs = math.ceil(sum(e.count for e in found) - 1e-9)
+                self.metrics.record_predictive_pairs(pairs)
         return target
+
+    def _adaptive(self) -> warm_pool.AdaptivePool | None:
+        """The adaptive pool, alone or as the predictive pool's base."""
+        pool = self.warm_pool
+        base = pool.base if isinstance(pool, PredictivePool) else pool
+        return base if isinstance(base, warm_pool.AdaptivePool) else None
 
     def _pool_room(self, observed: Observed, commit: bool) -> int | None:
         """New pairs admitted by NodePool limits and full node groups (None: no cap)."""
@@ -327,6 +370,17 @@ class CapacityMonitor:
             before = policy.resolve_demand(self.demand_state, now, self.params())
             self.demand_state = policy.record_demand(self.demand_state, outcome, now, as_of=as_of)
             self.metrics.record_reading(reading)
+            if self.stage_feed is not None:
+                arrived = self.stage_feed.read(
+                    ok=outcome.queued is not None,
+                    running=reading.running,
+                    queued=reading.queued_jobs,
+                    read_at=as_of,
+                    now=now,
+                    truncated=reading.running_truncated,
+                    partial=reading.running_partial,
+                )
+                self.metrics.record_predicted_arrivals(arrived)
             if outcome.queued is None:
                 log.warning(
                     "demand read failed",
@@ -345,45 +399,49 @@ class CapacityMonitor:
         """Adaptive pool only: load the hour-of-week profile kept by the previous process,
         then keep it every PROFILE_SAVE_INTERVAL. A failure is logged and counted; the pool
         then learns from scratch (its floor and fast estimate do not need the profile)."""
-        pool = self.warm_pool
-        if not isinstance(pool, warm_pool.AdaptivePool):
+        pool = self._adaptive()
+        if pool is None:
             return
-        name = profile_config_map(self.scale_set_name)
-        namespace = self.placeholder_namespace
-        try:
-            found = await self.kube.get_config_map(namespace, name)
-        except KubeError as exc:
-            self.metrics.record_kube_error("get configmaps", exc.kind.value)
-            log.warning(
-                "cannot read the warm pool's profile; it starts empty",
-                extra={"configmap": name, "error": str(exc)},
-            )
-            found = None
-        if found is not None and PROFILE_KEY in found:
-            try:
-                loaded = pool.load_profile(json.loads(found[PROFILE_KEY]))
-            except ValueError:
-                loaded = False
-            if loaded:
-                log.info("warm pool profile loaded", extra={"configmap": name})
-            else:
-                log.warning(
-                    "warm pool profile not usable; it starts empty", extra={"configmap": name}
-                )
-        while True:
-            await asyncio.sleep(PROFILE_SAVE_INTERVAL)
-            data = {PROFILE_KEY: json.dumps(pool.profile_data(), separators=(",", ":"))}
-            labels = {contract.LABEL_MANAGED_BY: contract.MANAGED_BY_VALUE}
-            try:
-                # A patch first: the ConfigMap exists on every save but the first.
-                if not await self.kube.patch_config_map(namespace, name, data):
-                    await self.kube.create_config_map(namespace, name, data, labels)
-            except KubeError as exc:
-                self.metrics.record_kube_error("write configmaps", exc.kind.value)
-                log.warning(
-                    "cannot keep the warm pool's profile",
-                    extra={"configmap": name, "error": str(exc)},
-                )
+        await kept.keep(
+            self.kube,
+            self.metrics,
+            namespace=self.placeholder_namespace,
+            name=profile_config_map(self.scale_set_name),
+            key=PROFILE_KEY,
+            what="warm pool's profile",
+            load=pool.load_profile,
+            dump=pool.profile_data,
+            interval=lambda: PROFILE_SAVE_INTERVAL,
+        )
+
+    async def _stage_model_loop(self) -> None:
+        """Predictive pool only: the stage model, kept like the adaptive profile (a failure
+        is logged and counted; the model then learns from scratch and predicts nothing until
+        its parents have been seen `min_runs` times)."""
+        feed = self.stage_feed
+        if feed is None:
+            return
+        model = feed.model
+
+        def load(data: object) -> bool:
+            loaded = StageModel.from_dict(data, min_runs=model.min_runs, max_age=model.max_age)
+            # What this process learned before the read came back is newer: it wins.
+            merged = {**loaded.parents, **model.parents}
+            latest = sorted(merged, key=lambda k: merged[k].updated_at)[-MAX_PARENTS:]
+            model.parents = {k: merged[k] for k in latest}
+            return True
+
+        await kept.keep(
+            self.kube,
+            self.metrics,
+            namespace=self.placeholder_namespace,
+            name=stage_model_config_map(self.scale_set_name),
+            key=STAGE_MODEL_KEY,
+            what="stage model",
+            load=load,
+            dump=model.to_dict,
+            interval=lambda: PROFILE_SAVE_INTERVAL,
+        )
 
     async def resolve_owner(self) -> specs.OwnerRef | None:
         """Find ARC's listener Role to own the placeholders (None: the runner set owns them)."""
@@ -439,6 +497,7 @@ class CapacityMonitor:
                     tg.create_task(self.reconciler.reconcile_loop(), name="capacity-reconcile"),
                     tg.create_task(self._hud_loop(), name="capacity-hud"),
                     tg.create_task(self._profile_loop(), name="capacity-warm-profile"),
+                    tg.create_task(self._stage_model_loop(), name="capacity-stage-model"),
                 ]
                 if self.nodepools is not None:
                     loops.append(tg.create_task(self.nodepools.run(), name="capacity-nodepools"))

@@ -352,6 +352,36 @@ class WarmWindow(BaseModel):
         return value
 
 
+class PredictiveSettings(BaseModel):
+    """Pairs ahead of a fan-out (docs/whatif.md "Staged CI"): a stage model learned from the
+    jobs the demand source sees end and queue, and pairs for the children the jobs running
+    now will queue on this scale set within `horizon`, on top of the `mode`'s pool. Needs
+    `demand.source: github` (HUD reports no running jobs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    # Children expected this soon get pairs now. None: 1.25 x the longest recent pair launch
+    # this listener observed (at least 60 s), 300 s until it has seen 8 launches.
+    horizon: OptionalPositiveDuration = None
+    # A parent this long past the 0.9 quantile of its runs that fanned out counts no more
+    # (the break-even hold). None: the longest recent launch (at least 60 s), 240 s before.
+    hold: OptionalDuration = None
+    # Cover this quantile of a fan-out's size instead of its mean (None: the mean).
+    count_quantile: float | None = Field(default=None, gt=0, le=1)
+
+    def problem(self) -> str | None:
+        """The first knob set while the pool is off, as `field: why`."""
+        if self.enabled:
+            return None
+        for name in ("horizon", "hold", "count_quantile"):
+            if name in self.model_fields_set:
+                return (
+                    f"warm_pool.predictive.{name}: set, but warm_pool.predictive.enabled is false"
+                )
+        return None
+
+
 class WarmPoolSettings(BaseModel):
     """Pairs held beyond the queued jobs. `fixed`: `proactive_capacity` pairs. `scheduled`:
     the largest `floor` of the `schedule` windows active now, `proactive_capacity` outside
@@ -369,6 +399,8 @@ class WarmPoolSettings(BaseModel):
     launch_cost: Duration = 60.0  # a launch's cost in seconds of an idle pair
     fast_window: PositiveDuration = 600.0  # time constant of the fast arrival estimate
     profile_timezone: str = "UTC"  # hours of the hour-of-week profile
+    # Off by default. On: the pool above is the base, predicted children come on top.
+    predictive: PredictiveSettings = Field(default_factory=PredictiveSettings)
 
     @field_validator("profile_timezone")
     @classmethod
@@ -382,6 +414,9 @@ class WarmPoolSettings(BaseModel):
             return "warm_pool.schedule: required when warm_pool.mode is scheduled"
         if self.mode == "fixed" and self.schedule:
             return "warm_pool.schedule: set, but warm_pool.mode is fixed"
+        predictive = self.predictive.problem()
+        if predictive is not None:
+            return predictive
         if self.mode != "adaptive":
             for name in _ADAPTIVE_ONLY:
                 if name in self.model_fields_set:
@@ -607,6 +642,17 @@ class CapacitySettings(BaseSettings):
                 else "cluster_autoscaler.workflow"
             )
             problems.append(f"{named}: set, but cluster_autoscaler.enabled is false")
+        predictive = self.warm_pool.predictive
+        if predictive.enabled and self.demand_source != "github":
+            problems.append(
+                f"warm_pool.predictive.enabled: needs demand.source github, the one source "
+                f"that reports running jobs (demand source is {self.demand_source})"
+            )
+        elif predictive.enabled and demand.cluster_count > 1:
+            problems.append(
+                "warm_pool.predictive.enabled: not with demand sharding (demand.cluster_count "
+                "> 1): every peer would hold pairs for every predicted child"
+            )
         if self.demand_source == "none" and demand.cluster_count > 1:
             problems.append(
                 "demand.cluster_count: sharding needs a demand source (demand.source: hud or "

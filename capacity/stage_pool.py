@@ -32,7 +32,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from capacity.stages import RunningParent, StageModel
+from capacity.stages import Expected, RunningParent, StageModel
 from capacity.warm_pool import WarmPool
 
 ParentSource = Callable[[float], Sequence[RunningParent]]
@@ -61,8 +61,8 @@ class PredictivePool:
         if self.base is not None:
             self.base.observe(now, queued_jobs, new_jobs)
 
-    def predicted(self, now: float) -> float:
-        """The children expected within the horizon (a mean, before rounding up)."""
+    def expected(self, now: float) -> list[Expected]:
+        """The children expected on this label set within the horizon, per parent."""
         found = self.model.expected(
             self.parents(now),
             now,
@@ -70,7 +70,11 @@ class PredictivePool:
             count_quantile=self.count_quantile,
             hold=self.hold,
         )
-        return sum(e.count for e in found if e.label_set == self.label_set)
+        return [e for e in found if e.label_set == self.label_set]
+
+    def predicted(self, now: float) -> float:
+        """The children expected within the horizon (a mean, before rounding up)."""
+        return sum(e.count for e in self.expected(now))
 
     def target(self, now: float) -> int:
         base = self.base.target(now) if self.base is not None else 0

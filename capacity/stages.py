@@ -68,9 +68,24 @@ class RunningParent:
     run: str = ""
 
 
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job queued now, as the learner needs it: its run attempt (``run``, as in
+    ``RunningParent``), an id telling it apart from the run's other jobs, and when it was
+    queued."""
+
+    run: str
+    job_id: int
+    queued_at: float
+
+
 def parent_name(parent: RunningParent) -> str:
     """One running parent's name: its run, workflow and job key."""
-    return f"{parent.run}/{parent.workflow}/{job_key(parent.job_name)}"
+    return _name(parent.run, parent.workflow, parent.job_name)
+
+
+def _name(run: str, workflow: str, job_name: str) -> str:
+    return f"{run}/{workflow}/{job_key(job_name)}"
 
 
 @dataclass(frozen=True)
@@ -312,14 +327,21 @@ class StageLearner:
             _Ended(workflow, job_name, ended_at, ended_at - started_at)
         )
 
-    def queued(self, run: str, label_set: str, at: float) -> None:
-        """A job of run attempt ``run`` was queued on ``label_set`` at ``at``."""
+    def queued(self, run: str, label_set: str, at: float) -> str | None:
+        """A job of run attempt ``run`` was queued on ``label_set`` at ``at``. Returns the
+        name (``parent_name``) of the parent it was linked to, if any."""
         candidates = [
             p for p in self.pending.get(run, ()) if p.ended_at <= at <= p.ended_at + self.link
         ]
-        if candidates:
-            parent = max(candidates, key=lambda p: p.ended_at)
-            parent.children.setdefault(label_set, []).append(at - parent.ended_at)
+        if not candidates:
+            return None
+        parent = max(candidates, key=lambda p: p.ended_at)
+        parent.children.setdefault(label_set, []).append(at - parent.ended_at)
+        return _name(run, parent.workflow, parent.job_name)
+
+    def pending_names(self) -> set[str]:
+        """The names of the parents ended but not yet recorded (their window is open)."""
+        return {_name(run, p.workflow, p.job_name) for run, ps in self.pending.items() for p in ps}
 
     def flush(self, now: float) -> None:
         """Record every parent whose window has closed by ``now``, in the order they ended

@@ -152,6 +152,24 @@ DESCRIPTIONS: dict[str, str] = {
     "quickly a surge is followed and forgotten).",
     "warm_pool.profile_timezone": "Adaptive: the time zone of the hour-of-week profile "
     "(working hours move with daylight saving time).",
+    "warm_pool.predictive": "Pairs ahead of a fan-out (below; off by default): on top of "
+    "the pool `mode` describes, pairs for the children the jobs running now will queue on "
+    "this scale set soon, from a stage model learned online. Needs `demand.source: github`; "
+    'docs/operations.md "Predictive warm pool".',
+    "warm_pool.predictive.enabled": "Learn which jobs fan out into this scale set's jobs "
+    "(how many, how long after the parent's start) and hold pairs for the children due "
+    "within `horizon`. The model is kept in ConfigMap `capacity-stage-model-<scale set>`.",
+    "warm_pool.predictive.horizon": "Children expected within this long get pairs now: at "
+    "least one node launch, plus a margin for builds that end early. Unset: 1.25 × the "
+    "longest of the recent pair launches this listener observed (at least 60 s), 5 minutes "
+    "until it has seen 8.",
+    "warm_pool.predictive.hold": "A running parent this long past the 0.9 quantile of its "
+    "past runs that fanned out counts no more (the break-even hold: its children are not "
+    "coming on any time the model knows). Unset: the longest recent pair launch (at least "
+    "60 s), 4 minutes until 8 are seen.",
+    "warm_pool.predictive.count_quantile": "Cover this quantile of a fan-out's size instead "
+    "of its mean (0 < q ≤ 1; higher holds more pairs for the larger fan-outs). Unset: the "
+    "mean.",
     "cluster_autoscaler": "cluster-autoscaler node groups (below): export their sizes and "
     "create no pair a full group cannot back.",
     "cluster_autoscaler.enabled": "Read cluster-autoscaler's status ConfigMap (a watch of that "

@@ -581,7 +581,8 @@ def nodepools() -> list[PanelBuilder]:
 
 
 def warm_pool() -> list[PanelBuilder]:
-    """The warm pool (settings warm_pool): target and, for the adaptive pool, its estimate."""
+    """The warm pool (settings warm_pool): target, the adaptive pool's estimate, and the
+    predictive pool's pairs against the children that came."""
     return [
         timeseries(
             "Warm pool: target vs queued",
@@ -621,6 +622,20 @@ def warm_pool() -> list[PanelBuilder]:
                 "{{name}} {{estimate}}",
             ),
             width=6,
+        ),
+        timeseries(
+            "Predictive: pairs for predicted children vs children arrived",
+            "warm_pool.predictive only. Pairs held for the children the running parent jobs "
+            "(builds) are expected to queue within the horizon, next to the children that "
+            "then came for the parents it counted (per interval). Pairs held while few "
+            "children arrive are predictions that did not come: each costs at most the hold.",
+            by_name("gha_capacity_predictive_pairs", "pairs held"),
+            Query(
+                "sum by (name) (increase("
+                f"gha_capacity_predictive_children_arrived_total{{{SEL}}}[{RATE}]))",
+                "{{name}} children arrived",
+            ),
+            width=24,
         ),
     ]
 

@@ -81,6 +81,10 @@ NO_DATA_EXPECTED = {
     # runs it and tests/unit/capacity/test_monitor_logic.py reads these series.
     "Adaptive: job batches per minute": "the adaptive warm pool is off in this scenario",
     "Adaptive: jobs per batch": "the adaptive warm pool is off in this scenario",
+    # The predictive warm pool needs the GitHub demand source (this scenario reads HUD);
+    # tests/unit/capacity/test_monitor_predictive.py reads these series.
+    "Predictive: pairs for predicted children vs children arrived": "the predictive warm "
+    "pool is off in this scenario",
     # cluster-autoscaler is not running here (node checks and node groups off);
     # tests/integration/test_node_groups.py checks these series against CA's status.
     "Placeholders on CA deletion candidates": "node checks are off in this scenario",

@@ -28,6 +28,7 @@ from pydantic import SecretStr
 from base.kube import Kube
 from capacity.cluster import Cluster
 from capacity.contract import placeholder_selector
+from capacity.demand import GitHubReaderFactory
 from capacity.monitor import CapacityMonitor
 from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings
@@ -65,6 +66,7 @@ class RecordedMonitor(Generic[K]):
         scale_set: ScaleSet,
         *,
         clock: Callable[[], float] | None = None,
+        github_demand: GitHubReaderFactory | None = None,
     ) -> None:
         self.kube = kube
         self.namespace = namespace
@@ -87,6 +89,7 @@ class RecordedMonitor(Generic[K]):
             set_max_capacity=self._record,
             registry=self.registry,
             on_reconcile=self._reconciled,
+            github_demand=github_demand,
             clock=clock or time.time,
         )
 

@@ -37,7 +37,8 @@ STRING_SAMPLES = {
 
 
 # Settings that only hold together with another one (cluster_index < cluster_count; sharding
-# needs a demand source; the adaptive warm pool's knobs need its mode).
+# needs a demand source; the adaptive warm pool's knobs need its mode; the predictive pool
+# needs GitHub's source).
 REFERENCE_CONTEXT: dict[str, dict[str, str]] = {
     "demand.cluster_index": {
         "CAPACITY_DEMAND__CLUSTER_COUNT": "4",
@@ -52,6 +53,15 @@ REFERENCE_CONTEXT: dict[str, dict[str, str]] = {
     },
     "cluster_autoscaler.runner": {"CAPACITY_CLUSTER_AUTOSCALER__ENABLED": "true"},
     "cluster_autoscaler.workflow": {"CAPACITY_CLUSTER_AUTOSCALER__ENABLED": "true"},
+    # The predictive pool needs the one source that reports running jobs; its knobs need it on.
+    "warm_pool.predictive.enabled": {"CAPACITY_DEMAND__SOURCE": "github"},
+    **{
+        f"warm_pool.predictive.{name}": {
+            "CAPACITY_DEMAND__SOURCE": "github",
+            "CAPACITY_WARM_POOL__PREDICTIVE__ENABLED": "true",
+        }
+        for name in ("horizon", "hold", "count_quantile")
+    },
 }
 
 

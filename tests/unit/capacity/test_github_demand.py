@@ -26,7 +26,7 @@ from capacity.github_demand import MAX_RUNNING, GitHubDemand, GitHubScope, label
 from capacity.model import DemandResult, DemandSource, DemandState, Params
 from capacity.policy import record_demand, resolve_demand
 from capacity.settings import CapacitySettingsError, DemandSettings, GitHubDemandSettings
-from capacity.stages import RunningParent
+from capacity.stages import QueuedJob, RunningParent
 from tools.fake_github_rest import FakeGitHubRest
 
 TOKEN = "ghp_unit_token"
@@ -476,8 +476,15 @@ class RestState:
         return httpx.Response(200, content=content, headers={"ETag": etag})
 
 
-def _job(name: str, status: str, labels: list[str], started: float | None = None) -> dict[str, Any]:
+def _job(
+    name: str,
+    status: str,
+    labels: list[str],
+    started: float | None = None,
+    job_id: int | None = None,
+) -> dict[str, Any]:
     return {
+        **({"id": job_id} if job_id is not None else {}),
         "name": name,
         "status": status,
         "labels": labels,
@@ -523,6 +530,27 @@ async def test_running_jobs_are_reported_as_live_parents_of_any_label(
         RunningParent("Build", "docs", T0 - 10, run="8#1"),  # the jobs' workflow_name
         RunningParent(BUILD, "build", T0 - 30, run="7#2"),  # newest first
     )
+    assert not got.running_truncated
+
+
+async def test_queued_jobs_are_reported_with_their_run_attempt_and_id(
+    http: httpx.AsyncClient,
+) -> None:
+    with respx.mock(assert_all_called=False) as router:
+        state = RestState(router)
+        state.runs[7] = {"id": 7, "status": "in_progress", "path": BUILD, "run_attempt": 2}
+        state.jobs[7] = [
+            _job("build", "completed", ["gpu"], started=T0 - 600, job_id=70),
+            _job("test (1/2)", "queued", ["linux"], job_id=71),
+            _job("test (2/2)", "queued", ["linux"]),  # no id: counted, reported as -1
+            _job("gpu (1/1)", "queued", ["gpu"], job_id=73),  # another scale set's
+        ]
+        reader = rest_source(http)
+        first = await reader.read()
+        second = await reader.read()  # 304s: the same jobs, taken from what was kept
+    assert result(first) == (DemandResult.OK, 2, 0)
+    expected = (QueuedJob("7#2", 71, T0 - 60), QueuedJob("7#2", -1, T0 - 60))
+    assert first.queued_jobs == second.queued_jobs == expected
 
 
 async def test_held_parents_survive_304s_and_leave_with_their_run(
@@ -564,6 +592,24 @@ async def test_a_repository_not_reached_keeps_its_parents_until_its_next_visit(
         assert (await reader.read()).running == ()  # app again: the run is gone
 
 
+async def test_a_repository_read_in_part_makes_the_running_jobs_partial(
+    http: httpx.AsyncClient,
+) -> None:
+    with respx.mock(assert_all_called=False) as router:
+        state = RestState(router)
+        for run in (7, 8):
+            state.runs[run] = {"id": run, "status": "in_progress", "path": BUILD}
+            state.jobs[run] = [_job("build", "in_progress", ["gpu"], started=T0 - run)]
+        # Two run lists and one jobs list: the read stops before the second run's jobs.
+        cut = await rest_source(http, max_calls_per_interval=3).read()
+        whole = await rest_source(http).read()
+    assert cut.outcome.result == DemandResult.OK
+    assert cut.running_partial
+    assert len(cut.running) == 1
+    assert not whole.running_partial
+    assert len(whole.running) == 2
+
+
 async def test_live_parents_are_bounded_to_the_most_recently_started(
     http: httpx.AsyncClient,
 ) -> None:
@@ -577,6 +623,7 @@ async def test_live_parents_are_bounded_to_the_most_recently_started(
         ]
         got = await rest_source(http).read()
     assert len(got.running) == MAX_RUNNING
+    assert got.running_truncated
     starts = [p.started_at for p in got.running]
     assert starts == sorted(starts, reverse=True)
     assert starts[0] == T0 - 1
@@ -589,3 +636,4 @@ async def test_failed_reads_carry_no_parents(http: httpx.AsyncClient) -> None:
         got = await rest_source(http).read()
     assert got.outcome.result == DemandResult.HTTP_ERROR
     assert got.running == ()
+    assert got.queued_jobs == ()

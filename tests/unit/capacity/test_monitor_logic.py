@@ -19,6 +19,7 @@ import pytest
 from base.kube import KubeError, Resource
 from capacity import monitor as monitor_module
 from capacity.contract import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, LABEL_ROLE
+from capacity.demand import GitHubReaderFactory
 from capacity.model import Role
 from capacity.monitor import PROFILE_KEY, profile_config_map
 from capacity.pods import RUNNER_POD_LABEL, SCALE_SET_LABEL
@@ -60,11 +61,24 @@ class Scene(RecordedMonitor[MemoryCluster]):
     """The one monitor scene (tests/support/monitor_scene.py) on an in-memory cluster, with
     a clock the test moves."""
 
-    def __init__(self, cluster: MemoryCluster, settings: CapacitySettings) -> None:
+    def __init__(
+        self,
+        cluster: MemoryCluster,
+        settings: CapacitySettings,
+        github_demand: GitHubReaderFactory | None = None,
+    ) -> None:
         self.cluster = cluster
         self.clock = FakeClock(NOW)
         cluster.clock = self.clock
-        super().__init__(cluster, NS, settings, 10, SCALE_SET_OF_TESTS, clock=self.clock)
+        super().__init__(
+            cluster,
+            NS,
+            settings,
+            10,
+            SCALE_SET_OF_TESTS,
+            clock=self.clock,
+            github_demand=github_demand,
+        )
 
     def placeholders(self, role: Role | None = None) -> list[str]:
         return sorted(
@@ -85,7 +99,13 @@ class Scene(RecordedMonitor[MemoryCluster]):
         await self.settle()
 
 
-def start(cluster: MemoryCluster | None = None, *, proactive: int = 1, **overrides: Any) -> Scene:
+def start(
+    cluster: MemoryCluster | None = None,
+    *,
+    proactive: int = 1,
+    github_demand: GitHubReaderFactory | None = None,
+    **overrides: Any,
+) -> Scene:
     cluster = cluster or MemoryCluster()
     if not cluster.objects.get(Resource.arc("ephemeralrunnersets", NS).path):
         cluster.add(Resource.arc("ephemeralrunnersets", NS), runner_set())
@@ -98,7 +118,7 @@ def start(cluster: MemoryCluster | None = None, *, proactive: int = 1, **overrid
             **overrides,
         }
     )
-    return Scene(cluster, settings)
+    return Scene(cluster, settings, github_demand)
 
 
 class Running:
