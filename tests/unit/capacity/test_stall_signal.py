@@ -18,7 +18,7 @@ from capacity.model import (
     Role,
     StallCause,
 )
-from capacity.policy import signal_stall_timeout, plan
+from capacity.policy import plan, signal_stall_timeout
 
 from .builders import P, R, pair
 
