@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from capacity.launch_failures import (
     launch_failure_from,
     nodepool_of,
 )
-from capacity.model import Role
+from capacity.model import Role, StallCause
 from capacity.nodepool_watch import RESOURCE as NODEPOOLS
 from capacity.settings import NodePoolSettings
 from tests.support.memory_cluster import MemoryCluster
@@ -249,3 +250,59 @@ def test_without_nodepools_or_with_no_namespace_the_events_are_not_read() -> Non
     assert start(MemoryCluster(), proactive=1).monitor.launch_failures is None
     off = NodePoolSettings(enabled=True, events_namespace="")
     assert start(MemoryCluster(), proactive=1, nodepools=off).monitor.launch_failures is None
+
+
+def _at(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize("word", [True, False], ids=["with the word", "time alone"])
+async def test_a_stall_on_the_word_is_released_after_one_launch_and_counted(
+    word: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Through the reconciler: the runner half Running, the workflow half Pending, eight
+    launches of 20 s seen. With an insufficient-capacity Event for the pool after the pair
+    was made, the pair goes after one launch (the 60 s floor), counted with cause=cloud;
+    without it, it waits for the time-only timeout (the 180 s floor), cause=time."""
+    from tests.unit.capacity.test_monitor_logic import NOW, NS, RUNNER_SET, Running, start
+
+    caplog.set_level(logging.INFO, logger="capacity.reconciler")
+    cluster = MemoryCluster()
+    cluster.add(NODEPOOLS, nodepool("any", "100"))
+    scene = start(cluster, proactive=1, nodepools=NodePoolSettings(enabled=True))
+    limits, failures = scene.monitor.nodepools, scene.monitor.launch_failures
+    assert limits is not None
+    assert failures is not None
+    scene.reconciler.launch_times.extend([20.0] * 8)
+    async with Running(scene):
+        tasks = [asyncio.create_task(limits.run()), asyncio.create_task(failures.run())]
+        try:
+            await scene.settle()
+            assert len((await scene.reconciler.reconcile_once()).creates) == 1
+            await scene.settle()
+            (runner,) = scene.placeholders(Role.RUNNER)
+            cluster.set_phase(NS, runner, "Running")
+            if word:
+                cluster.add(EVENTS, ice_event("any-b8c9d", last=_at(NOW + 5)))
+            await scene.settle()
+            scene.clock.now = NOW + 61
+            plan = await scene.reconciler.reconcile_once()
+            if word:
+                assert plan.stalls == (StallCause.CLOUD,)
+            else:
+                assert plan.stalls == ()
+                scene.clock.now = NOW + 181
+                plan = await scene.reconciler.reconcile_once()
+                assert plan.stalls == (StallCause.TIME,)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    cause = "cloud" if word else "time"
+    sample = scene.registry.get_sample_value
+    assert (
+        sample("gha_capacity_stalls_total", {"name": RUNNER_SET, "namespace": NS, "cause": cause})
+        == 1
+    )
+    lines = [r for r in caplog.records if r.getMessage() == "pair released as stalled"]
+    assert [r.__dict__["cause"] for r in lines] == [cause]
