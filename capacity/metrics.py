@@ -114,6 +114,8 @@ class CapacityMetrics:
         self._fetch_seconds = 0.0
         self._header: int | None = None
         self._rise_at: float | None = None
+        for cause in STALL_CAUSES:  # both series from the start: a rate() over 0, not absent
+            self._events.stalls.labels(*self._key, cause)
         self._collector = _Page.join(
             registry, self._key, [*self._events.all, _StateSeries(self.state, self._key)]
         )
