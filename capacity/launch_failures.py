@@ -130,7 +130,7 @@ class LaunchFailures:
                 self._set_state("watching")
             changed = bool(self.failures)
         elif isinstance(event, Upserted):
-            log.info(
+            log.debug(  # a few a minute in a shortage; the stall itself is logged at info
                 "a NodePool could not launch a node (insufficient capacity)",
                 extra={"nodepool": event.item.nodepool},
             )

@@ -203,8 +203,8 @@ class Params:
     signal_stall_timeout: float | None = None
     # Per half: when its pools last said they cannot launch a node (epoch seconds): Karpenter's
     # insufficient-capacity Event for a NodePool the half lands on, or every
-    # cluster-autoscaler node group of the half full or backed off. A half not in it: no
-    # such word (the stall is then decided from time alone).
+    # cluster-autoscaler node group of the half full or backed off. A half not in it, or a
+    # word older than `stall_timeout`: the stall is decided from time alone.
     cannot_launch_at: Mapping[Role, float] = field(default_factory=dict)
     # How long a new pair takes to launch: the longest of the recent launches (None: not
     # known yet). A Pending pair younger than this is not trimmed (policy step 5): its

@@ -33,11 +33,11 @@ The plan, in order:
    UNUSABLE; a slot with a half Pending longer than `ready_timeout` → the whole slot TIMEOUT;
    a slot with one half Running and the other Pending longer than `stall_timeout` (twice
    the longest recent launch; one launch, `signal_stall_timeout`, when the half's pools said
-   since it was created that they cannot launch a node) → the whole slot STALLED, and step
-   9 creates nothing for a
-   back-off (`stall_timeout`, doubled per stall up to `ready_timeout`, cleared once a pair
-   created after the stall is Running): the cloud cannot give that half's node, and a new
-   pair would only hold another node for the half it can give;
+   within the last `stall_timeout` that they cannot launch a node) → the whole slot
+   STALLED, and step 9 creates nothing for a back-off (`stall_timeout`, doubled per stall
+   up to `ready_timeout`, cleared once a pair created after the stall is Running): the
+   cloud cannot give that half's node, and a new pair would only hold another node for the
+   half it can give;
 3. runner room: placeholder-runners beyond ``max_runners − real runners`` go at once
    (EXCESS), real runners being the active EphemeralRunners (also those whose pod is still
    being created) or the runner pods alive, whichever is more: those not ready first, then
@@ -196,9 +196,6 @@ STALL_LAUNCHES = 2.0  # a half is stalled once Pending this many of the longest 
 # STALL_FLOOR because the word, not the wait, tells the shortage from a slow launch; still a
 # minute, so a launch retried on another instance type after one refusal can finish.
 SIGNAL_STALL_FLOOR = 60.0
-# Seconds a pool's "cannot launch" may predate the half and still count: the report's clock
-# (Karpenter's, CA's) and the pod's creationTimestamp (the apiserver's) are not the same.
-SIGNAL_CLOCK_SLACK = 5.0
 
 
 def launch_time(launches: Sequence[float], ceiling: float) -> float | None:
@@ -388,9 +385,14 @@ def _timed_out(p: Placeholder, params: Params, now: float) -> bool:
 
 def _stalled(members: Sequence[Placeholder], params: Params, now: float) -> StallCause | None:
     """One half Running, the other Pending for longer than ``signal_stall_timeout`` when its
-    pools said since it was created that they cannot launch a node (CLOUD), else than
-    ``stall_timeout`` (TIME); None: not stalled. A word older than the half is about an
-    earlier launch and says nothing of this one."""
+    pools said recently that they cannot launch a node (CLOUD), else than ``stall_timeout``
+    (TIME); None: not stalled.
+
+    Recently: within the last ``stall_timeout`` (``ready_timeout`` while unknown), the
+    longest the half would wait on time alone. The word may predate the half: a provider
+    stops offering a type it could not launch for a few minutes (Karpenter's AWS provider
+    for 3), so a half made just after the refusal gets no word of its own. An older word is
+    about a shortage that may be over."""
     if len(members) != 2 or PodPhase.RUNNING not in {p.phase for p in members}:
         return None
     pending = [p for p in members if p.phase == PodPhase.PENDING]
@@ -399,10 +401,11 @@ def _stalled(members: Sequence[Placeholder], params: Params, now: float) -> Stal
     half = pending[0]
     waited = now - half.created_at
     said = params.cannot_launch_at.get(half.role)
+    recent = params.stall_timeout if params.stall_timeout is not None else params.ready_timeout
     if (
         params.signal_stall_timeout is not None
         and said is not None
-        and said >= half.created_at - SIGNAL_CLOCK_SLACK
+        and now - said <= recent
         and waited > params.signal_stall_timeout
     ):
         return StallCause.CLOUD

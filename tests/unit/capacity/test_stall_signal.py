@@ -73,12 +73,16 @@ ROWS = {
         R, P, 99.0, {W: 30.0}
     ),
     "word for the other half says nothing of this one": Row(R, P, 150.0, {RU: 30.0}),
-    "word older than the half is about an earlier launch": Row(R, P, 150.0, {W: -60.0}),
-    "word a few seconds older: the clocks differ": Row(
-        R, P, 101.0, {W: -3.0}, cause=StallCause.CLOUD
+    "word before the half, within the time-only timeout: the type is still short": Row(
+        R, P, 101.0, {W: -60.0}, cause=StallCause.CLOUD
+    ),
+    "word older than the time-only timeout: the shortage may be over": Row(R, P, 150.0, {W: -51.0}),
+    "word from a clock a little ahead": Row(R, P, 101.0, {W: 103.0}, cause=StallCause.CLOUD),
+    "no time-only timeout known: a word within ready_timeout": Row(
+        R, P, 101.0, {W: -150.0}, {"stall_timeout": None}, cause=StallCause.CLOUD
     ),
     "word, and past twice the longest too: the word is the cause": Row(
-        R, P, 250.0, {W: 30.0}, cause=StallCause.CLOUD
+        R, P, 201.0, {W: 30.0}, cause=StallCause.CLOUD
     ),
     "runner half waiting on the word": Row(P, R, 101.0, {RU: 10.0}, cause=StallCause.CLOUD),
     "both halves Pending: left to ready_timeout": Row(P, P, 150.0, {W: 10.0, RU: 10.0}),
