@@ -306,3 +306,33 @@ async def test_a_stall_on_the_word_is_released_after_one_launch_and_counted(
     )
     lines = [r for r in caplog.records if r.getMessage() == "pair released as stalled"]
     assert [r.__dict__["cause"] for r in lines] == [cause]
+
+
+async def test_a_backed_off_node_group_is_its_halfs_word_while_it_lasts() -> None:
+    """cluster-autoscaler: while every named group of a half is full or backing off after a
+    failed scale-up, that half's word is now; once CA's status says otherwise, no word."""
+    from capacity.settings import ClusterAutoscalerSettings
+    from tests.unit.capacity.test_monitor_logic import NOW, Running, start
+    from tests.unit.capacity.test_node_groups import CONFIGMAPS, STATUS, configmap
+
+    backing_off = STATUS.replace("scaleUp: {status: InProgress}", "scaleUp: {status: Backoff}")
+    assert backing_off != STATUS
+    cluster = MemoryCluster()
+    cluster.add(CONFIGMAPS, configmap(backing_off))
+    ca = ClusterAutoscalerSettings(enabled=True, workflow=["workflows"])
+    scene = start(cluster, proactive=1, cluster_autoscaler=ca)
+    groups = scene.monitor.node_groups
+    assert groups is not None
+    assert scene.monitor.params().cannot_launch_at == {}  # CA's status not read yet
+    async with Running(scene):
+        task = asyncio.create_task(groups.run())
+        try:
+            await scene.settle()
+            scene.clock.now = NOW + 30
+            assert scene.monitor.params().cannot_launch_at == {Role.WORKFLOW: NOW + 30}
+            cluster.add(CONFIGMAPS, configmap(STATUS))  # the back-off is over
+            await scene.settle()
+            assert scene.monitor.params().cannot_launch_at == {}
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
