@@ -54,6 +54,10 @@ WARM_POOL_MODES: Final = ("fixed", "scheduled", "adaptive")
 WARM_POOL_ESTIMATES: Final = ("fast", "profile")
 # The node-group reader: unreadable is a ConfigMap without CA's structured status.
 NODE_GROUP_STATES: Final = ("off", "starting", "watching", "forbidden", "absent", "unreadable")
+# The reader of Karpenter's insufficient-capacity Events (capacity.launch_failures).
+LAUNCH_FAILURE_STATES: Final = ("off", "starting", "watching", "forbidden", "absent")
+# Why a pair was released as stalled (capacity.model.StallCause).
+STALL_CAUSES: Final = ("cloud", "time")
 # A rise of the advertised value checked against the pods read at one revision: confirmed
 # as the watches had it, lowered (the watches were ahead of the apiserver's order), or not
 # checked (the read failed; the rise waits).
@@ -94,6 +98,7 @@ class State:
     node_group_state: str | None = None
     node_groups: tuple[NodeGroup, ...] = ()
     node_group_room: int | None = None
+    launch_failure_state: str | None = None
 
 
 class CapacityMetrics:
@@ -109,6 +114,8 @@ class CapacityMetrics:
         self._fetch_seconds = 0.0
         self._header: int | None = None
         self._rise_at: float | None = None
+        for cause in STALL_CAUSES:  # both series from the start: a rate() over 0, not absent
+            self._events.stalls.labels(*self._key, cause)
         self._collector = _Page.join(
             registry, self._key, [*self._events.all, _StateSeries(self.state, self._key)]
         )
@@ -160,6 +167,14 @@ class CapacityMetrics:
     def record_node_group_state(self, state: str) -> None:
         """The node-group reader's state (one of NODE_GROUP_STATES)."""
         self.state.node_group_state = state
+
+    def record_launch_failure_state(self, state: str) -> None:
+        """The insufficient-capacity Event reader's state (one of LAUNCH_FAILURE_STATES)."""
+        self.state.launch_failure_state = state
+
+    def record_stall(self, cause: str) -> None:
+        """A pair was released as stalled, for this cause (one of STALL_CAUSES)."""
+        self._events.stalls.labels(*self._key, cause).inc()
 
     def record_node_groups(self, groups: Iterable[NodeGroup], pair_room: int | None) -> None:
         """The node groups (the series of groups gone are gone)."""
@@ -273,6 +288,13 @@ class _Events:
             "Placeholder pairs (or lone halves) deleted, by reason.",
             "reason",
         )
+        self.stalls = counter(
+            "gha_capacity_stalls",
+            "Pairs released as stalled (one half Running, the other Pending), by cause: cloud "
+            "(the Pending half's NodePools or node groups said they cannot launch a node; after "
+            "one launch time), time (no such word; after twice the launch time).",
+            "cause",
+        )
         self.kube_errors = counter(
             "gha_capacity_kube_errors",
             "Failed Kubernetes calls of the monitor, by operation and kind.",
@@ -329,6 +351,7 @@ class _Events:
             self.hud_duration,
             self.pair_creates,
             self.pair_deletes,
+            self.stalls,
             self.kube_errors,
             self.reconcile_duration,
             self.signal_changes,
@@ -544,6 +567,13 @@ class _StateSeries:
             "The NodePool reader (1 for the current state): off, starting, watching, "
             "forbidden (no RBAC), absent (no Karpenter CRD).",
             _one_hot(NODEPOOL_STATES, s.nodepool_state),
+            "state",
+        )
+        yield self._family(
+            "gha_capacity_launch_failure_state",
+            "The reader of Karpenter's insufficient-capacity Events (1 for the current state): "
+            "off, starting, watching, forbidden (no RBAC), absent (no such namespace).",
+            _one_hot(LAUNCH_FAILURE_STATES, s.launch_failure_state),
             "state",
         )
 

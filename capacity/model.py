@@ -7,6 +7,7 @@ PURE: no I/O, no clock, no asyncio. Times are epoch seconds (floats) supplied by
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -197,6 +198,14 @@ class Params:
     # released as stalled (None: only `ready_timeout`). The monitor sets it from the launch
     # times it observes (policy.stall_timeout).
     stall_timeout: float | None = None
+    # The shorter stall timeout for a half its pools said they cannot launch a node for (one
+    # longest launch: policy.signal_stall_timeout; None: the signal is not used).
+    signal_stall_timeout: float | None = None
+    # Per half: when its pools last said they cannot launch a node (epoch seconds): Karpenter's
+    # insufficient-capacity Event for a NodePool the half lands on, or every
+    # cluster-autoscaler node group of the half full or backed off. A half not in it, or a
+    # word older than `stall_timeout`: the stall is decided from time alone.
+    cannot_launch_at: Mapping[Role, float] = field(default_factory=dict)
     # How long a new pair takes to launch: the longest of the recent launches (None: not
     # known yet). A Pending pair younger than this is not trimmed (policy step 5): its
     # nodes are already being launched, so deleting it saves nothing and loses the node.
@@ -222,6 +231,15 @@ class Params:
             raise ValueError(
                 f"renew_before ({self.renew_before}s) must be shorter than ttl ({self.ttl}s)"
             )
+
+
+class StallCause(StrEnum):
+    """Why a pair was released as stalled (a metrics label and a log field)."""
+
+    # its Pending half's pools said they cannot launch a node (Karpenter's insufficient
+    # capacity, a full or backed-off node group): released after one longest launch
+    CLOUD = "cloud"
+    TIME = "time"  # Pending for twice the longest launch, with no word from the pools
 
 
 class DeleteReason(StrEnum):
@@ -279,6 +297,8 @@ class Plan:
     held_by_nodepools: int = 0  # pairs not created: the NodePools' limits cannot hold them
     # seconds left of the back-off after a stalled pair (no new pairs meanwhile)
     stall_backoff: float = 0.0
+    # one entry per pair released as stalled this pass: why (the signal or time alone)
+    stalls: tuple[StallCause, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -63,6 +63,7 @@ from base.kube import KubeError
 from capacity import kept, policy, specs, warm_pool
 from capacity.cluster import Cluster
 from capacity.demand import DemandReader, GitHubReaderFactory, build_reader
+from capacity.launch_failures import LaunchFailures
 from capacity.metrics import CapacityMetrics
 from capacity.model import Demand, DemandState, Observed, Params, Role
 from capacity.node_group_watch import NodeGroupRoom
@@ -184,6 +185,18 @@ class CapacityMonitor:
             if settings.nodepools.enabled
             else None
         )
+        # Karpenter's insufficient-capacity Events, with the NodePools (optional): the word
+        # that shortens a stall.
+        self.launch_failures = (
+            LaunchFailures(
+                kube,
+                settings.nodepools.events_namespace,
+                metrics=self.metrics,
+                on_change=self.view.poke,
+            )
+            if self.nodepools is not None and settings.nodepools.events_namespace
+            else None
+        )
         # cluster-autoscaler node groups (optional, off by default).
         self.node_groups = (
             NodeGroupRoom(
@@ -249,8 +262,32 @@ class CapacityMonitor:
             max_runners=max(0, self._max_runners()),
             demand_hold=hold,
             stall_timeout=policy.stall_timeout(self._launch_times, base.ready_timeout),
+            signal_stall_timeout=policy.signal_stall_timeout(
+                self._launch_times, base.ready_timeout
+            ),
+            cannot_launch_at=self._cannot_launch_at(),
             launch_time=policy.launch_time(self._launch_times, base.ready_timeout),
         )
+
+    def _cannot_launch_at(self) -> dict[Role, float]:
+        """Per half, when its pools last said they cannot launch a node: the latest
+        insufficient-capacity Event of a NodePool it lands on; now, while every node group it
+        is named to land on is full or backed off. A half absent: no word (or no check)."""
+        said: dict[Role, float] = {}
+        owner = self.view.runner_set
+        if self.launch_failures is not None and self.nodepools is not None and owner:
+            template = self._template(owner)
+            placement = self.nodepools.placement({role: template.shape(role) for role in Role})
+            for role, pools in placement.items():
+                at = self.launch_failures.latest(p.name for p in pools)
+                if at is not None:
+                    said[role] = at
+        if self.node_groups is not None and self.node_groups.state == "watching":
+            now = self.clock()
+            for role, full in self.node_groups.full().items():
+                if full:
+                    said[role] = now
+        return said
 
     def demand(self, now: float) -> Demand:
         """The demand to plan with: the source's value, and how many of the jobs it counted
@@ -501,6 +538,10 @@ class CapacityMonitor:
                 ]
                 if self.nodepools is not None:
                     loops.append(tg.create_task(self.nodepools.run(), name="capacity-nodepools"))
+                if self.launch_failures is not None:
+                    loops.append(
+                        tg.create_task(self.launch_failures.run(), name="capacity-launch-failures")
+                    )
                 if self.node_groups is not None:
                     loops.append(
                         tg.create_task(self.node_groups.run(), name="capacity-node-groups")

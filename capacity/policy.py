@@ -32,10 +32,12 @@ The plan, in order:
 2. a slot with a half in phase Unknown or Running on an unusable node → the whole slot
    UNUSABLE; a slot with a half Pending longer than `ready_timeout` → the whole slot TIMEOUT;
    a slot with one half Running and the other Pending longer than `stall_timeout` (twice
-   the longest recent launch) → the whole slot STALLED, and step 9 creates nothing for a
-   back-off (`stall_timeout`, doubled per stall up to `ready_timeout`, cleared once a pair
-   created after the stall is Running): the cloud cannot give that half's node, and a new
-   pair would only hold another node for the half it can give;
+   the longest recent launch; one launch, `signal_stall_timeout`, when the half's pools said
+   within the last `stall_timeout` that they cannot launch a node) → the whole slot
+   STALLED, and step 9 creates nothing for a back-off (`stall_timeout`, doubled per stall
+   up to `ready_timeout`, cleared once a pair created after the stall is Running): the
+   cloud cannot give that half's node, and a new pair would only hold another node for the
+   half it can give;
 3. runner room: placeholder-runners beyond ``max_runners − real runners`` go at once
    (EXCESS), real runners being the active EphemeralRunners (also those whose pod is still
    being created) or the runner pods alive, whichever is more: those not ready first, then
@@ -82,7 +84,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from capacity.model import (
@@ -104,6 +106,7 @@ from capacity.model import (
     RealPod,
     Role,
     Sides,
+    StallCause,
 )
 from capacity.nodepools import NodePool, PoolMemory
 from capacity.pods import job_pod_name
@@ -189,6 +192,10 @@ def demand_hold(launches: Sequence[float], ceiling: float) -> float | None:
 # node was still coming up (seen in the outcome benchmark).
 STALL_FLOOR = 180.0
 STALL_LAUNCHES = 2.0  # a half is stalled once Pending this many of the longest launches
+# Seconds: the floor when the half's pools said they cannot launch a node. Lower than
+# STALL_FLOOR because the word, not the wait, tells the shortage from a slow launch; still a
+# minute, so a launch retried on another instance type after one refusal can finish.
+SIGNAL_STALL_FLOOR = 60.0
 
 
 def launch_time(launches: Sequence[float], ceiling: float) -> float | None:
@@ -217,6 +224,20 @@ def stall_timeout(launches: Sequence[float], ceiling: float) -> float | None:
     if len(launches) < HOLD_MIN_LAUNCHES:
         return None
     return max(min(STALL_FLOOR, ceiling), min(STALL_LAUNCHES * max(launches), ceiling))
+
+
+def signal_stall_timeout(launches: Sequence[float], ceiling: float) -> float | None:
+    """How long a half may stay Pending, while the other holds a node, once its pools have
+    said they cannot launch a node for it: the longest of the recent launch times, within
+    [SIGNAL_STALL_FLOOR, ``ceiling``]; None until HOLD_MIN_LAUNCHES have been seen.
+
+    Half of `stall_timeout`: that one waits two launches because, from time alone, a slow
+    launch on a loaded cluster looks the same as a type the cloud cannot give. Karpenter's
+    insufficient-capacity error or a backed-off node group says which it is, so one launch
+    (any launch the pools still try, on another type, would be done by then) is enough."""
+    if len(launches) < HOLD_MIN_LAUNCHES:
+        return None
+    return max(min(SIGNAL_STALL_FLOOR, ceiling), min(max(launches), ceiling))
 
 
 # --- demand sharding ----------------------------------------------------------------------
@@ -362,17 +383,35 @@ def _timed_out(p: Placeholder, params: Params, now: float) -> bool:
     return p.phase == PodPhase.PENDING and now - p.created_at > params.ready_timeout
 
 
-def _stalled(members: Sequence[Placeholder], params: Params, now: float) -> bool:
-    """One half Running, the other Pending for longer than ``stall_timeout``."""
-    if params.stall_timeout is None or len(members) != 2:
-        return False
-    phases = {p.phase for p in members}
+def _stalled(members: Sequence[Placeholder], params: Params, now: float) -> StallCause | None:
+    """One half Running, the other Pending for longer than ``signal_stall_timeout`` when its
+    pools said recently that they cannot launch a node (CLOUD), else than ``stall_timeout``
+    (TIME); None: not stalled.
+
+    Recently: within the last ``stall_timeout`` (``ready_timeout`` while unknown), the
+    longest the half would wait on time alone. The word may predate the half: a provider
+    stops offering a type it could not launch for a few minutes (Karpenter's AWS provider
+    for 3), so a half made just after the refusal gets no word of its own. An older word is
+    about a shortage that may be over."""
+    if len(members) != 2 or PodPhase.RUNNING not in {p.phase for p in members}:
+        return None
     pending = [p for p in members if p.phase == PodPhase.PENDING]
-    return (
-        PodPhase.RUNNING in phases
-        and len(pending) == 1
-        and now - pending[0].created_at > params.stall_timeout
-    )
+    if len(pending) != 1:
+        return None
+    half = pending[0]
+    waited = now - half.created_at
+    said = params.cannot_launch_at.get(half.role)
+    recent = params.stall_timeout if params.stall_timeout is not None else params.ready_timeout
+    if (
+        params.signal_stall_timeout is not None
+        and said is not None
+        and now - said <= recent
+        and waited > params.signal_stall_timeout
+    ):
+        return StallCause.CLOUD
+    if params.stall_timeout is not None and waited > params.stall_timeout:
+        return StallCause.TIME
+    return None
 
 
 def _lone_keep_order(p: Placeholder, params: Params) -> tuple[bool, float, str]:
@@ -476,7 +515,7 @@ class _Slots:
     complete: list[_Pair]
     lone_runners: list[Placeholder]
     lone_workflows: list[Placeholder]
-    stalled: int = 0  # pairs released as stalled this pass
+    stalls: list[StallCause] = field(default_factory=list)  # pairs released as stalled
 
 
 @dataclass(frozen=True)
@@ -531,7 +570,7 @@ def plan(
     lone_runners_kept, lone_since = _age_lone_halves(  # 8
         leftovers, memory, counts.total, params, now, delete
     )
-    backoff, stalled_at = _stall_backoff(memory, slots.stalled, pairs, params, now)  # 2
+    backoff, stalled_at = _stall_backoff(memory, len(slots.stalls), pairs, params, now)  # 2
     backing_off = 0.0 if stalled_at is None else max(0.0, stalled_at + backoff - now)
     count, held = _new_pairs(  # 9
         desired, counts, headroom(params, real) - lone_runners_kept, params, pool_room
@@ -553,6 +592,7 @@ def plan(
         broken=broken,
         held_by_nodepools=held,
         stall_backoff=backing_off,
+        stalls=tuple(slots.stalls),
     )
     return result, Memory(
         desired_window=window,
@@ -571,10 +611,14 @@ def _stall_backoff(
     `stall_timeout` (about two launches: Karpenter, too, stops offering a type it could not
     launch for a few minutes), doubled per stall that follows, up to `ready_timeout`; a
     pair created after the last stall reaching Running shows the type launches again and
-    clears it."""
-    if stalled and params.stall_timeout is not None:
-        longest = max(params.stall_timeout, params.ready_timeout)
-        backoff = params.stall_timeout if memory.backoff <= 0 else 2 * memory.backoff
+    clears it. A stall on the pools' word backs off as long as one on time alone: the word
+    says the type is short now, not when it comes back."""
+    first = params.stall_timeout
+    if first is None:
+        first = params.signal_stall_timeout
+    if stalled and first is not None:
+        longest = max(first, params.ready_timeout)
+        backoff = first if memory.backoff <= 0 else 2 * memory.backoff
         return min(backoff, longest), now
     since = memory.stalled_at
     # Strictly after: a pair already there when the stall was seen says nothing new (and
@@ -641,9 +685,9 @@ def _group_slots(
             delete(members, DeleteReason.UNUSABLE)
         elif any(_timed_out(p, params, now) for p in members):
             delete(members, DeleteReason.TIMEOUT)
-        elif _stalled(members, params, now):
+        elif (cause := _stalled(members, params, now)) is not None:
             delete(members, DeleteReason.STALLED)
-            slots.stalled += 1
+            slots.stalls.append(cause)
         elif Role.RUNNER in halves and Role.WORKFLOW in halves:
             slots.complete.append(_Pair(halves[Role.RUNNER], halves[Role.WORKFLOW]))
         elif Role.RUNNER in halves:

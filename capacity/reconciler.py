@@ -347,6 +347,13 @@ class Reconciler:
             self.metrics.record_held(plan.held_by_nodepools)
         if self.view.node_checks:
             self.metrics.record_deletion_candidates(self.view.on_deletion_candidates())
+        for cause in plan.stalls:
+            # cloud: the Pending half's pools said they cannot launch a node; time: no word
+            self.metrics.record_stall(cause)
+            log.info(
+                "pair released as stalled",
+                extra={"cause": cause.value, "stall_backoff": round(plan.stall_backoff, 1)},
+            )
         if plan.deletes or plan.creates:
             log.info(
                 "reconcile",

@@ -314,6 +314,10 @@ class NodePoolSettings(BaseModel):
     # taints) admits the half's node selector and tolerations.
     runner: list[str] | None = None
     workflow: list[str] | None = None
+    # Where Karpenter's Events on NodeClaims land (`default`: they are cluster-scoped). Its
+    # insufficient-capacity Events for a half's NodePools release a stalled pair after one
+    # launch time, not two (needs deploy/rbac/role-karpenter-events.yaml). "": not read.
+    events_namespace: str = "default"
 
     @field_validator("runner", "workflow")
     @classmethod
@@ -321,6 +325,13 @@ class NodePoolSettings(BaseModel):
         return _names_per_half(
             value, "NodePool", "leave it unset to resolve", lambda n: bool(_DNS_SUBDOMAIN.match(n))
         )
+
+    @field_validator("events_namespace")
+    @classmethod
+    def _check_namespace(cls, value: str) -> str:
+        if value and not _DNS_LABEL.match(value):
+            raise ValueError(f"invalid namespace {value!r}")
+        return value
 
 
 # --- warm pool (docs/capacity-model.md §10) ------------------------------------------------

@@ -130,6 +130,11 @@ DESCRIPTIONS: dict[str, str] = {
     "tolerations.",
     "nodepools.workflow": "NodePools the workflow placeholders land on. Unset: resolved like "
     "`nodepools.runner`, from the workflow placeholders' node selector and tolerations.",
+    "nodepools.events_namespace": "Where Karpenter's Events on NodeClaims land (`default`: "
+    "NodeClaims are cluster-scoped). Its `InsufficientCapacityError` Events for a NodePool a "
+    "half lands on release a stalled pair after one launch time instead of two (a watch; "
+    "needs `deploy/rbac/role-karpenter-events.yaml`; without it: one log line, stalls on "
+    "time alone). Empty: not read.",
     "warm_pool": "Pairs held beyond the queued jobs (below; docs/capacity-model.md §10).",
     "warm_pool.mode": "`fixed`: `proactive_capacity` pairs. `scheduled`: the largest floor of "
     "the `schedule` windows active now, `proactive_capacity` outside them. `adaptive`: enough "

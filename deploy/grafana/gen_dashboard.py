@@ -352,6 +352,15 @@ def capacity() -> list[PanelBuilder]:
             "halves that cannot become capacity.",
             by_name("gha_capacity_stall_backoff_seconds", "back-off", agg="max"),
         ),
+        timeseries(
+            "Stalled pairs by cause",
+            "Pairs released as stalled, by the rule that fired: cloud (the Pending half's "
+            "NodePools sent Karpenter's insufficient-capacity Event, or its node groups are "
+            "full or backing off: released after one launch time), time (no such word: after "
+            "two). Only time while the cloud is short: is the Event reader watching (NodePool "
+            "reader state)?",
+            increase_by("gha_capacity_stalls_total", "cause"),
+        ),
     ]
 
 
@@ -574,8 +583,14 @@ def nodepools() -> list[PanelBuilder]:
             "NodePool reader state",
             "1 for the reader's state: watching (limits applied), starting (no pair created "
             "until the first list), forbidden (RBAC: deploy/rbac/clusterrole-nodepools.yaml) "
-            "or absent (no Karpenter); the last two cost one log line and impose no cap.",
+            "or absent (no Karpenter); the last two cost one log line and impose no cap. "
+            "events: the reader of Karpenter's insufficient-capacity Events (forbidden: "
+            "deploy/rbac/role-karpenter-events.yaml; stalls then on time alone).",
             Query(f"max by (state) (gha_capacity_nodepool_state{{{SEL}}})", "{{state}}"),
+            Query(
+                f"max by (state) (gha_capacity_launch_failure_state{{{SEL}}})",
+                "events {{state}}",
+            ),
         ),
     ]
 

@@ -147,6 +147,33 @@ def test_cluster_autoscaler_status_role_only_for_scale_sets_that_read_it(
     ]
 
 
+def test_karpenter_events_role_only_for_scale_sets_that_read_nodepools(
+    helm_bin: Path, tmp_path: Path
+) -> None:
+    values = {
+        "scaleSets": {
+            "arc-cpu": scale_set(),
+            "arc-kp": scale_set(nodepools={"enabled": True}),
+            "arc-kp2": scale_set(nodepools={"enabled": True, "events_namespace": "karpenter"}),
+            "arc-off": scale_set(nodepools={"enabled": True, "events_namespace": ""}),
+        }
+    }
+    docs = template(helm_bin, values, tmp_path)
+    (shipped, _) = yaml_docs(DEPLOY / "rbac" / "role-karpenter-events.yaml")
+    roles = {k: v for k, v in by_kind(docs, "Role").items() if "-karpenter-events-" in k}
+    assert sorted(roles) == [
+        "default/capacity-listener-karpenter-events-arc-kp",
+        "karpenter/capacity-listener-karpenter-events-arc-kp2",
+    ]
+    for role in roles.values():
+        assert role["rules"] == shipped["rules"]
+    binding = by_kind(docs, "RoleBinding")["default/capacity-listener-karpenter-events-arc-kp"]
+    account = listener_name("arc-kp", "arc-runners", "", "https://github.com/acme")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": CONTROLLER_NAMESPACE}
+    ]
+
+
 def test_capacity_configmap_takes_workflow_resources_from_the_pod_template(
     helm_bin: Path, tmp_path: Path
 ) -> None:

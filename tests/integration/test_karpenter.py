@@ -25,6 +25,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from capacity import policy
+from capacity.settings import NodePoolSettings
 from tests.support.karpenter_kit import (
     RUNNER_SET,
     Scene,
@@ -224,30 +225,43 @@ async def test_workflow_type_without_cloud_capacity_drops_the_header_and_recover
 
 
 async def test_a_pair_whose_workflow_type_cannot_launch_is_released_and_backs_off(
-    scene: Scene, monkeypatch: pytest.MonkeyPatch
+    scene: Scene,
 ) -> None:
     """The cloud has no workflow nodes from the start: the runner half of the warm pair
-    runs, its workflow half waits. Past twice the longest launch time (here a 60 s floor) the
-    pair goes as `stalled`, well before placeholder_ready_timeout (300 s), no pair is made
-    during the back-off, and Karpenter removes the runner node nothing holds any more."""
+    runs, its workflow half waits, and Karpenter's every launch for the workflow pool fails
+    with its insufficient-capacity error (an Event on the NodeClaim, which the monitor reads
+    with `nodepools` on). On that word the pair goes as `stalled` (cause `cloud`) after one
+    longest launch (the 60 s floor), where time alone would wait for twice the longest
+    launch with the 180 s floor; no pair is made during the back-off, and Karpenter removes
+    the runner node nothing holds any more."""
     runners = runner_pool(scene, consolidate_after="5s")
     workflow_pool(scene)
     scene.karpenter.set_capacity(insufficient=[WORKFLOW_TYPE])
     run = scene.start(
-        settings(scene.ns, WORKFLOWS, proactive_capacity=1, placeholder_ready_timeout=300.0)
+        settings(
+            scene.ns,
+            WORKFLOWS,
+            proactive_capacity=1,
+            placeholder_ready_timeout=300.0,
+            nodepools=NodePoolSettings(enabled=True),
+        )
     )
-    # As if this listener had timed 8 launches of 20 s, with the floor (180 s) lowered to
-    # 60 s so the test takes a minute: the stall timeout is then 60 s.
-    monkeypatch.setattr(policy, "STALL_FLOOR", 60.0)
+    # As if this listener had timed 8 launches of 20 s: one launch is then the 60 s floor,
+    # two the 180 s floor (policy.SIGNAL_STALL_FLOOR, policy.STALL_FLOOR).
     run.reconciler.launch_times.extend([20.0] * 8)
+    assert policy.signal_stall_timeout(run.reconciler.launch_times, 300.0) == 60.0
+    assert policy.stall_timeout(run.reconciler.launch_times, 300.0) == 180.0
     started = time.monotonic()
 
     async def stalled() -> bool:
         return run.count("gha_capacity_pair_deletes_total", reason="stalled") >= 1
 
-    await eventually(stalled, "the pair released as stalled", 150)
+    await eventually(stalled, "the pair released as stalled", 170)
     released = time.monotonic() - started
-    assert 60 <= released < 120, released
+    assert 60 <= released < 150, released  # well before the 180 s of time alone
+    assert run.count("gha_capacity_stalls_total", cause="cloud") >= 1
+    assert run.count("gha_capacity_stalls_total", cause="time") == 0
+    assert run.metric("gha_capacity_launch_failure_state", state="watching") == 1
     assert run.count("gha_capacity_pair_deletes_total", reason="timeout") == 0
     assert run.metric("gha_capacity_stall_backoff_seconds") > 0
     creates = run.creates()

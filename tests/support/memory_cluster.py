@@ -62,9 +62,10 @@ def _selector_matches(selector: str, labels: Mapping[str, str]) -> bool:
 def _field_matches(selector: str, obj: Json) -> bool:
     for term in filter(None, selector.split(",")):
         path, value = term.split("=", 1)
-        if path != "metadata.name":
-            raise ValueError(f"field selector {term!r} is not supported here")
-        if obj["metadata"]["name"] != value:
+        found: Any = obj
+        for key in path.split("."):  # metadata.name, reason, involvedObject.kind, ...
+            found = found.get(key) if isinstance(found, dict) else None
+        if found != value:
             return False
     return True
 

@@ -31,6 +31,7 @@ def test_deploy_has_yaml_files() -> None:
         "rbac/clusterrole-node-checks.yaml",
         "rbac/clusterrole-nodepools.yaml",
         "rbac/role-cluster-autoscaler-status.yaml",
+        "rbac/role-karpenter-events.yaml",
         "pdb-runners.yaml",
         "prometheus/alerts.yaml",
     }

@@ -51,3 +51,7 @@ def test_rbac_grants_exactly_the_listed_operations() -> None:
     (role, _) = yaml_docs(DEPLOY / "rbac" / "role-cluster-autoscaler-status.yaml")
     assert role["kind"] == "Role"
     assert [r["resourceNames"] for r in role["rules"]] == [["cluster-autoscaler-status"]]
+    # capacity/launch_failures.py: one field-selected list+watch of Events, in one namespace.
+    assert rules("role-karpenter-events.yaml") == {("", "events", v) for v in ("list", "watch")}
+    (role, _) = yaml_docs(DEPLOY / "rbac" / "role-karpenter-events.yaml")
+    assert role["kind"] == "Role"

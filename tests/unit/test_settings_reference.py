@@ -33,6 +33,7 @@ STRING_SAMPLES = {
     "warm_pool.profile_timezone": "Europe/Berlin",
     "cluster_autoscaler.status_namespace": "autoscaling",
     "cluster_autoscaler.status_configmap": "ca-status",
+    "nodepools.events_namespace": "karpenter-events",
 }
 
 
@@ -47,6 +48,7 @@ REFERENCE_CONTEXT: dict[str, dict[str, str]] = {
     "demand.cluster_count": {"CAPACITY_DEMAND__SOURCE": "github"},
     "nodepools.runner": {"CAPACITY_NODEPOOLS__ENABLED": "true"},
     "nodepools.workflow": {"CAPACITY_NODEPOOLS__ENABLED": "true"},
+    "nodepools.events_namespace": {"CAPACITY_NODEPOOLS__ENABLED": "true"},
     **{
         f"warm_pool.{name}": {"CAPACITY_WARM_POOL__MODE": "adaptive"}
         for name in ("max", "lead_time", "launch_cost", "fast_window", "profile_timezone")

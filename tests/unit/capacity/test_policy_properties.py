@@ -42,6 +42,10 @@ def params_st(draw: st.DrawFn) -> Params:
         node_checks=draw(st.booleans()),
         demand_hold=draw(st.none() | st.floats(0.0, 900.0)),
         stall_timeout=draw(st.none() | st.floats(0.0, 600.0)),
+        signal_stall_timeout=draw(st.none() | st.floats(0.0, 600.0)),
+        cannot_launch_at=draw(
+            st.dictionaries(st.sampled_from(list(Role)), st.floats(NOW - 1200.0, NOW + 60.0))
+        ),
         launch_time=draw(st.none() | st.floats(0.0, 600.0)),
     )
 

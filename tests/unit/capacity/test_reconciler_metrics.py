@@ -46,6 +46,7 @@ NAMES = {
     "gha_capacity_hud_request_duration_seconds": "histogram",
     "gha_capacity_pair_creates_total": "counter",
     "gha_capacity_pair_deletes_total": "counter",
+    "gha_capacity_stalls_total": "counter",
     "gha_capacity_reconcile_duration_seconds": "histogram",
     "gha_capacity_reconcile_last_success_timestamp_seconds": "gauge",
     "gha_capacity_signal_changes_total": "counter",
@@ -69,6 +70,7 @@ NAMES = {
     "gha_capacity_node_group_headroom": "gauge",
     "gha_capacity_node_group_pair_room": "gauge",
     "gha_capacity_node_group_state": "gauge",
+    "gha_capacity_launch_failure_state": "gauge",
 }
 
 
@@ -103,6 +105,7 @@ FIRST_WRITTEN_WHEN_USED = {
     "gha_capacity_node_group_headroom",
     "gha_capacity_node_group_pair_room",
     "gha_capacity_node_group_state",
+    "gha_capacity_launch_failure_state",  # the Event reader only (with nodepools)
 }
 
 
@@ -124,6 +127,8 @@ def test_every_series_is_registered_at_once_with_exact_names_and_no_created() ->
         == 0
     )
     assert value(registry, "gha_capacity_hud_requests_total", result="timeout") == 0
+    assert value(registry, "gha_capacity_stalls_total", cause="cloud") == 0
+    assert value(registry, "gha_capacity_stalls_total", cause="time") == 0
 
 
 def test_a_recorded_pass() -> None:

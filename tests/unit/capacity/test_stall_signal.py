@@ -1,0 +1,133 @@
+"""A stalled half decided on the pools' word (policy step 2): a half whose NodePools or node
+groups said they cannot launch a node is released after one longest launch, not two."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from capacity.model import (
+    DeleteReason,
+    Demand,
+    DemandSource,
+    Memory,
+    Observed,
+    Params,
+    PodPhase,
+    Role,
+    StallCause,
+)
+from capacity.policy import plan, signal_stall_timeout
+
+from .builders import P, R, pair
+
+W = Role.WORKFLOW
+RU = Role.RUNNER
+
+
+def knobs(**overrides: object) -> Params:
+    base: dict[str, object] = {
+        "max_runners": 10,
+        "ready_timeout": 300.0,
+        "stall_timeout": 200.0,  # twice a longest launch of 100 s
+        "signal_stall_timeout": 100.0,  # one
+    }
+    base.update(overrides)
+    return Params(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("launches", "ceiling", "timeout"),
+    [
+        ([50.0] * 7, 300.0, None),  # too few launches seen: the signal is not used
+        ([5.0] * 8, 300.0, 60.0),  # launches on nodes with room: the floor
+        ([10.0] * 8 + [80.0, 100.0], 300.0, 100.0),  # the longest, not the p90
+        ([400.0] * 10, 300.0, 300.0),  # never beyond ready_timeout
+        ([5.0] * 8, 40.0, 40.0),  # nor the floor beyond a shorter ready_timeout
+    ],
+)
+def test_the_signal_stall_timeout_is_one_longest_launch(
+    launches: list[float], ceiling: float, timeout: float | None
+) -> None:
+    assert signal_stall_timeout(launches, ceiling) == timeout
+
+
+@dataclass(frozen=True)
+class Row:
+    runner: PodPhase
+    workflow: PodPhase
+    now: float  # the pair was created at 0
+    said: dict[Role, float] = field(default_factory=dict)  # cannot_launch_at
+    overrides: dict[str, object] = field(default_factory=dict)
+    cause: StallCause | None = None  # expected: released as stalled, and why
+
+
+ROWS = {
+    "no word: a slow launch until twice the longest": Row(R, P, 150.0),
+    "no word: past twice the longest": Row(R, P, 201.0, cause=StallCause.TIME),
+    "word for the workflow half: one longest launch": Row(
+        R, P, 101.0, {W: 30.0}, cause=StallCause.CLOUD
+    ),
+    "word, but within one launch: a launch retried elsewhere may still land": Row(
+        R, P, 99.0, {W: 30.0}
+    ),
+    "word for the other half says nothing of this one": Row(R, P, 150.0, {RU: 30.0}),
+    "word before the half, within the time-only timeout: the type is still short": Row(
+        R, P, 101.0, {W: -60.0}, cause=StallCause.CLOUD
+    ),
+    "word older than the time-only timeout: the shortage may be over": Row(R, P, 150.0, {W: -51.0}),
+    "word from a clock a little ahead": Row(R, P, 101.0, {W: 103.0}, cause=StallCause.CLOUD),
+    "no time-only timeout known: a word within ready_timeout": Row(
+        R, P, 101.0, {W: -150.0}, {"stall_timeout": None}, cause=StallCause.CLOUD
+    ),
+    "word, and past twice the longest too: the word is the cause": Row(
+        R, P, 201.0, {W: 30.0}, cause=StallCause.CLOUD
+    ),
+    "runner half waiting on the word": Row(P, R, 101.0, {RU: 10.0}, cause=StallCause.CLOUD),
+    "both halves Pending: left to ready_timeout": Row(P, P, 150.0, {W: 10.0, RU: 10.0}),
+    "both halves Running: nothing to release": Row(R, R, 150.0, {W: 10.0}),
+    "signal not used (too few launches): time alone": Row(
+        R, P, 150.0, {W: 10.0}, {"signal_stall_timeout": None}
+    ),
+    "no time-only timeout either: the signal still releases": Row(
+        R, P, 101.0, {W: 10.0}, {"stall_timeout": None}, cause=StallCause.CLOUD
+    ),
+}
+
+
+@pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
+def test_when_a_half_is_stalled_and_why(row: Row) -> None:
+    params = knobs(cannot_launch_at=row.said, **row.overrides)
+    observed = Observed(placeholders=pair(1, row.runner, row.workflow, created=0.0))
+    result, _ = plan(observed, Demand(queued=1, source=DemandSource.HUD), params, Memory(), row.now)
+    if row.cause is None:
+        assert result.stalls == ()
+        assert DeleteReason.STALLED not in {d.reason for d in result.deletes}
+    else:
+        assert result.stalls == (row.cause,)
+        assert {d.reason for d in result.deletes} == {DeleteReason.STALLED}
+        assert result.creates == ()  # the back-off has begun
+        assert result.stall_backoff > 0
+
+
+def test_a_stall_on_the_word_backs_off_like_one_on_time() -> None:
+    """The back-off starts at one stall timeout (the time-only one, when known) either way,
+    and doubles on the next stall."""
+    params = knobs(cannot_launch_at={W: 5.0})
+    observed = Observed(placeholders=pair(1, R, P, created=0.0))
+    first, memory = plan(
+        observed, Demand(queued=1, source=DemandSource.HUD), params, Memory(), 101.0
+    )
+    assert (first.stalls, first.stall_backoff) == ((StallCause.CLOUD,), 200.0)
+    again = Observed(placeholders=pair(7, R, P, created=400.0))
+    said = knobs(cannot_launch_at={W: 410.0})
+    second, _ = plan(again, Demand(queued=1, source=DemandSource.HUD), said, memory, 501.0)
+    assert (second.stalls, second.stall_backoff) == ((StallCause.CLOUD,), 300.0)  # capped
+
+
+def test_without_a_time_only_timeout_the_back_off_starts_at_the_signal_one() -> None:
+    params = knobs(stall_timeout=None, cannot_launch_at={W: 5.0})
+    observed = Observed(placeholders=pair(1, R, P, created=0.0))
+    result, _ = plan(observed, Demand(queued=1, source=DemandSource.HUD), params, Memory(), 101.0)
+    assert result.stall_backoff == 100.0
