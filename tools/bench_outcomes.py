@@ -32,7 +32,9 @@ HUD, namespaces and NodePools; the order they are set up in is shuffled per seed
 Trace families (``--family``): ``capped`` (the default) runs with ``maxRunners: 10`` per
 cluster, which the busy minutes of a trace exceed, so maxRunners holds every variant back
 alike; ``roomy`` runs the same traces with ``maxRunners`` above any seed's peak of jobs in
-flight (FAMILIES, peak_in_flight), so the variants differ only in how they get capacity.
+flight (FAMILIES, peak_in_flight), so the variants differ only in how they get capacity. The
+``staged`` family (tools/bench_staged.py, its own layout, variants and figures) replays staged
+CI: builds fanning out into shards on slow GPU-like nodes, for the predictive warm pool.
 
 Honest accounting: one window for every variant of a seed, from cluster start (listeners and
 pause pods start; warm-up included) to a fixed time after the last arrival; node-seconds
