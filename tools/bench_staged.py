@@ -43,7 +43,8 @@ Variants (all of a seed at once, the same clock, set up in a seeded shuffled ord
 
 Figures: everything the other families record per variant (bench_outcomes ``_figures``), and
 under ``staged`` the shards' (``linux-gpu`` jobs') waits, the node-seconds of the shards'
-pools (``gpu``: the slow workflow pool) and the children not queued. The window runs from
+pools (``gpu``: the slow workflow pool), the children not queued and, for the predictive
+variant, whether its listener logged that it loaded the model. The window runs from
 cluster start to ``tail`` after the trace's last job would have ended with no wait.
 
 What it does not model beyond the other families: the GitHub REST API's own latency (the fake
@@ -124,6 +125,7 @@ HEADERS = {
 RUN_IDS = 70_000  # fake run id = this + the trace's run number
 WORKFLOWS_DIR = ".github/workflows/"
 STAGE_MODEL_KEY = "model.json"  # capacity/monitor.py keeps the model under this key
+MODEL_LOADED = "stage model loaded"  # what the listener logs when it read that model
 
 
 @dataclass(frozen=True)
@@ -660,6 +662,17 @@ def _variant_figures(
             "parent_unfinished": sum(j.index not in staged.never for j in unqueued),
         },
     )
+    if staged.run.name == "ours_predictive":
+        # Whether the shards' listener read the trained model (capacity/kept.py logs it): a
+        # predictive run whose model did not load predicts nothing and measures reactive.
+        logs = [
+            listener.log_path.read_text(errors="replace")
+            for site in staged.run.sites
+            if site.spec.name == SHARDS
+            for listener in site.listeners
+            if listener.log_path.exists()
+        ]
+        figures["staged"]["stage_model_loaded"] = any(MODEL_LOADED in text for text in logs)
     return figures
 
 

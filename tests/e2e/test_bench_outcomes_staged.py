@@ -49,6 +49,8 @@ async def test_the_staged_benchmark_queues_each_stage_after_its_parents(
         assert max(figures["node_ready_s"]) >= SMOKE.gpu_registration, name
         path = figures["critical_path"]
         assert len(path["jobs"]) == figures["jobs"], name
+        if name == "ours_predictive":
+            assert staged["stage_model_loaded"] is True  # the trained model was read
         if name.startswith("ours"):
             # Demand read from the fake GitHub REST API, pairs made for it.
             assert path["steps_s"]["demand_seen"]["n"] > 0, name
