@@ -123,6 +123,7 @@ HEADERS = {
     "ours_predictive": "ours, predictive",
 }
 RUN_IDS = 70_000  # fake run id = this + the trace's run number
+OWNER, REPOSITORY = "acme", "app"  # the organization the fakes serve, and its repository
 WORKFLOWS_DIR = ".github/workflows/"
 STAGE_MODEL_KEY = "model.json"  # capacity/monitor.py keeps the model under this key
 MODEL_LOADED = "stage model loaded"  # what the listener logs when it read that model
@@ -308,6 +309,8 @@ def fake_job_fields(job: StagedJob) -> dict[str, Any]:
     """What ``FakeActions.add_jobs`` is given for one job: its labels and duration, and the
     workflow file, job name, run and attempt the GitHub demand source reads back."""
     return {
+        "owner": OWNER,
+        "repo": REPOSITORY,
         "labels": list(job.labels),
         "duration": job.duration,
         "workflow_file": job.workflow.removeprefix(WORKFLOWS_DIR),
@@ -433,6 +436,9 @@ async def _run_seed(
             stage = await stack.enter_async_context(
                 Stage(cluster, workdir / f"staged{seed}-{name}", fake=fake, prefix="stg")
             )
+            # The organization has its repository before any job runs, as on GitHub: the
+            # demand source lists it at start and again only every repositories_refresh.
+            stage.github.add_repositories(OWNER, [REPOSITORY])
             run = VariantRun(name, stage)
             runs[name] = StagedRun(run, {}, set())
             for index, site_name in enumerate(SITES):

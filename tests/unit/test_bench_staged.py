@@ -132,6 +132,8 @@ def test_the_fake_gets_the_workflow_file_job_name_run_and_attempt() -> None:
     )
     fields = fake_job_fields(job)
     assert fields == {
+        "owner": "acme",
+        "repo": "app",
         "labels": ["linux-gpu"],
         "duration": 42.5,
         "workflow_file": "pull.yml",
