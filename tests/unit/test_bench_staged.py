@@ -23,6 +23,7 @@ from capacity.stages import StageModel
 from capacity.whatif.trace import TraceJob
 from tools.bench_goals import goal_rows
 from tools.bench_goals import report as goals_report
+from tools.bench_outcomes import VariantRun
 from tools.bench_staged import (
     BUILD,
     FULL,
@@ -32,6 +33,9 @@ from tools.bench_staged import (
     SMOKE,
     VARIANTS,
     StagedJob,
+    StagedPlan,
+    StagedRun,
+    _release,
     capacity_settings,
     fake_job_fields,
     plan,
@@ -376,3 +380,34 @@ async def test_the_github_source_reads_a_running_build_and_its_queued_shards(
     assert abs(parent.started_at - time.time()) < 30  # when its runner took it
     (queued,) = reading.queued_jobs
     assert (queued.run, queued.job_id) == ("70001#1", fake_shard.runner_request_id)
+
+
+def test_each_variant_queues_a_stage_when_its_own_parents_end() -> None:
+    now = [0.0]
+    actions = FakeActions(pats=["p"], clock=lambda: now[0])
+    stage: Any = SimpleNamespace(fake=actions)
+    staged = StagedRun(VariantRun("ours_reactive", stage), {}, set())
+    trace = [
+        _trace_job(1, "1", "build", 0.0, 100.0),
+        _trace_job(2, "1", "test (1/2)", 102.0, 50.0),
+        _trace_job(3, "1", "test (2/2)", 104.0, 60.0),
+        _trace_job(4, "2", "build", 10.0, 90.0),
+        _trace_job(5, "2", "test (1/1)", 103.0, 50.0),
+    ]
+    seed_plan = StagedPlan(1, staged_jobs(trace, START))
+    warmup = 50.0
+    assert _release(staged, seed_plan, warmup, 0.0, 55.0) == 4  # one build is due
+    (build_1,) = staged.run.jobs
+    assert build_1.display_name == "build"
+    _release(staged, seed_plan, warmup, 0.0, 60.0)
+    build_2 = staged.run.jobs[1]
+    # The first build ends late in this variant (it waited), the second one fails.
+    now[0] = 400.0
+    actions.complete_job(build_1.runner_request_id)
+    actions.complete_job(build_2.runner_request_id, "failed", failure="prepare_timeout")
+    assert _release(staged, seed_plan, warmup, 0.0, 401.0) == 2  # due at 402 and 404
+    assert _release(staged, seed_plan, warmup, 0.0, 404.0) == 0
+    names = [j.display_name for j in staged.run.jobs]
+    assert names == ["build", "build", "test (1/2)", "test (2/2)"]
+    assert {j.workflow_run_id for j in staged.run.jobs[2:]} == {70_001}
+    assert len(staged.never) == 1  # the failed build's shard
