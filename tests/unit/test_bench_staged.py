@@ -5,6 +5,7 @@ fake GitHub REST API serves a staged run as the GitHub demand source reads it.""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ from capacity.whatif.trace import TraceJob
 from tools.bench_goals import goal_rows
 from tools.bench_goals import report as goals_report
 from tools.bench_outcomes import VariantRun
+from tools.bench_outcomes import main as outcomes_main
 from tools.bench_staged import (
     BUILD,
     FULL,
@@ -411,3 +413,16 @@ def test_each_variant_queues_a_stage_when_its_own_parents_end() -> None:
     assert names == ["build", "build", "test (1/2)", "test (2/2)"]
     assert {j.workflow_run_id for j in staged.run.jobs[2:]} == {70_001}
     assert len(staged.never) == 1  # the failed build's shard
+
+
+def test_the_table_command_prints_a_staged_run_with_the_staged_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = _document()
+    document["summary"] = summarize(document["seeds"], VARIANTS)
+    path = tmp_path / "outcomes-staged.json"
+    path.write_text(json.dumps(document))
+    assert outcomes_main(["table", str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert "shards: queue → workflow Running or failed p90 (s)" in printed
+    assert "ours, predictive" in printed
