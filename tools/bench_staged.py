@@ -43,7 +43,8 @@ Variants (all of a seed at once, the same clock, set up in a seeded shuffled ord
 
 Figures: everything the other families record per variant (bench_outcomes ``_figures``), and
 under ``staged`` the shards' (``linux-gpu`` jobs') waits, the node-seconds of the shards'
-pools (``gpu``: the slow workflow pool), the children not queued and, for the predictive
+pools (``gpu``: the slow workflow pool) and its nodes' launch times (``gpu_node_ready_s``),
+the children not queued and, for the predictive
 variant, whether its listener logged that it loaded the model. The window runs from
 cluster start to ``tail`` after the trace's last job would have ended with no wait.
 
@@ -96,6 +97,7 @@ from tools.e2e_karpenter import (
     NodeClaimLog,
     delete_nodepools,
     ensure_karpenter,
+    nodepool_name,
     reset_cloud,
     site_nodepool,
 )
@@ -667,6 +669,15 @@ def _variant_figures(
             "parent_failed": sum(j.index in staged.never for j in unqueued),
             "parent_unfinished": sum(j.index not in staged.never for j in unqueued),
         },
+    )
+    log, (start, end) = staged.run.log, staged.run.window
+    assert log is not None
+    gpu_pools = {nodepool_name(s, "workflow") for s in staged.run.sites if s.spec.name == SHARDS}
+    # Creation to Node of the GPU pool's NodeClaims: the slow launches the shards really had.
+    figures["staged"]["gpu_node_ready_s"] = sorted(
+        round(c.ready_after, 2)
+        for c in log.claims.values()
+        if c.pool in gpu_pools and start <= c.created <= end and c.ready_after is not None
     )
     if staged.run.name == "ours_predictive":
         # Whether the shards' listener read the trained model (capacity/kept.py logs it): a
