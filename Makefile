@@ -19,7 +19,7 @@ help:
 	@echo "make bench         run the benchmarks (prints JSON)"
 	@echo "make chart-package package charts/capacity-listener into dist/ (chart = image version)"
 	@echo "make bench-footprint  RSS of one listener beside ARC's Go listener (prints JSON)"
-	@echo "make bench-outcomes  the outcome benchmark: JSON + figures into OUTCOMES_DIR"
+	@echo "make bench-outcomes  the outcome benchmark: JSON + figures into OUTCOMES_DIR (OUTCOMES_FAMILY=capped|roomy|staged)"
 	@echo "make soak          the fault soak: SEED=1 (or \"1 2 3\") DURATION=240; JSON invariants"
 
 $(VENV)/.installed: pyproject.toml
@@ -132,8 +132,9 @@ bench-footprint: venv cluster-build conformance-build
 
 # Five seeds, every variant of a seed side by side (about 2 h on a busy 2-core machine).
 OUTCOMES_DIR ?= docs/img
+OUTCOMES_FAMILY ?= capped
 bench-outcomes: venv cluster-build
-	$(PY) -m tools.bench_outcomes run --out $(OUTCOMES_DIR)
+	$(PY) -m tools.bench_outcomes run --family $(OUTCOMES_FAMILY) --out $(OUTCOMES_DIR)
 
 # The fault soak (docs/soak.md): seeded faults over two Karpenter sites, invariants as JSON.
 SEED ?= 1

@@ -14,6 +14,14 @@ platform team deciding whether to deploy wants to know in how many seeds it wins
 * **ours, adaptive** against ours, warm pool N (the fixed pool): shorter p90 (and its
   node-seconds beside it, since the two pools do not cost the same).
 
+For the ``staged`` family (tools/bench_staged.py), on the shards (the children, label
+``linux-gpu``) and the GPU pool's node-seconds:
+
+* **ours, predictive** against ours, reactive: the shards' p90 wait ≤ 0.3 × reactive's, at
+  ≤ 1.15 × its GPU node-seconds;
+* **ours, predictive** against stock ``minRunners: N`` and pause pods: a shorter shards' p90
+  than both, at fewer GPU node-seconds than either.
+
 Waits are ``wait_s`` (queue → workflow pod Running, or → the failure for a job the timeout
 failed). Prints one markdown table per document (a trace family) and, per goal, the seeds
 that meet it. Seeds that lack a variant a goal needs, or were recorded before failed jobs
@@ -55,6 +63,7 @@ class Goal:
     needs: tuple[str, ...]
     # (the seed's figures as text, whether the goal is met)
     check: Callable[[Seed], tuple[str, bool]]
+    staged: bool = False  # reads the staged family's figures (no optimum needed)
 
 
 def _demand(seed: Seed) -> tuple[str, bool]:
@@ -106,20 +115,78 @@ GOALS = (
 )
 
 
-def _usable(seed: Seed, needs: tuple[str, ...]) -> bool:
+def _shard_p90(seed: Seed, variant: str) -> float:
+    return float(seed["variants"][variant]["staged"]["shard_wait_s"]["p90"])
+
+
+def _gpu_s(seed: Seed, variant: str) -> float:
+    return float(seed["variants"][variant]["staged"]["shard_node_seconds"]["gpu"])
+
+
+def _ratio(value: float, base: float) -> float:
+    """``value / base``; 1 when both are 0 (no better, no worse), inf over a 0 base."""
+    if base == 0:
+        return 1.0 if value == 0 else float("inf")
+    return value / base
+
+
+def _predictive(seed: Seed) -> tuple[str, bool]:
+    p90 = _ratio(_shard_p90(seed, "ours_predictive"), _shard_p90(seed, "ours_reactive"))
+    gpu = _ratio(_gpu_s(seed, "ours_predictive"), _gpu_s(seed, "ours_reactive"))
+    return f"shards' p90 ×{p90:.2f}, GPU node-s ×{gpu:.2f} of reactive", p90 <= 0.3 and gpu <= 1.15
+
+
+def _predictive_vs_stock(seed: Seed) -> tuple[str, bool]:
+    parts, met = [], True
+    for stock, label in (("stock_minN", "minRunners N"), ("stock_overprov", "pause pods")):
+        p90 = _ratio(_shard_p90(seed, "ours_predictive"), _shard_p90(seed, stock))
+        gpu = _ratio(_gpu_s(seed, "ours_predictive"), _gpu_s(seed, stock))
+        parts.append(f"vs {label}: shards' p90 ×{p90:.2f}, GPU node-s ×{gpu:.2f}")
+        met = met and p90 < 1.0 and gpu < 1.0
+    return "; ".join(parts), met
+
+
+STAGED_GOALS = (
+    Goal(
+        "predictive: shards' p90 ≤ 0.3 × reactive's, GPU node-s ≤ 1.15 ×",
+        ("ours_predictive", "ours_reactive"),
+        _predictive,
+        staged=True,
+    ),
+    Goal(
+        "predictive: shorter shards' p90 than minRunners N and pause pods, fewer GPU node-s",
+        ("ours_predictive", "stock_minN", "stock_overprov"),
+        _predictive_vs_stock,
+        staged=True,
+    ),
+)
+
+
+def _usable(seed: Seed, goal: Goal) -> bool:
     """The seed has every variant the goal needs, with waits that count failed jobs (runs
-    before 2026-11-27 recorded only the succeeded jobs' waits), and the optimum."""
+    before 2026-11-27 recorded only the succeeded jobs' waits), and the optimum (the staged
+    family: its own figures instead)."""
     variants = seed["variants"]
-    return "reference" in seed and all(v in variants and "wait_s" in variants[v] for v in needs)
+    if goal.staged:
+        return all(v in variants and "staged" in variants[v] for v in goal.needs)
+    return "reference" in seed and all(
+        v in variants and "wait_s" in variants[v] for v in goal.needs
+    )
+
+
+def goals_of(document: Mapping[str, Any]) -> tuple[Goal, ...]:
+    """The goals of the document's trace family."""
+    staged = document.get("config", {}).get("family") == "staged"
+    return STAGED_GOALS if staged else GOALS
 
 
 def goal_rows(document: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str, bool]], int]]:
     """Per goal: (name, [(seed, figures, met)], seeds meeting it)."""
     rows = []
-    for goal in GOALS:
+    for goal in goals_of(document):
         per_seed = []
         for name, seed in sorted(document["seeds"].items(), key=lambda kv: int(kv[0])):
-            if _usable(seed, goal.needs):
+            if _usable(seed, goal):
                 text, met = goal.check(seed)
                 per_seed.append((name, text, met))
         rows.append((goal.name, per_seed, sum(met for _, _, met in per_seed)))

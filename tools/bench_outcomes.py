@@ -32,7 +32,9 @@ HUD, namespaces and NodePools; the order they are set up in is shuffled per seed
 Trace families (``--family``): ``capped`` (the default) runs with ``maxRunners: 10`` per
 cluster, which the busy minutes of a trace exceed, so maxRunners holds every variant back
 alike; ``roomy`` runs the same traces with ``maxRunners`` above any seed's peak of jobs in
-flight (FAMILIES, peak_in_flight), so the variants differ only in how they get capacity.
+flight (FAMILIES, peak_in_flight), so the variants differ only in how they get capacity. The
+``staged`` family (tools/bench_staged.py, its own layout, variants and figures) replays staged
+CI: builds fanning out into shards on slow GPU-like nodes, for the predictive warm pool.
 
 Honest accounting: one window for every variant of a seed, from cluster start (listeners and
 pause pods start; warm-up included) to a fixed time after the last arrival; node-seconds
@@ -72,7 +74,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from capacity.settings import HUD_READ_INTERVAL
 from capacity.whatif.optimum import optimum
@@ -750,7 +752,14 @@ def wait_figures(jobs: Sequence[FakeJob]) -> dict[str, Any]:
     }
 
 
-def _figures(run: VariantRun, config: Config, window: float) -> dict[str, Any]:
+class Patience(Protocol):
+    """What the figures read of a configuration (the staged family's has it too)."""
+
+    @property
+    def waited_long(self) -> float: ...
+
+
+def _figures(run: VariantRun, config: Patience, window: float) -> dict[str, Any]:
     log = run.log
     assert log is not None
     start, end = run.window
@@ -1255,10 +1264,11 @@ def main(argv: list[str] | None = None) -> int:
     run_cmd.add_argument("--variants", nargs="*", default=None, help="default: the config's")
     run_cmd.add_argument(
         "--family",
-        choices=sorted(FAMILIES),
+        choices=[*sorted(FAMILIES), "staged"],
         default="capped",
         help="capped: maxRunners 10 per cluster (the bottleneck at busy times); roomy: "
-        "maxRunners above the trace's peak of jobs in flight",
+        "maxRunners above the trace's peak of jobs in flight; staged: builds fanning out "
+        "into shards on slow GPU-like nodes (tools/bench_staged.py)",
     )
     run_cmd.add_argument("--workdir", type=Path, default=None)
     table_cmd = sub.add_parser("table", help="print the README table from a saved JSON")
@@ -1270,9 +1280,25 @@ def main(argv: list[str] | None = None) -> int:
     merge_cmd.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "table":
+        document = json.loads(args.json.read_text())
         with contextlib.suppress(BrokenPipeError):
-            print(report(with_reference(json.loads(args.json.read_text()))))
+            if document["config"].get("family") == "staged":
+                from tools import bench_staged
+
+                print(bench_staged.report(document))
+            else:
+                print(report(with_reference(document)))
         return 0
+    if args.command == "run" and args.family == "staged":
+        from tools import bench_staged
+
+        return bench_staged.run_family(
+            smoke=args.smoke,
+            seeds=args.seeds,
+            variants=args.variants,
+            out=args.out,
+            workdir=args.workdir,
+        )
     if args.command == "merge":
         try:
             merged = merge([json.loads(path.read_text()) for path in args.json])

@@ -132,6 +132,7 @@ class FakeJob:
     duration: float | None
     queue_time: datetime
     state: JobState = JobState.QUEUED
+    run_attempt: int = 1  # GitHub's run_attempt: a re-run keeps the run id, adds one
     scale_set_id: int | None = None
     scale_set_assign_time: datetime | None = None
     runner_assign_time: datetime | None = None
@@ -453,9 +454,13 @@ class FakeActions(LoopbackFake):
         display_name: str | None = None,
         event_name: str = "push",
         queued_ago: float = 0.0,
+        run_id: int | None = None,
+        run_attempt: int = 1,
     ) -> list[FakeJob]:
         """Queue `n` jobs. Empty `labels` fit any scale set. `duration` is for the runner
-        stand-in; the fake never completes a job on its own."""
+        stand-in; the fake never completes a job on its own. Each job is a run of its own,
+        unless `run_id` puts them all in that run (attempt `run_attempt`), as a workflow's
+        later stages are."""
         now = self.clock()
         queue_time = datetime.now(UTC) - timedelta(seconds=queued_ago)
         created = []
@@ -470,9 +475,10 @@ class FakeActions(LoopbackFake):
                 display_name=display_name or f"job-{request_id}",
                 event_name=event_name,
                 labels=tuple(labels),
-                workflow_run_id=next(self._run_ids),
+                workflow_run_id=run_id if run_id is not None else next(self._run_ids),
                 duration=duration,
                 queue_time=queue_time,
+                run_attempt=run_attempt,
             )
             job.history.append((now - queued_ago, JobState.QUEUED))
             self.jobs[request_id] = job

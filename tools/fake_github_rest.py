@@ -24,9 +24,12 @@ each an RFC 3339 time or a date. Finished jobs (`finished_job`, the job history 
 reads) carry `started_at`, `completed_at`, `conclusion` and `runner_name` as GitHub's do.
 
 Jobs come from two places: jobs a test queues here (`queue_job`, `finished_job`), and, when
-linked to a
-`FakeActions`, that fake's job queue (a job not yet claimed by a runner is "queued", a claimed
-one "in_progress", a finished one "completed"; one run per job, as that fake creates them).
+linked to a `FakeActions`, that fake's job queue (a job not yet claimed by a runner is
+"queued", a claimed one "in_progress" with its `started_at`, a finished one "completed" with
+`completed_at` and `conclusion`; the runs are that fake's, one per job unless it was queued
+into a run). A linked job carries what the stage model reads (capacity/github_demand.py):
+its `name` (the fake's display name), `run_attempt` and `workflow_name`, and its run in the
+runs list its workflow file's `path`, `name` and `run_attempt`.
 The fake can serve on its own loopback port (`start`), or from a `FakeActions` server
 (`FakeActions.mount(rest.add_routes)`), which is where a listener's GitHub API URL points.
 
@@ -49,7 +52,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tools.fake_actions import FakeActions, JobState
+from tools.fake_actions import FakeActions, FakeJob, JobState
 from tools.fake_http import LoopbackFake, LoopbackServer
 
 PREFIX = "/api/v3"
@@ -70,6 +73,9 @@ class RestJob:
     completed_at: datetime | None = None
     conclusion: str | None = None  # success | failure | cancelled | skipped (completed jobs)
     runner_name: str | None = None
+    name: str = ""  # "" for "job-<id>"
+    workflow: str = ""  # the workflow file's path in the repository ("" when unknown)
+    run_attempt: int = 1
 
 
 @dataclass
@@ -273,6 +279,13 @@ class FakeGitHubRest(LoopbackFake):
                         labels=job.labels,
                         created_at=job.queue_time,
                         status=status.get(job.state, "queued"),
+                        started_at=_wall_of(job, JobState.RUNNING),
+                        completed_at=_wall_of(job, JobState.COMPLETED),
+                        conclusion=_CONCLUSIONS.get(job.result or ""),
+                        runner_name=job.runner_name,
+                        name=job.display_name,
+                        workflow=_workflow_path(job.workflow_ref),
+                        run_attempt=job.run_attempt,
                     )
                 )
         return jobs
@@ -304,14 +317,18 @@ class FakeGitHubRest(LoopbackFake):
                 status = "completed"
             else:
                 status = "in_progress"
-            runs.append(
-                {
-                    "id": run_id,
-                    "status": status,
-                    "created_at": _iso(min(j.created_at for j in jobs)),
-                    "repository": {"full_name": f"{owner}/{repo}"},
-                }
-            )
+            run: dict[str, Any] = {
+                "id": run_id,
+                "status": status,
+                "created_at": _iso(min(j.created_at for j in jobs)),
+                "repository": {"full_name": f"{owner}/{repo}"},
+                "run_attempt": max(j.run_attempt for j in jobs),
+            }
+            path = next((j.workflow for j in jobs if j.workflow), "")
+            if path:
+                run["path"] = path
+                run["name"] = path.rsplit("/", 1)[-1]
+            runs.append(run)
         return runs
 
     def _jobs_of(self, owner: str, repo: str, run_id: int) -> list[dict[str, Any]] | None:
@@ -329,7 +346,9 @@ class FakeGitHubRest(LoopbackFake):
                 "started_at": _iso(j.started_at) if j.started_at else None,
                 "completed_at": _iso(j.completed_at) if j.completed_at else None,
                 "runner_name": j.runner_name,
-                "name": f"job-{j.id}",
+                "name": j.name or f"job-{j.id}",
+                "run_attempt": j.run_attempt,
+                "workflow_name": j.workflow.rsplit("/", 1)[-1],
             }
             for j in sorted(jobs, key=lambda j: j.id)
         ]
@@ -453,6 +472,26 @@ class FakeGitHubRest(LoopbackFake):
             content_type="application/json",
             headers={**headers, **_limit_headers(limit)},
         )
+
+
+_CONCLUSIONS = {"succeeded": "success", "failed": "failure", "canceled": "cancelled"}
+
+
+def _wall_of(job: FakeJob, state: JobState) -> datetime | None:
+    """When a linked job first entered `state`, on the wall clock (its history is on the
+    fake's monotonic clock; its queue time on both)."""
+    if not job.history:
+        return None
+    queued = job.history[0][0]
+    at = next((t for t, s in job.history if s is state), None)
+    return None if at is None else job.queue_time + timedelta(seconds=at - queued)
+
+
+def _workflow_path(ref: str) -> str:
+    """`.github/workflows/ci.yml` of a job's `owner/repo/.github/workflows/ci.yml@ref`."""
+    path = ref.split("@", 1)[0]
+    parts = path.split("/", 2)
+    return parts[2] if len(parts) == 3 else ""
 
 
 def _parse(text: str) -> datetime:

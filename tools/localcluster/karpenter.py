@@ -188,6 +188,28 @@ class Karpenter:
             content_type="application/merge-patch+json",
         )
 
+    def ensure_node_class(self, name: str, registration_delay: str) -> None:
+        """A KWOKNodeClass ``name`` whose nodes register ``registration_delay`` after launch
+        (on top of the launch delay): a NodePool that references it is a slower pool, e.g.
+        GPU nodes with a long boot and image pull."""
+        body = {
+            "apiVersion": "karpenter.kwok.sh/v1alpha1",
+            "kind": "KWOKNodeClass",
+            "metadata": {"name": name},
+            "spec": {"nodeRegistrationDelay": registration_delay},
+        }
+        try:
+            self.cluster.rest.request("POST", NODECLASSES, body)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            self.cluster.rest.request(
+                "PATCH",
+                f"{NODECLASSES}/{name}",
+                {"spec": body["spec"]},
+                content_type="application/merge-patch+json",
+            )
+
     def create_nodepool(self, manifest: Mapping[str, Any]) -> str:
         self.cluster.rest.request("POST", NODEPOOLS, dict(manifest))
         return str(manifest["metadata"]["name"])
@@ -256,10 +278,14 @@ class Karpenter:
 
     def _launch_window(self) -> float:
         """The longest a launch can take from NodeClaim to Node here: the launch delay's upper
-        bound, the NodeClass's registration delay, and a margin for a loaded machine."""
+        bound, the longest registration delay of any NodeClass, and a margin for a loaded
+        machine."""
         launch = self.launch_delay["high"] if self.launch_delay else 0.0
-        nodeclass = self.cluster.rest.request("GET", f"{NODECLASSES}/{NODE_CLASS}")
-        registration = parse_duration(nodeclass["spec"].get("nodeRegistrationDelay") or "0s")
+        classes = self.cluster.rest.request("GET", NODECLASSES).get("items", [])
+        registration = max(
+            (parse_duration(c["spec"].get("nodeRegistrationDelay") or "0s") for c in classes),
+            default=0.0,
+        )
         return launch + registration + LATE_NODE_MARGIN
 
     def _delete_node(self, node: str) -> None:
