@@ -57,8 +57,8 @@ The plan, in order:
 6. renewing pairs are kept only while Running fresh pairs do not yet cover the target
    (make-before-break); the others go (EXPIRED, or EXCESS when the target itself fell);
 7. more than `max_pending_pairs` pairs Pending → the newest Pending ones go (EXCESS);
-8. left-over lone halves older than `demand_hold` (else `downscale_delay`) go (BROKEN);
-   lone placeholder-runners beyond max_runners go at once (EXCESS);
+8. left-over lone halves older than `downscale_delay` go (BROKEN); lone placeholder-runners
+   beyond max_runners go at once (EXCESS);
 9. new pairs up to `desired_pairs`, limited so that (a) pairs Pending stay within
    `max_pending_pairs` — the cap is on pairs *in flight*, not in existence, so a long queue
    drains (ci-infra #606) — and (b) placeholder-runners plus real runners never
@@ -791,26 +791,17 @@ def _age_lone_halves(
     now: float,
     delete: _Deletes,
 ) -> tuple[int, tuple[tuple[str, float], ...]]:
-    """Step 8: halves nothing can use go after the hold of pairs made for queued jobs (BROKEN;
-    they still protect room a real pod may take meanwhile), lone runner halves at once
-    (EXCESS) if they would exceed max_runners. Returns the lone runner halves kept and when
-    each kept half was first left over.
-
-    The hold and not `downscale_delay`: a left-over half is what remains of a pair a real
-    pod took half of (the scheduler preempts any Running placeholder of the right priority,
-    not the pair the job was advertised for), so it is neither a warm pair nor capacity the
-    header counts; keeping its node past one launch time costs more than launching again
-    (the outcome benchmark: 11-31 such halves per run, each kept five minutes)."""
+    """Step 8: halves nothing can use go after the downscale delay (BROKEN; they still
+    protect room a real pod may take meanwhile), lone runner halves at once (EXCESS) if they
+    would exceed max_runners. Returns the lone runner halves kept and when each kept half
+    was first left over."""
     seen_since = dict(memory.lone_since)
     lone_since: list[tuple[str, float]] = []
     runner_room = max(0, params.max_runners - kept_pairs)
     kept_runners = 0
-    hold = params.downscale_delay
-    if params.demand_hold is not None:
-        hold = min(hold, params.demand_hold)
     for p in leftovers:
         since = min(seen_since.get(p.name, now), now)
-        if now - since >= hold:
+        if now - since >= params.downscale_delay:
             delete([p], DeleteReason.BROKEN)
         elif p.role == Role.RUNNER and kept_runners >= runner_room:
             delete([p], DeleteReason.EXCESS)

@@ -302,16 +302,6 @@ def test_left_over_halves_go_after_the_downscale_delay() -> None:
     assert memory.lone_since == ()
 
 
-def test_left_over_halves_go_after_the_hold_of_queued_jobs_pairs_when_shorter() -> None:
-    knobs = params(downscale_delay=300.0, demand_hold=60.0)
-    observed = Observed(placeholders=(*pair(0), ph(1, W)))
-    _, memory = plan(observed, demand(1), knobs, Memory(), 100.0)
-    kept, memory = plan(observed, demand(1), knobs, memory, 159.0)
-    assert kept.deletes == ()
-    gone, _ = plan(observed, demand(1), knobs, memory, 160.0)
-    assert {d.name: d.reason for d in gone.deletes} == {"ph-1-w": DeleteReason.BROKEN}
-
-
 def test_a_left_over_half_that_finds_a_partner_is_not_deleted() -> None:
     """The workflow pod's preemption shows up before the workflow pod is bound: slot 0's
     runner half looks left over for a moment, then pairs with slot 1's survivor."""
