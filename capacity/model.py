@@ -206,10 +206,6 @@ class Params:
     # cluster-autoscaler node group of the half full or backed off. A half not in it, or a
     # word older than `stall_timeout`: the stall is decided from time alone.
     cannot_launch_at: Mapping[Role, float] = field(default_factory=dict)
-    # How long a new pair takes to launch: the longest of the recent launches (None: not
-    # known yet). A Pending pair younger than this is not trimmed (policy step 5): its
-    # nodes are already being launched, so deleting it saves nothing and loses the node.
-    launch_time: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_runners", "proactive_capacity", "max_pending_pairs", "cluster_index"):

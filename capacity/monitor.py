@@ -266,7 +266,6 @@ class CapacityMonitor:
                 self._launch_times, base.ready_timeout
             ),
             cannot_launch_at=self._cannot_launch_at(),
-            launch_time=policy.launch_time(self._launch_times, base.ready_timeout),
         )
 
     def _cannot_launch_at(self) -> dict[Role, float]:

@@ -48,10 +48,8 @@ The plan, in order:
 3b. pairing of lone halves as above;
 4. pairs within `renew_before` of expiry are *renewing*; the rest are *fresh*;
 5. fresh pairs above the damped target are deleted (EXCESS): Pending ones first, then the
-   newest Running ones; a Pending pair younger than `launch_time` (the longest recent
-   launch) is spared, and no other pair goes in its place: its nodes are already coming.
-   The damped target is the maximum `desired_pairs` seen during the last `demand_hold`
-   seconds (pairs for queued jobs: about one launch time), or of its warm
+   newest Running ones. The damped target is the maximum `desired_pairs` seen during the
+   last `demand_hold` seconds (pairs for queued jobs: about one launch time), or of its warm
    part during the last `downscale_delay` if that is larger, capped by the current
    `max_runners` (an operator's cap applies at once, ci-infra #921). Scale-up is immediate;
 6. renewing pairs are kept only while Running fresh pairs do not yet cover the target
@@ -196,16 +194,6 @@ STALL_LAUNCHES = 2.0  # a half is stalled once Pending this many of the longest 
 # STALL_FLOOR because the word, not the wait, tells the shortage from a slow launch; still a
 # minute, so a launch retried on another instance type after one refusal can finish.
 SIGNAL_STALL_FLOOR = 60.0
-
-
-def launch_time(launches: Sequence[float], ceiling: float) -> float | None:
-    """How long a new pair takes to launch: the longest of the recent launch times, at most
-    ``ceiling`` (`placeholder_ready_timeout`); None until HOLD_MIN_LAUNCHES have been seen.
-    The longest, because a pair young enough to be still launching must not be taken for
-    one that will never come (see `demand_hold` on the mix of launches the sample holds)."""
-    if len(launches) < HOLD_MIN_LAUNCHES:
-        return None
-    return min(max(launches), ceiling)
 
 
 def stall_timeout(launches: Sequence[float], ceiling: float) -> float | None:
@@ -564,7 +552,7 @@ def plan(
     running_pairs = sum(1 for pair in pairs if pair.ready(params))
     fresh, renewing = _split_renewing(pairs, params, now)  # 4
     window, warm_window, target = _damped_target(memory, desired, params, real, now)
-    fresh = _trim_fresh(fresh, target, params, now, delete)  # 5
+    fresh = _trim_fresh(fresh, target, params, delete)  # 5
     kept = _keep_renewing(fresh, renewing, target, params, delete)  # 6
     counts = _cap_pending(kept, fresh, params, delete)  # 7
     lone_runners_kept, lone_since = _age_lone_halves(  # 8
@@ -723,30 +711,14 @@ def _split_renewing(
     return fresh, renewing
 
 
-def _trim_fresh(
-    fresh: list[_Pair], target: int, params: Params, now: float, delete: _Deletes
-) -> list[_Pair]:
+def _trim_fresh(fresh: list[_Pair], target: int, params: Params, delete: _Deletes) -> list[_Pair]:
     """Step 5: fresh pairs above the damped target go (EXCESS), Pending then newest first;
-    returns the fresh pairs kept. A Pending pair younger than `launch_time` is spared and
-    nothing goes in its place: by the time the target falls below it (a hold after the
-    demand that made it), its nodes are being launched and are paid for whether the pair
-    stays or not; kept, it becomes capacity a job can still take, and once Running it is
-    trimmed like any other if the demand is still gone. Older than a launch, a Pending pair
-    is no longer on its way and goes as before."""
+    returns the fresh pairs kept."""
     fresh = sorted(fresh, key=lambda pair: _delete_order(pair, params))
     surplus = max(0, len(fresh) - target)
-    trimmed = [pair for pair in fresh[:surplus] if not _launching(pair, params, now)]
-    for pair in trimmed:
+    for pair in fresh[:surplus]:
         delete.pair(pair, DeleteReason.EXCESS)
-    gone = {pair.runner.name for pair in trimmed}
-    return [pair for pair in fresh if pair.runner.name not in gone]
-
-
-def _launching(pair: _Pair, params: Params, now: float) -> bool:
-    """A Pending pair created less than one launch ago (never without a known launch time)."""
-    if params.launch_time is None or pair.ready(params):
-        return False
-    return now - pair.created_at < params.launch_time
+    return fresh[surplus:]
 
 
 def _keep_renewing(

@@ -325,7 +325,7 @@ class _Run:
     passes: int = 0
     next_delay: int = 0
     next_node: int = 0
-    params_cache: dict[tuple[int, float | None, float | None], Params] = field(default_factory=dict)
+    params_cache: dict[tuple[int, float | None], Params] = field(default_factory=dict)
     # The reconcile loop and the demand reads of this cluster's listener.
     poked: bool = False  # a pass is scheduled for a change
     reads: int = 0
@@ -490,17 +490,15 @@ class _Run:
         hold = base.demand_hold
         if hold is None:  # auto, as the monitor: from the launch times seen so far
             hold = policy.demand_hold(self.launch_times, base.downscale_delay)
-        launch = policy.launch_time(self.launch_times, base.ready_timeout)
-        cached = self.params_cache.get((size, hold, launch))
+        cached = self.params_cache.get((size, hold))
         if cached is None:
             cached = replace(
                 base,
                 proactive_capacity=size,
                 demand_enabled=True,
                 demand_hold=hold,
-                launch_time=launch,
             )
-            self.params_cache[(size, hold, launch)] = cached
+            self.params_cache[(size, hold)] = cached
         return cached
 
     def reconcile(self, now: float) -> None:

@@ -32,7 +32,6 @@ from capacity.policy import (
     count_sides,
     demand_hold,
     forget_assigned,
-    launch_time,
     plan,
     record_demand,
     resolve_demand,
@@ -690,54 +689,6 @@ def test_the_stall_timeout_is_twice_the_longest_recent_launch(
     launches: list[float], ceiling: float, timeout: float | None
 ) -> None:
     assert stall_timeout(launches, ceiling) == timeout
-
-
-@pytest.mark.parametrize(
-    ("launches", "ceiling", "launch"),
-    [
-        ([50.0] * 7, 300.0, None),  # too few launches seen: unknown
-        ([10.0] * 8 + [80.0, 100.0], 300.0, 100.0),  # the longest, not the p90
-        ([400.0] * 10, 300.0, 300.0),  # never beyond ready_timeout
-    ],
-)
-def test_the_launch_time_is_the_longest_recent_launch(
-    launches: list[float], ceiling: float, launch: float | None
-) -> None:
-    assert launch_time(launches, ceiling) == launch
-
-
-def test_a_pair_still_launching_is_not_trimmed_when_the_demand_dips() -> None:
-    """Queued jobs went elsewhere a hold ago, but the pair made for the last of them is still
-    launching: its nodes are coming either way, so it stays, and no Running pair goes in its
-    place. Older than a launch it is no longer on its way and goes; once Running, it goes as
-    soon as the demand is still gone."""
-    knobs = params(demand_hold=60.0, launch_time=120.0)
-    running = (*pair(0, created=0.0), *pair(1, created=10.0))
-    observed = Observed(placeholders=(*running, *pair(2, P, P, created=50.0)))
-    _, memory = plan(observed, demand(3), knobs, Memory(), 50.0)
-    dipped, memory = plan(observed, demand(1), knobs, memory, 120.0)
-    assert dipped.target_pairs == 1
-    # surplus 2: the Pending pair (spared) and the newest Running one (slot 1)
-    assert {d.name for d in dipped.deletes} == {"ph-1-r", "ph-1-w"}
-    observed = apply_plan(observed, dipped, knobs, 120.0)
-    old, _ = plan(observed, demand(1), knobs, memory, 171.0)
-    assert {d.name for d in old.deletes} == {"ph-2-r", "ph-2-w"}
-    landed, _ = plan(
-        Observed(placeholders=(*pair(0, created=0.0), *pair(2, R, R, created=50.0))),
-        demand(1),
-        knobs,
-        memory,
-        130.0,
-    )
-    assert {d.name for d in landed.deletes} == {"ph-2-r", "ph-2-w"}
-
-
-def test_without_a_launch_time_pending_pairs_are_trimmed_first() -> None:
-    knobs = params(demand_hold=60.0)
-    observed = Observed(placeholders=(*pairs(2, created=0.0), *pair(2, P, P, created=50.0)))
-    _, memory = plan(observed, demand(3), knobs, Memory(), 50.0)
-    dipped, _ = plan(observed, demand(2), knobs, memory, 120.0)
-    assert {d.name for d in dipped.deletes} == {"ph-2-r", "ph-2-w"}
 
 
 # --- a half the cloud cannot give -----------------------------------------------------------

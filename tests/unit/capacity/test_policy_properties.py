@@ -46,7 +46,6 @@ def params_st(draw: st.DrawFn) -> Params:
         cannot_launch_at=draw(
             st.dictionaries(st.sampled_from(list(Role)), st.floats(NOW - 1200.0, NOW + 60.0))
         ),
-        launch_time=draw(st.none() | st.floats(0.0, 600.0)),
     )
 
 
