@@ -106,6 +106,9 @@ FIRST_WRITTEN_WHEN_USED = {
     "gha_capacity_node_group_pair_room",
     "gha_capacity_node_group_state",
     "gha_capacity_launch_failure_state",  # the Event reader only (with nodepools)
+    # the predictive warm pool only (warm_pool.predictive.enabled)
+    "gha_capacity_predictive_pairs",
+    "gha_capacity_predictive_children_arrived_total",
 }
 
 
