@@ -245,8 +245,9 @@ def pair_seconds(pairs: Iterable[Pair], until: float) -> dict[str, float]:
     both halves Running, or gone); Running until a real pod took a half (no delete reason:
     the placeholder was preempted), until the listener released it (a reason), or until
     ``until``. Running and released is capacity nobody used."""
-    spent = {"pending": 0.0, "running_then_taken": 0.0, "running_then_released": 0.0}
-    spent["running_at_end"] = 0.0
+    spent = dict.fromkeys(
+        ("pending", "running_then_taken", "running_then_released", "running_at_end"), 0.0
+    )
 
     def span(a: float, b: float) -> float:
         return max(0.0, min(b, until) - max(a, 0.0))
