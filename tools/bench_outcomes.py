@@ -79,6 +79,7 @@ from typing import Any, Protocol
 from capacity.settings import HUD_READ_INTERVAL
 from capacity.whatif.optimum import optimum
 from capacity.whatif.synth import SynthSpec, generate
+from tools import node_occupancy
 from tools.critical_path import (
     JobPath,
     Pair,
@@ -504,13 +505,14 @@ async def _run_seed(
         delete_nodepools, karpenter, [p for r in runs.values() for p in r.pools]
     )
     window = config.warmup + seed_plan.last_arrival + config.tail
+    logs = await asyncio.to_thread(read_occupancy, cluster)
     figures = {
         "jobs": len(seed_plan.arrivals),
         "last_arrival_s": seed_plan.last_arrival,
         "shortage_s": list(seed_plan.shortage),
         "window_s": _r(window),
         "variant_order": order,
-        "variants": {name: _figures(run, config, window) for name, run in runs.items()},
+        "variants": {name: _figures(run, config, window, logs) for name, run in runs.items()},
     }
     return runs, figures
 
@@ -710,6 +712,7 @@ TIMEOUT = "prepare_timeout"  # FakeJob.failure of a job the hooks failed (no wor
 # make a variant that fails its slowest jobs look fast). Jobs unfinished at the window's end
 # are counted apart ("unfinished"), in neither.
 WAIT = "wait_s"
+OCCUPANCY = "node_seconds_by_occupancy"
 WAIT_SUCCEEDED = "wait_succeeded_s"  # queue → workflow Running of succeeded jobs only
 # Queue → workflow Running of every job whose workflow pod ran, failed-by-timeout jobs left
 # out: the only wait runs before the headline above recorded (older JSON has no other), and
@@ -759,7 +762,21 @@ class Patience(Protocol):
     def waited_long(self) -> float: ...
 
 
-def _figures(run: VariantRun, config: Patience, window: float) -> dict[str, Any]:
+def read_occupancy(cluster: LocalCluster) -> node_occupancy.Logs | None:
+    """The cluster's Karpenter and kwok logs, read for tools/node_occupancy.py (None: a
+    cluster that keeps no logs)."""
+    logs = cluster.log_dir
+    if logs is None or not all((logs / f).is_file() for f in ("karpenter.log", "kwok.log")):
+        return None
+    return node_occupancy.read_dir(logs)
+
+
+def _figures(
+    run: VariantRun,
+    config: Patience,
+    window: float,
+    occupancy_logs: node_occupancy.Logs | None = None,
+) -> dict[str, Any]:
     log = run.log
     assert log is not None
     start, end = run.window
@@ -781,6 +798,15 @@ def _figures(run: VariantRun, config: Patience, window: float) -> dict[str, Any]
                 "launch_attempts": launches.get(name, {}).get("attempted", 0),
             }
     placeholder = sum(_placeholder_seconds(site, start, end) for site in run.sites)
+    occupied: dict[str, dict[str, float]] = {}
+    if occupancy_logs is not None:
+        occupied = node_occupancy.occupancy(occupancy_logs, start, end, run.pools)
+        for site in run.sites:
+            for pool in ("runner", "workflow"):
+                states = occupied.get(nodepool_name(site, pool), {})
+                per_pool[f"{site.spec.name}/{pool}"]["occupancy_s"] = {
+                    k: _r(v) for k, v in states.items()
+                }
     return {
         "jobs": len(jobs),
         "succeeded": sum(j.result == "succeeded" for j in jobs),
@@ -802,6 +828,9 @@ def _figures(run: VariantRun, config: Patience, window: float) -> dict[str, Any]
             "runner": _r(sum(v for k, v in seconds.items() if k.endswith("-runner"))),
             "workflow": _r(sum(v for k, v in seconds.items() if k.endswith("-workflow"))),
         },
+        # What held the nodes (tools/node_occupancy.py): per role, launching / a real pod
+        # on it / placeholders or pause pods only / empty. Absent without the cluster's logs.
+        **({OCCUPANCY: node_occupancy.by_role(occupied)} if occupied else {}),
         "placeholder_pod_seconds": _r(placeholder + _pause_seconds(run.pause_samples, window)),
         "karpenter_launches": sum(v["launches"] for v in per_pool.values()),
         # NodeClaim creation → Node joined, every launch of the window (bench_agreement
@@ -881,6 +910,11 @@ METRICS = (
     ("node-seconds, total", ("node_seconds", "total")),
     ("node-seconds, runner pools", ("node_seconds", "runner")),
     ("node-seconds, workflow pools", ("node_seconds", "workflow")),
+    # What held those nodes (tools/node_occupancy.py; runs from before it have none).
+    ("node-seconds launching (NodeClaim → Node)", (OCCUPANCY, "total", "launching")),
+    ("node-seconds with a real pod", (OCCUPANCY, "total", "real")),
+    ("node-seconds with placeholders / pause pods only", (OCCUPANCY, "total", "placeholders")),
+    ("node-seconds empty", (OCCUPANCY, "total", "empty")),
     ("placeholder / pause pod-seconds", ("placeholder_pod_seconds",)),
     ("Karpenter launches", ("karpenter_launches",)),
 )

@@ -73,6 +73,7 @@ from typing import Any
 from capacity.whatif.predict import learn
 from capacity.whatif.staged import StagedSpec, generate_staged
 from capacity.whatif.trace import TraceJob
+from tools import node_occupancy
 from tools.bench_outcomes import (
     LONG_POLL,
     PAT,
@@ -89,6 +90,7 @@ from tools.bench_outcomes import (
     _sample,
     _spread,
     _write,
+    read_occupancy,
     wait_figures,
 )
 from tools.bench_outcomes import METRICS as OUTCOME_METRICS
@@ -476,13 +478,14 @@ async def _run_seed(
         delete_nodepools, karpenter, [p for s in runs.values() for p in s.run.pools]
     )
     window = config.warmup + seed_plan.last_end + config.tail
+    logs = await asyncio.to_thread(read_occupancy, cluster)
     return {
         "trace_jobs": len(seed_plan.jobs),
         "trace_last_end_s": round(seed_plan.last_end, 2),
         "window_s": round(window, 2),
         "variant_order": order,
         "variants": {
-            name: _variant_figures(staged, seed_plan, config, window)
+            name: _variant_figures(staged, seed_plan, config, window, logs)
             for name, staged in runs.items()
         },
     }
@@ -658,9 +661,13 @@ def staged_figures(
 
 
 def _variant_figures(
-    staged: StagedRun, seed_plan: StagedPlan, config: StagedConfig, window: float
+    staged: StagedRun,
+    seed_plan: StagedPlan,
+    config: StagedConfig,
+    window: float,
+    logs: node_occupancy.Logs | None,
 ) -> dict[str, Any]:
-    figures = _figures(staged.run, config, window)
+    figures = _figures(staged.run, config, window, logs)
     unqueued = [j for j in seed_plan.jobs if j.index not in staged.queued]
     figures["staged"] = staged_figures(
         staged.run.jobs,
@@ -682,14 +689,14 @@ def _variant_figures(
     if staged.run.name == "ours_predictive":
         # Whether the shards' listener read the trained model (capacity/kept.py logs it): a
         # predictive run whose model did not load predicts nothing and measures reactive.
-        logs = [
+        texts = [
             listener.log_path.read_text(errors="replace")
             for site in staged.run.sites
             if site.spec.name == SHARDS
             for listener in site.listeners
             if listener.log_path.exists()
         ]
-        figures["staged"]["stage_model_loaded"] = any(MODEL_LOADED in text for text in logs)
+        figures["staged"]["stage_model_loaded"] = any(MODEL_LOADED in text for text in texts)
     return figures
 
 

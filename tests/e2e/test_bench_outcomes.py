@@ -39,6 +39,10 @@ async def test_the_outcome_benchmark_runs_and_accounts_every_job(
         assert figures["node_seconds"]["runner"] > 0, name
         assert figures["node_seconds"]["workflow"] > 0, name
         assert figures["karpenter_launches"] > 0, name
+        # What held the nodes, from the cluster's logs: the same node-seconds, split.
+        held = figures["node_seconds_by_occupancy"]["total"]
+        assert held["real"] > 0, name
+        assert sum(held.values()) == pytest.approx(figures["node_seconds"]["total"], rel=0.1)
         # Where the time goes: every job has its milestones; the assignment is on the path
         # of every finished one, and the steps' shares make up the whole of their waits.
         path = figures["critical_path"]

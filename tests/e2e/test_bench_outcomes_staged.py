@@ -45,6 +45,7 @@ async def test_the_staged_benchmark_queues_each_stage_after_its_parents(
         assert 0 < figures["jobs_per_site"][SHARDS] <= staged["shard_jobs"], name
         assert staged["shard_node_seconds"]["gpu"] > 0, name
         assert figures["per_pool"][f"{SHARDS}/workflow"]["launches"] > 0, name
+        assert figures["per_pool"][f"{SHARDS}/workflow"]["occupancy_s"]["real"] > 0, name
         # The GPU pool is the slow one: each of its nodes took at least the registration
         # delay of its NodeClass on top of the launch delay.
         assert staged["gpu_node_ready_s"], name
