@@ -179,6 +179,9 @@ class Config:
     demand_hold: str = "auto"
     consolidate_after: str = "30s"
     waited_long: float = 60.0
+    # ours read Karpenter's NodePools and its insufficient-capacity Events (nodepools.enabled,
+    # off by default): a half its pools said they cannot launch is released after one launch.
+    nodepools: bool = False
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -196,6 +199,7 @@ class Config:
             "node_provisioning_delay_s": list(self.launch_delay),
             "demand_interval_s": self.demand_interval,
             "demand_hold": self.demand_hold,
+            "nodepools_enabled": self.nodepools,
             "shortage": {
                 "site": SITE_NAMES[0],
                 "instance_type": WORKFLOW_TYPE,
@@ -235,6 +239,14 @@ class Config:
             "hud.lag 30 s, downscale_delay 300 s, placeholder_ready_timeout 300 s, "
             "max_pending_pairs 30, hud.stale_after 300 s, hud.timeout 10 s, "
             "hud.failure_base_capacity 1",
+            *(
+                [
+                    "ours: nodepools.enabled (Karpenter's NodePools and insufficient-capacity "
+                    "Events read; default off)"
+                ]
+                if self.nodepools
+                else []
+            ),
         ]
 
 
@@ -546,6 +558,8 @@ def _capacity(site: Site, variant: str, index: int, config: Config) -> dict[str,
     settings.pop("downscale_delay", None)
     assert site.stage.hud is not None
     settings["hud"] = {"enabled": True, "url": site.stage.hud.endpoint}
+    if config.nodepools:
+        settings["nodepools"] = {"enabled": True}
     return settings
 
 
@@ -1032,6 +1046,7 @@ def config_of(document: Mapping[str, Any]) -> Config:
                 # for downscale_delay.
                 demand_interval=described.get("demand_interval_s", 30.0),
                 demand_hold=described.get("demand_hold", "downscale_delay"),
+                nodepools=described.get("nodepools_enabled", False),
             )
     raise ValueError("config: the saved run matches neither FULL nor SMOKE; cannot re-plan it")
 
@@ -1305,6 +1320,12 @@ def main(argv: list[str] | None = None) -> int:
         "into shards on slow GPU-like nodes (tools/bench_staged.py)",
     )
     run_cmd.add_argument("--workdir", type=Path, default=None)
+    run_cmd.add_argument(
+        "--nodepools",
+        action="store_true",
+        help="ours with nodepools.enabled (Karpenter's NodePools and insufficient-capacity "
+        "Events read); capped and roomy families",
+    )
     table_cmd = sub.add_parser("table", help="print the README table from a saved JSON")
     table_cmd.add_argument("json", type=Path)
     merge_cmd = sub.add_parser(
@@ -1350,6 +1371,8 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(config, seeds=tuple(args.seeds))
     if args.variants:
         config = replace(config, variants=tuple(args.variants))
+    if args.nodepools:
+        config = replace(config, nodepools=True)
     workdir = args.workdir or new_workdir("capacity-listener-outcomes")
 
     async def go() -> dict[str, Any]:
