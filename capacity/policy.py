@@ -371,6 +371,20 @@ def _timed_out(p: Placeholder, params: Params, now: float) -> bool:
     return p.phase == PodPhase.PENDING and now - p.created_at > params.ready_timeout
 
 
+def _word_window(params: Params) -> float:
+    """How long a pool's word that it cannot launch a node applies: the longest a half would
+    wait on time alone (`stall_timeout`, `ready_timeout` while unknown)."""
+    return params.stall_timeout if params.stall_timeout is not None else params.ready_timeout
+
+
+def refused_during(params: Params, created: float) -> bool:
+    """Whether some half's pools said they cannot launch a node while a pair created at
+    ``created`` was launching, or recently enough before that the word applies to it (the
+    same window `_stalled` uses): its launch time measured a shortage, not a launch."""
+    window = _word_window(params)
+    return any(at >= created - window for at in params.cannot_launch_at.values())
+
+
 def _stalled(members: Sequence[Placeholder], params: Params, now: float) -> StallCause | None:
     """One half Running, the other Pending for longer than ``signal_stall_timeout`` when its
     pools said recently that they cannot launch a node (CLOUD), else than ``stall_timeout``
@@ -389,7 +403,7 @@ def _stalled(members: Sequence[Placeholder], params: Params, now: float) -> Stal
     half = pending[0]
     waited = now - half.created_at
     said = params.cannot_launch_at.get(half.role)
-    recent = params.stall_timeout if params.stall_timeout is not None else params.ready_timeout
+    recent = _word_window(params)
     if (
         params.signal_stall_timeout is not None
         and said is not None

@@ -336,3 +336,52 @@ async def test_a_backed_off_node_group_is_its_halfs_word_while_it_lasts() -> Non
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.mark.parametrize(
+    ("word", "whole_after", "sampled"),
+    [
+        (True, 50.0, False),  # refused during the launch and longer than any seen: left out
+        (True, 15.0, True),  # refused, but no longer than the sample's longest: counted
+        (False, 50.0, True),  # no word: a slow launch is a launch
+    ],
+    ids=["a shortage", "a refusal and a launch", "time alone"],
+)
+async def test_a_launch_that_waited_out_a_refusal_is_left_out_of_the_launch_sample(
+    word: bool, whole_after: float, sampled: bool
+) -> None:
+    """Through the reconciler: eight launches of 20 s seen, a pair made, an
+    insufficient-capacity Event for its pool 5 s later (or none), the pair whole after
+    ``whole_after`` s. Every launch is in the histogram; one that waited out the refusal and
+    took longer than any launch in the sample stays out of the sample the stall and hold
+    timeouts come from, so one shortage cannot stretch the next one's stall timeout."""
+    from tests.unit.capacity.test_monitor_logic import NOW, NS, Running, launches, start
+
+    cluster = MemoryCluster()
+    cluster.add(NODEPOOLS, nodepool("any", "100"))
+    scene = start(cluster, proactive=1, nodepools=NodePoolSettings(enabled=True))
+    limits, failures = scene.monitor.nodepools, scene.monitor.launch_failures
+    assert limits is not None
+    assert failures is not None
+    scene.reconciler.launch_times.extend([20.0] * 8)
+    async with Running(scene):
+        tasks = [asyncio.create_task(limits.run()), asyncio.create_task(failures.run())]
+        try:
+            await scene.settle()
+            assert len((await scene.reconciler.reconcile_once()).creates) == 1
+            await scene.settle()
+            if word:
+                cluster.add(EVENTS, ice_event("any-b8c9d", last=_at(NOW + 5)))
+            scene.clock.now = NOW + whole_after
+            for pod in scene.placeholders():
+                cluster.set_phase(NS, pod, "Running")
+            await scene.settle()
+            plan = await scene.reconciler.reconcile_once()
+            assert plan.stalls == ()
+            assert launches(scene) == (1.0, whole_after)
+            expected = [20.0] * 8 + ([whole_after] if sampled else [])
+            assert list(scene.reconciler.launch_times) == expected
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
