@@ -261,6 +261,14 @@ class Deletion:
     reason: DeleteReason
 
 
+@dataclass(frozen=True)
+class Repair:
+    """A lone half's slot given back its missing half: one pod, ``role``, in ``slot``."""
+
+    slot: str
+    role: Role
+
+
 @dataclass(frozen=True, kw_only=True)
 class Sides:
     """The capacity count of one snapshot (docs/capacity-model.md §3)."""
@@ -276,11 +284,13 @@ class Plan:
 
     `creates` are slot ids for new pairs; each id means two pods (one per Role). The policy
     chooses the ids (decimal strings, never reused within a process and never equal to any
-    observed slot) so the caller does not need to. `deletes` are pod names.
+    observed slot) so the caller does not need to. `repairs` are slots of lone halves that
+    get their missing half back (one pod each). `deletes` are pod names.
     `advertised` is the capacity of the snapshot *after* the deletes (creates are Pending and
     never count). The counts describe the snapshot as observed, for metrics."""
 
     creates: tuple[str, ...] = ()
+    repairs: tuple[Repair, ...] = ()
     deletes: tuple[Deletion, ...] = ()
     advertised: int = 0
     runner_side: int = 0

@@ -16,15 +16,17 @@ finished pod no longer holds a job). A placeholder is "ready" when Running, not 
 and (with node checks on) on a usable node. Pending capacity is never advertised.
 
 Pairs. Pairs are created and deleted whole (both halves share a slot id). Halves disappear on
-their own when real pods preempt them; a slot with one half left is *broken* and is never
-repaired by re-creating the missing half. Lone halves are treated as a pool:
+their own when real pods preempt them; a slot with one half left is *broken*. Lone halves are
+treated as a pool:
 
 - a lone placeholder-workflow whose runner half was taken by a real runner keeps protecting
   workflow capacity while some real runner still lacks a bound workflow pod ("reserved");
 - the remaining lone halves are paired up runner-with-workflow across slots ("virtual
   pairs", which count like complete ones: the advertised sides already see them);
-- whatever is left cannot form capacity; it is deleted (reason BROKEN) once it has been
-  left over for `downscale_delay` (it may still be taken by a real pod meanwhile).
+- whatever is left is *repaired* when a pair is wanted (step 9: its missing half is created
+  in its slot, one pod and one node launch instead of two), else deleted (reason BROKEN) once
+  it has been left over for `downscale_delay` (it may still be taken by a real pod
+  meanwhile).
 
 The plan, in order:
 
@@ -57,7 +59,11 @@ The plan, in order:
 7. more than `max_pending_pairs` pairs Pending → the newest Pending ones go (EXCESS);
 8. left-over lone halves older than `downscale_delay` go (BROKEN); lone placeholder-runners
    beyond max_runners go at once (EXCESS);
-9. new pairs up to `desired_pairs`, limited so that (a) pairs Pending stay within
+9. pairs wanted up to `desired_pairs` are made first by repairing left-over lone halves
+   (runner halves within the wanted and in-flight counts alone, since they add no runner;
+   workflow halves like new pairs; not a half within `renew_before` of its expiry; a slot
+   whose missing half's name is not free yet waits for a later pass), then as new pairs,
+   limited so that (a) pairs Pending stay within
    `max_pending_pairs` — the cap is on pairs *in flight*, not in existence, so a long queue
    drains (ci-infra #606) — and (b) placeholder-runners plus real runners never
    exceed `max_runners` (ci-infra #528). Consequence of (b): a pool sized exactly at the cap
@@ -102,6 +108,7 @@ from capacity.model import (
     Plan,
     PodPhase,
     RealPod,
+    Repair,
     Role,
     Sides,
     StallCause,
@@ -574,15 +581,26 @@ def plan(
     )
     backoff, stalled_at = _stall_backoff(memory, len(slots.stalls), pairs, params, now)  # 2
     backing_off = 0.0 if stalled_at is None else max(0.0, stalled_at + backoff - now)
-    count, held = _new_pairs(  # 9
-        desired, counts, headroom(params, real) - lone_runners_kept, params, pool_room
+    repairs, count, held = _new_halves_and_pairs(  # 9
+        desired,
+        counts,
+        headroom(params, real) - lone_runners_kept,
+        leftovers,
+        observed,
+        params,
+        now,
+        delete,
+        pool_room=pool_room,
+        backing_off=backing_off > 0,
     )
-    if backing_off > 0:
-        count = 0
+    if repairs:
+        repaired = {p.name for p in leftovers if p.slot in {r.slot for r in repairs}}
+        lone_since = tuple(entry for entry in lone_since if entry[0] not in repaired)
     first = _next_slot(observed, memory)
     after = count_sides(observed, params, excluding=delete.reasons)
     result = Plan(
         creates=tuple(str(first + i) for i in range(count)),
+        repairs=tuple(repairs),
         deletes=tuple(Deletion(name, reason) for name, reason in delete.reasons.items()),
         advertised=after.advertised,
         runner_side=after.runner_side,
@@ -795,6 +813,82 @@ def _age_lone_halves(
             kept_runners += p.role == Role.RUNNER
             lone_since.append((p.name, since))
     return kept_runners, tuple(lone_since)
+
+
+def _new_halves_and_pairs(
+    desired: int,
+    kept: _Kept,
+    room: int,
+    leftovers: Sequence[Placeholder],
+    observed: Observed,
+    params: Params,
+    now: float,
+    delete: _Deletes,
+    *,
+    pool_room: int | None,
+    backing_off: bool,
+) -> tuple[list[Repair], int, int]:
+    """Step 9: (repairs, new pairs, pairs held back by the pools' room). Lone runner halves
+    are repaired first, within the pairs wanted and the in-flight cap only: a repair adds a
+    workflow half, no runner, so it leaves the max_runners headroom ``room`` as it was. What
+    is still wanted then goes to lone workflow halves (a repair adds a runner half, as a
+    new pair does) and to new pairs (`_new_pairs`). Nothing during a stall back-off."""
+    repairs: list[Repair] = []
+    if not backing_off:
+        want = max(0, min(desired - kept.fresh, params.max_pending_pairs - kept.pending))
+        if pool_room is not None:
+            want = min(want, max(0, pool_room))
+        runners = [p for p in leftovers if p.role == Role.RUNNER]
+        repairs, waiting = _repairs(runners, observed, want, params, now, delete)
+        done = len(repairs) + waiting
+        kept = _Kept(total=kept.total + done, fresh=kept.fresh + done, pending=kept.pending + done)
+        room += done  # the repaired runner halves are in pairs now, no longer lone
+        if pool_room is not None:
+            pool_room -= done
+    count, held = _new_pairs(desired, kept, room, params, pool_room)
+    if backing_off:
+        return repairs, 0, held
+    workflows = [p for p in leftovers if p.role == Role.WORKFLOW]
+    more, waiting = _repairs(workflows, observed, count, params, now, delete)
+    return repairs + more, count - len(more) - waiting, held
+
+
+def _repairs(
+    leftovers: Iterable[Placeholder],
+    observed: Observed,
+    count: int,
+    params: Params,
+    now: float,
+    delete: _Deletes,
+) -> tuple[list[Repair], int]:
+    """Step 9, first: of the ``count`` pairs wanted, those a left-over lone half can make
+    are made by giving it its missing half (one pod, one launch) rather than a new slot
+    (two pods, two nodes, the lone half left to wait out `downscale_delay`). Running halves
+    first, then the oldest. Left alone: a half within `renew_before` of its expiry (the pair
+    would be renewing, not fresh, and count for nothing). A slot whose missing half is still
+    there (terminating, or deleted by this pass: its name is not free yet) is repaired by a
+    later pass; it is counted as waiting, so no new pair is made in its place meanwhile.
+    Returns (repairs, halves waiting for a free name)."""
+    taken = {(p.slot, p.role) for p in observed.placeholders}
+    spare = sorted(
+        (
+            p
+            for p in leftovers
+            if p.name not in delete.reasons and p.expires_at - now > params.renew_before
+        ),
+        key=lambda p: _lone_keep_order(p, params),
+    )
+    repairs: list[Repair] = []
+    waiting = 0
+    for half in spare:
+        if len(repairs) + waiting >= count:
+            break
+        missing = Role.WORKFLOW if half.role == Role.RUNNER else Role.RUNNER
+        if (half.slot, missing) in taken:
+            waiting += 1
+        else:
+            repairs.append(Repair(half.slot, missing))
+    return repairs, waiting
 
 
 def _new_pairs(

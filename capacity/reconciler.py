@@ -354,11 +354,12 @@ class Reconciler:
                 "pair released as stalled",
                 extra={"cause": cause.value, "stall_backoff": round(plan.stall_backoff, 1)},
             )
-        if plan.deletes or plan.creates:
+        if plan.deletes or plan.creates or plan.repairs:
             log.info(
                 "reconcile",
                 extra={
                     "creates": len(plan.creates),
+                    "repairs": len(plan.repairs),
                     "deletes": len(plan.deletes),
                     "advertised": plan.advertised,
                     "desired": plan.desired_pairs,
@@ -368,7 +369,17 @@ class Reconciler:
                 },
             )
         await self._delete(plan.deletes, observed, now)
-        await self._create(plan.creates, now, params)
+        if plan.repairs:
+            log.info(
+                "placeholders repaired",
+                extra={"slots": ",".join(r.slot for r in plan.repairs)},
+            )
+        await self._create(
+            [(slot, tuple(Role)) for slot in plan.creates]
+            + [(r.slot, (r.role,)) for r in plan.repairs],
+            now,
+            params,
+        )
         return plan
 
     async def _check_nodes(self, now: float) -> None:
@@ -457,7 +468,10 @@ class Reconciler:
 
     # --- creates --------------------------------------------------------------------------
 
-    async def _create(self, slots: Iterable[str], now: float, params: Params) -> None:
+    async def _create(
+        self, slots: Iterable[tuple[str, tuple[Role, ...]]], now: float, params: Params
+    ) -> None:
+        """Create the given halves of each slot: both for a new pair, one for a repair."""
         todo = list(slots)
         if not todo:
             return
@@ -471,10 +485,18 @@ class Reconciler:
         if not self._gate.open(now):
             return  # backing off after a failure
         halted = asyncio.Event()
-        await asyncio.gather(*(self._create_pair(s, owner, now, params, halted) for s in todo))
+        await asyncio.gather(
+            *(self._create_pair(s, roles, owner, now, params, halted) for s, roles in todo)
+        )
 
     async def _create_pair(
-        self, slot: str, owner: RunnerSet, now: float, params: Params, halted: asyncio.Event
+        self,
+        slot: str,
+        roles: tuple[Role, ...],
+        owner: RunnerSet,
+        now: float,
+        params: Params,
+        halted: asyncio.Event,
     ) -> None:
         try:
             runner, workflow = self.build_pair(slot, owner, now)
@@ -485,6 +507,8 @@ class Reconciler:
             return
         results: list[str] = []
         for role, manifest in ((Role.RUNNER, runner), (Role.WORKFLOW, workflow)):
+            if role not in roles:
+                continue  # a repair: the slot's other half is there
             async with self._limit:
                 if halted.is_set():
                     break
@@ -512,7 +536,8 @@ class Reconciler:
         else:
             self._gate.succeeded()
             self.metrics.record_create(CREATE_OK if CREATE_OK in results else CREATE_EXISTS)
-            if len(results) == len(Role) and CREATE_OK in results:
+            if len(results) == len(roles) and CREATE_OK in results:
+                # A repaired slot is timed from the repair: one launch, the half it waited for.
                 self._launching[slot] = self.clock()
 
     # --- shutdown -------------------------------------------------------------------------

@@ -82,21 +82,23 @@ def workflow(runner_name: str, phase: PodPhase = R, *, bound: bool = True) -> Re
 
 def apply_plan(observed: Observed, plan: Plan, params: Params, now: float) -> Observed:
     """What the cluster looks like right after the plan is carried out: deleted pods vanish,
-    each created slot becomes a Pending pair that expires after the TTL."""
+    each created slot becomes a Pending pair that expires after the TTL, and each repaired
+    slot gains its missing half, Pending."""
     gone = {d.name for d in plan.deletes}
     kept = [p for p in observed.placeholders if p.name not in gone]
-    for slot in plan.creates:
-        for role in Role:
-            kept.append(
-                Placeholder(
-                    name=ph_name(slot, role),
-                    slot=slot,
-                    role=role,
-                    phase=P,
-                    created_at=now,
-                    expires_at=now + params.ttl,
-                )
-            )
+    made = [(slot, role) for slot in plan.creates for role in Role]
+    made += [(r.slot, r.role) for r in plan.repairs]
+    kept += [
+        Placeholder(
+            name=ph_name(slot, role),
+            slot=slot,
+            role=role,
+            phase=P,
+            created_at=now,
+            expires_at=now + params.ttl,
+        )
+        for slot, role in made
+    ]
     return replace(observed, placeholders=tuple(kept))
 
 

@@ -485,6 +485,37 @@ async def test_a_pairs_launch_is_timed_from_its_create_until_both_halves_run() -
         assert launches(scene) == (1.0, 65.0)  # once per pair
 
 
+async def test_a_lone_half_gets_its_missing_half_back_as_one_pod_and_is_timed() -> None:
+    """A real workflow pod took the pair's workflow half (the pod is gone), the warm pool
+    still wants a pair: the reconciler creates the workflow half alone, under the slot's own
+    name, and times the slot from the repair until it is whole again."""
+    scene = start(proactive=1, downscale_delay=300.0)
+    async with Running(scene):
+        await scene.reconciler.reconcile_once()  # the pair
+        (runner,) = scene.placeholders(Role.RUNNER)
+        (workflow,) = scene.placeholders(Role.WORKFLOW)
+        for name in (runner, workflow):
+            scene.cluster.set_phase(NS, name, "Running")
+        await scene.settle()
+        await scene.reconciler.reconcile_once()
+        assert launches(scene)[0] == 1.0
+        scene.cluster.remove(NS, workflow)  # preempted by a job's workflow pod
+        await scene.settle()
+        scene.clock.now += 10.0
+        plan = await scene.reconciler.reconcile_once()
+        assert plan.creates == ()
+        assert [(r.slot, r.role) for r in plan.repairs] == [(runner.split("-")[-2], Role.WORKFLOW)]
+        await scene.settle()
+        assert scene.placeholders() == sorted([runner, workflow])  # one pod, the same name
+        scene.clock.now += 40.0
+        scene.cluster.set_phase(NS, workflow, "Running")
+        await scene.settle()
+        again = await scene.reconciler.reconcile_once()
+        assert (again.creates, again.repairs, again.deletes) == ((), (), ())
+        assert again.running_pairs == 1
+        assert launches(scene)[0] == 2.0  # the repaired slot, timed from its repair
+
+
 async def test_the_observed_launch_times_set_the_hold_of_queued_jobs_pairs() -> None:
     scene = start(proactive=1, downscale_delay=300.0)
     assert scene.monitor.params().demand_hold is None  # nothing seen: downscale_delay

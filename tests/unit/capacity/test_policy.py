@@ -26,6 +26,7 @@ from capacity.model import (
     Placeholder,
     PodPhase,
     RealPod,
+    Repair,
     Role,
 )
 from capacity.policy import (
@@ -75,6 +76,7 @@ class Case:
     # expectations
     advertised: int = 0
     creates: int = 0
+    repairs: tuple[Repair, ...] = ()
     deletes: dict[str, DeleteReason] = field(default_factory=dict)
 
 
@@ -182,19 +184,55 @@ CASES = {
         knobs={"downscale_delay": 0.0},
         advertised=1,
     ),
-    "lone-runner-half-is-not-repaired": Case(
+    # A left-over lone half and a pair wanted: the half gets its missing half back (one
+    # pod, one node to launch), no new slot.
+    "lone-runner-half-is-repaired-for-a-wanted-pair": Case(
+        placeholders=(ph(0, RU),),
+        queued=1,
+        repairs=(Repair("0", W),),
+    ),
+    "lone-workflow-half-is-repaired-for-a-wanted-pair": Case(
+        placeholders=(ph(0, W),),
+        queued=1,
+        repairs=(Repair("0", RU),),
+    ),
+    "lone-half-nobody-wants-is-not-repaired": Case(placeholders=(ph(0, RU),)),
+    # Aged out (downscale_delay 0): deleted, and the wanted pair is a new one.
+    "lone-half-past-the-downscale-delay-goes-instead": Case(
         placeholders=(ph(0, RU),),
         queued=1,
         knobs={"downscale_delay": 0.0},
         creates=1,
         deletes={"ph-0-r": DeleteReason.BROKEN},
     ),
+    # Its missing half still terminating: that name is not free, so no repair yet.
+    "lone-half-whose-other-half-is-terminating-waits": Case(
+        placeholders=(ph(0, RU), ph(0, W, terminating=True)),
+        queued=1,
+    ),
+    # Within renew_before of its expiry the repaired pair would be renewing: a new pair.
+    "lone-half-about-to-expire-is-not-repaired": Case(
+        placeholders=(ph(0, RU, created=-700),),
+        queued=1,
+        creates=1,
+    ),
+    # Repairing a runner half adds no runner: the headroom (3) holds the repaired pair and
+    # two new ones.
     "lone-runner-half-counts-against-the-headroom": Case(
         placeholders=(ph(0, RU),),
         queued=5,
         knobs={"max_runners": 3},
         advertised=0,
         creates=2,
+        repairs=(Repair("0", W),),
+    ),
+    # Repairing a workflow half adds a runner, like a new pair: within the headroom too.
+    "lone-workflow-half-repair-counts-a-runner": Case(
+        placeholders=(ph(0, W),),
+        queued=5,
+        knobs={"max_runners": 2},
+        creates=1,
+        repairs=(Repair("0", RU),),
     ),
     "lone-runner-halves-above-max-runners-go-at-once": Case(
         placeholders=(*pairs(2), ph(5, RU), ph(6, RU, created=5)),
@@ -283,6 +321,7 @@ def test_plan_examples(case: Case) -> None:
     result, _ = plan(observed, demand(case.queued), params(**case.knobs), Memory(), NOW)
     assert result.advertised == case.advertised
     assert len(result.creates) == case.creates
+    assert result.repairs == case.repairs
     assert {d.name: d.reason for d in result.deletes} == case.deletes
 
 
@@ -333,9 +372,10 @@ def test_unsynced_view_takes_no_action() -> None:
 def test_slot_ids_never_collide_or_repeat() -> None:
     observed = Observed(placeholders=(ph("7", RU, terminating=True), ph("abc", W)))
     first, memory = plan(observed, demand(2), params(), Memory(next_slot=3), NOW)
-    assert first.creates == ("8", "9")
+    assert first.repairs == (Repair("abc", RU),)  # the lone half's slot keeps its id
+    assert first.creates == ("8",)
     second, _ = plan(Observed(), demand(2), params(), memory, NOW)
-    assert second.creates == ("10", "11")
+    assert second.creates == ("9", "10")
 
 
 def test_sides_and_advertised_clamp() -> None:
