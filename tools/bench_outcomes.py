@@ -1082,9 +1082,14 @@ def old_wait_seeds(seeds: Mapping[str, Any]) -> list[int]:
 
 
 def merge(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """`merge_seeds`, then the summary and the offline optimum's bound computed again."""
+    return with_reference(merge_seeds(documents))
+
+
+def merge_seeds(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One document from runs of the same configuration on different seeds (a long benchmark
-    run in parts): seeds together, the summary computed again. The first run's figures and
-    load averages are kept; each seed keeps its own. ValueError if the runs differ in a
+    run in parts): seeds together (the caller computes the summary again). The first run's
+    figures and load averages are kept; each seed keeps its own. ValueError if the runs differ in a
     setting both recorded, or share a seed.
 
     A setting an older run did not record yet (the JSON gained it later) is taken from the
@@ -1122,7 +1127,7 @@ def merge(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
     if unrecorded:
         merged["unrecorded"] = {key: sorted(found) for key, found in unrecorded.items()}
-    return with_reference(merged)
+    return merged
 
 
 def report(document: Mapping[str, Any]) -> str:
@@ -1355,8 +1360,13 @@ def main(argv: list[str] | None = None) -> int:
             workdir=args.workdir,
         )
     if args.command == "merge":
+        documents = [json.loads(path.read_text()) for path in args.json]
+        if documents and documents[0]["config"].get("family") == "staged":
+            from tools import bench_staged
+
+            return bench_staged.merge_into(documents, args.out)
         try:
-            merged = merge([json.loads(path.read_text()) for path in args.json])
+            merged = merge(documents)
         except ValueError as exc:
             print(f"bench: {exc}", file=sys.stderr)
             return 2

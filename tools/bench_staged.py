@@ -90,6 +90,7 @@ from tools.bench_outcomes import (
     _sample,
     _spread,
     _write,
+    merge_seeds,
     read_occupancy,
     wait_figures,
 )
@@ -790,6 +791,24 @@ def _draw_summary(seeds: Mapping[str, Any], variants: Sequence[str], path: Path)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def merge_into(documents: Sequence[Mapping[str, Any]], out: Path) -> int:
+    """``bench_outcomes merge`` of staged runs: seeds together, the summary and its figure
+    (``outcomes-staged-summary.png`` beside ``out``) drawn again; prints the table."""
+    try:
+        merged = merge_seeds(documents)
+    except ValueError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+    variants = [v for v in VARIANTS if v in merged["config"]["variants"]]
+    merged["summary"] = summarize(merged["seeds"], variants)
+    summary_png = out.parent / "outcomes-staged-summary.png"
+    _draw_summary(merged["seeds"], variants, summary_png)
+    merged["images"] = [summary_png.name]
+    _write(out, merged)
+    print(report(merged))
+    return 0
 
 
 def run_family(

@@ -430,3 +430,32 @@ def test_the_table_command_prints_a_staged_run_with_the_staged_rows(
     printed = capsys.readouterr().out
     assert "shards: queue → workflow Running or failed p90 (s)" in printed
     assert "ours, predictive" in printed
+
+
+def test_the_merge_command_puts_staged_seeds_together_with_their_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seeds run apart (one run per seed) merge into one document: the staged summary over
+    all of them, its figure drawn again beside it; a seed in two runs is refused."""
+    both = _document()
+    paths = []
+    for seed in ("1", "2"):
+        part = {
+            "config": {"family": "staged", "variants": list(VARIANTS), "seeds": [int(seed)]},
+            "seeds": {seed: both["seeds"][seed]},
+            "run_seconds": 100.0,
+        }
+        paths.append(tmp_path / f"part-{seed}.json")
+        paths[-1].write_text(json.dumps(part))
+    out = tmp_path / "merged" / "outcomes-staged.json"
+    out.parent.mkdir()
+    assert outcomes_main(["merge", *map(str, paths), "--out", str(out)]) == 0
+    merged = json.loads(out.read_text())
+    assert merged["config"]["seeds"] == [1, 2]
+    assert merged["run_seconds"] == 200.0
+    p90 = merged["summary"]["ours_predictive"]["staged.shard_wait_s.p90"]["value"]
+    assert (p90["min"], p90["max"]) == (50.0, 90.0)
+    assert (out.parent / "outcomes-staged-summary.png").stat().st_size > 0
+    assert "ours, predictive" in capsys.readouterr().out
+    assert outcomes_main(["merge", str(paths[0]), str(paths[0]), "--out", str(out)]) == 2
+    assert "seed 1 is in more than one run" in capsys.readouterr().err
