@@ -189,15 +189,20 @@ _STAMP = re.compile(r"^time=(\S+Z) ")
 def add_to_outcomes(document: dict[str, Any], logs: Logs, workdir: Path) -> list[str]:
     """Add ``node_seconds_by_occupancy`` and per-pool ``occupancy_s`` to every variant of
     ``document`` (an outcome benchmark's JSON) whose listener files are in ``workdir``
-    (``seed<S>-<variant>/listener-<site>-<n>-config.json``). Returns what it could not do."""
+    (``seed<S>-<variant>/listener-<site>-<n>-config.json``, ``staged<S>-…`` for the staged
+    family). Returns what it could not do."""
     missing: list[str] = []
     for seed, figures in document["seeds"].items():
         firsts: list[float] = []
         namespaces: dict[str, dict[str, str]] = {}  # variant -> site -> namespace
         for variant in figures["variants"]:
-            for config in sorted(
-                (workdir / f"seed{seed}-{variant}").glob("listener-*-config.json")
-            ):
+            # bench_outcomes names a variant's directory seed<S>-<variant>, bench_staged
+            # staged<S>-<variant>.
+            files = [
+                *(workdir / f"seed{seed}-{variant}").glob("listener-*-config.json"),
+                *(workdir / f"staged{seed}-{variant}").glob("listener-*-config.json"),
+            ]
+            for config in sorted(files):
                 loaded = json.loads(config.read_text())
                 site = str(loaded["runner_scale_set_name"])
                 namespaces.setdefault(variant, {})[site] = str(
