@@ -199,7 +199,7 @@ class Params:
     # times it observes (policy.stall_timeout).
     stall_timeout: float | None = None
     # The shorter stall timeout for a half its pools said they cannot launch a node for (one
-    # longest launch: policy.signal_stall_timeout; None: the signal is not used).
+    # longest launch, policy.signal_stall_timeout; half of ready_timeout before enough launches).
     signal_stall_timeout: float | None = None
     # Per half: when its pools last said they cannot launch a node (epoch seconds): Karpenter's
     # insufficient-capacity Event for a NodePool the half lands on, or every

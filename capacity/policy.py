@@ -221,18 +221,24 @@ def stall_timeout(launches: Sequence[float], ceiling: float) -> float | None:
     return max(min(STALL_FLOOR, ceiling), min(STALL_LAUNCHES * max(launches), ceiling))
 
 
-def signal_stall_timeout(launches: Sequence[float], ceiling: float) -> float | None:
+def signal_stall_timeout(launches: Sequence[float], ceiling: float) -> float:
     """How long a half may stay Pending, while the other holds a node, once its pools have
     said they cannot launch a node for it: the longest of the recent launch times, within
-    [SIGNAL_STALL_FLOOR, ``ceiling``]; None until HOLD_MIN_LAUNCHES have been seen.
+    [SIGNAL_STALL_FLOOR, ``ceiling``].
 
     Half of `stall_timeout`: that one waits two launches because, from time alone, a slow
     launch on a loaded cluster looks the same as a type the cloud cannot give. Karpenter's
     insufficient-capacity error or a backed-off node group says which it is, so one launch
-    (any launch the pools still try, on another type, would be done by then) is enough."""
+    (any launch the pools still try, on another type, would be done by then) is enough.
+
+    Before HOLD_MIN_LAUNCHES have been seen: half of ``ceiling`` (at least the floor). The
+    word needs no sample to be believed, only a bound on a launch still being retried; a
+    shortage early in a listener's life (in the outcome benchmark, before a site's eighth
+    launch) otherwise held every runner half to the ready timeout."""
+    floor = min(SIGNAL_STALL_FLOOR, ceiling)
     if len(launches) < HOLD_MIN_LAUNCHES:
-        return None
-    return max(min(SIGNAL_STALL_FLOOR, ceiling), min(max(launches), ceiling))
+        return max(floor, ceiling / 2)
+    return max(floor, min(max(launches), ceiling))
 
 
 # --- demand sharding ----------------------------------------------------------------------

@@ -40,7 +40,8 @@ def knobs(**overrides: object) -> Params:
 @pytest.mark.parametrize(
     ("launches", "ceiling", "timeout"),
     [
-        ([50.0] * 7, 300.0, None),  # too few launches seen: the signal is not used
+        ([50.0] * 7, 300.0, 150.0),  # too few launches seen: half the ready timeout
+        ([], 100.0, 60.0),  # none seen, a short ready timeout: the floor
         ([5.0] * 8, 300.0, 60.0),  # launches on nodes with room: the floor
         ([10.0] * 8 + [80.0, 100.0], 300.0, 100.0),  # the longest, not the p90
         ([400.0] * 10, 300.0, 300.0),  # never beyond ready_timeout
@@ -48,7 +49,7 @@ def knobs(**overrides: object) -> Params:
     ],
 )
 def test_the_signal_stall_timeout_is_one_longest_launch(
-    launches: list[float], ceiling: float, timeout: float | None
+    launches: list[float], ceiling: float, timeout: float
 ) -> None:
     assert signal_stall_timeout(launches, ceiling) == timeout
 
