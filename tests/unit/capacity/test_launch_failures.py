@@ -5,9 +5,11 @@ for the policy (Params.cannot_launch_at)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -26,6 +28,9 @@ from capacity.model import Role, StallCause
 from capacity.nodepool_watch import RESOURCE as NODEPOOLS
 from capacity.settings import NodePoolSettings
 from tests.support.memory_cluster import MemoryCluster
+
+if TYPE_CHECKING:
+    from tests.unit.capacity.test_monitor_logic import Scene
 from tests.unit.capacity.test_nodepool_watch import (
     LABELS,
     Pokes,
@@ -256,18 +261,12 @@ def _at(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@pytest.mark.parametrize("word", [True, False], ids=["with the word", "time alone"])
-async def test_a_stall_on_the_word_is_released_after_one_launch_and_counted(
-    word: bool, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Through the reconciler: the runner half Running, the workflow half Pending, eight
-    launches of 20 s seen. With an insufficient-capacity Event for the pool after the pair
-    was made, the pair goes after one launch (the 60 s floor), counted with cause=cloud;
-    without it, it waits for the time-only timeout (the 180 s floor), cause=time."""
-    from tests.unit.capacity.test_monitor_logic import NOW, NS, RUNNER_SET, Running, start
+@contextlib.asynccontextmanager
+async def _first_pair_with_the_word_read(cluster: MemoryCluster) -> AsyncIterator[Scene]:
+    """A listener reading the NodePools and their insufficient-capacity Events, eight
+    launches of 20 s seen, its first pair just made (at NOW, both halves Pending)."""
+    from tests.unit.capacity.test_monitor_logic import Running, start
 
-    caplog.set_level(logging.INFO, logger="capacity.reconciler")
-    cluster = MemoryCluster()
     cluster.add(NODEPOOLS, nodepool("any", "100"))
     scene = start(cluster, proactive=1, nodepools=NodePoolSettings(enabled=True))
     limits, failures = scene.monitor.nodepools, scene.monitor.launch_failures
@@ -280,24 +279,40 @@ async def test_a_stall_on_the_word_is_released_after_one_launch_and_counted(
             await scene.settle()
             assert len((await scene.reconciler.reconcile_once()).creates) == 1
             await scene.settle()
-            (runner,) = scene.placeholders(Role.RUNNER)
-            cluster.set_phase(NS, runner, "Running")
-            if word:
-                cluster.add(EVENTS, ice_event("any-b8c9d", last=_at(NOW + 5)))
-            await scene.settle()
-            scene.clock.now = NOW + 61
-            plan = await scene.reconciler.reconcile_once()
-            if word:
-                assert plan.stalls == (StallCause.CLOUD,)
-            else:
-                assert plan.stalls == ()
-                scene.clock.now = NOW + 181
-                plan = await scene.reconciler.reconcile_once()
-                assert plan.stalls == (StallCause.TIME,)
+            yield scene
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@pytest.mark.parametrize("word", [True, False], ids=["with the word", "time alone"])
+async def test_a_stall_on_the_word_is_released_after_one_launch_and_counted(
+    word: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Through the reconciler: the runner half Running, the workflow half Pending, eight
+    launches of 20 s seen. With an insufficient-capacity Event for the pool after the pair
+    was made, the pair goes after one launch (the 60 s floor), counted with cause=cloud;
+    without it, it waits for the time-only timeout (the 180 s floor), cause=time."""
+    from tests.unit.capacity.test_monitor_logic import NOW, NS, RUNNER_SET
+
+    caplog.set_level(logging.INFO, logger="capacity.reconciler")
+    cluster = MemoryCluster()
+    async with _first_pair_with_the_word_read(cluster) as scene:
+        (runner,) = scene.placeholders(Role.RUNNER)
+        cluster.set_phase(NS, runner, "Running")
+        if word:
+            cluster.add(EVENTS, ice_event("any-b8c9d", last=_at(NOW + 5)))
+        await scene.settle()
+        scene.clock.now = NOW + 61
+        plan = await scene.reconciler.reconcile_once()
+        if word:
+            assert plan.stalls == (StallCause.CLOUD,)
+        else:
+            assert plan.stalls == ()
+            scene.clock.now = NOW + 181
+            plan = await scene.reconciler.reconcile_once()
+            assert plan.stalls == (StallCause.TIME,)
     cause = "cloud" if word else "time"
     sample = scene.registry.get_sample_value
     assert (
@@ -355,33 +370,18 @@ async def test_a_launch_that_waited_out_a_refusal_is_left_out_of_the_launch_samp
     ``whole_after`` s. Every launch is in the histogram; one that waited out the refusal and
     took longer than any launch in the sample stays out of the sample the stall and hold
     timeouts come from, so one shortage cannot stretch the next one's stall timeout."""
-    from tests.unit.capacity.test_monitor_logic import NOW, NS, Running, launches, start
+    from tests.unit.capacity.test_monitor_logic import NOW, NS, launches
 
     cluster = MemoryCluster()
-    cluster.add(NODEPOOLS, nodepool("any", "100"))
-    scene = start(cluster, proactive=1, nodepools=NodePoolSettings(enabled=True))
-    limits, failures = scene.monitor.nodepools, scene.monitor.launch_failures
-    assert limits is not None
-    assert failures is not None
-    scene.reconciler.launch_times.extend([20.0] * 8)
-    async with Running(scene):
-        tasks = [asyncio.create_task(limits.run()), asyncio.create_task(failures.run())]
-        try:
-            await scene.settle()
-            assert len((await scene.reconciler.reconcile_once()).creates) == 1
-            await scene.settle()
-            if word:
-                cluster.add(EVENTS, ice_event("any-b8c9d", last=_at(NOW + 5)))
-            scene.clock.now = NOW + whole_after
-            for pod in scene.placeholders():
-                cluster.set_phase(NS, pod, "Running")
-            await scene.settle()
-            plan = await scene.reconciler.reconcile_once()
-            assert plan.stalls == ()
-            assert launches(scene) == (1.0, whole_after)
-            expected = [20.0] * 8 + ([whole_after] if sampled else [])
-            assert list(scene.reconciler.launch_times) == expected
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+    async with _first_pair_with_the_word_read(cluster) as scene:
+        if word:
+            cluster.add(EVENTS, ice_event("any-b8c9d", last=_at(NOW + 5)))
+        scene.clock.now = NOW + whole_after
+        for pod in scene.placeholders():
+            cluster.set_phase(NS, pod, "Running")
+        await scene.settle()
+        plan = await scene.reconciler.reconcile_once()
+        assert plan.stalls == ()
+        assert launches(scene) == (1.0, whole_after)
+        expected = [20.0] * 8 + ([whole_after] if sampled else [])
+        assert list(scene.reconciler.launch_times) == expected
