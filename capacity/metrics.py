@@ -95,6 +95,7 @@ class State:
     warm_pool_target: int = 0
     warm_pool_estimates: tuple[Estimate, Estimate] | None = None
     predictive_pairs: int | None = None  # None: the predictive pool is off
+    predictive_expected: dict[str, float] = field(default_factory=dict)  # per workflow
     node_group_state: str | None = None
     node_groups: tuple[NodeGroup, ...] = ()
     node_group_room: int | None = None
@@ -155,14 +156,16 @@ class CapacityMetrics:
         if estimates is not None:
             self.state.warm_pool_estimates = estimates
 
-    def record_predictive_pairs(self, pairs: int) -> None:
+    def record_predictive_pairs(self, pairs: int, expected: Mapping[str, float]) -> None:
         """The predictive pool (settings warm_pool.predictive): the pairs it holds for
-        predicted children at this pass."""
+        predicted children at this pass, and those children per parent workflow."""
         self.state.predictive_pairs = pairs
+        self.state.predictive_expected = dict(expected)
 
-    def record_predicted_arrivals(self, children: int) -> None:
-        """Children queued for parents the predictive pool counted (0 creates the series)."""
-        self._events.predictive_arrived.labels(*self._key).inc(children)
+    def record_predicted_arrivals(self, children: Mapping[str, int]) -> None:
+        """Children queued for parents the predictive pool counted, per parent workflow."""
+        for workflow, count in children.items():
+            self._events.predictive_arrived.labels(*self._key, workflow).inc(count)
 
     def record_node_group_state(self, state: str) -> None:
         """The node-group reader's state (one of NODE_GROUP_STATES)."""
@@ -338,7 +341,9 @@ class _Events:
         self.predictive_arrived = counter(
             "gha_capacity_predictive_children_arrived",
             "Predictive warm pool: jobs queued on this scale set as children of a running "
-            "parent job the pool had counted (its predicted children that came).",
+            "parent job the pool had counted (its predicted children that came), by the "
+            "parent's workflow.",
+            "workflow",
         )
         self.all: list[Source] = [
             self.predictive_arrived,
@@ -614,6 +619,13 @@ class _StateSeries:
             "parent jobs are expected to queue within the horizon (on top of the base pool; "
             "included in gha_capacity_warm_pool_target).",
             s.predictive_pairs,
+        )
+        yield self._family(
+            "gha_capacity_predictive_children_expected",
+            "Predictive warm pool: children expected on this scale set within the horizon at "
+            "the last pass (a mean over the running parents), by the parents' workflow.",
+            {(workflow,): count for workflow, count in sorted(s.predictive_expected.items())},
+            "workflow",
         )
 
     def _node_groups(self, s: State) -> Iterator[Metric]:

@@ -227,8 +227,7 @@ class CapacityMonitor:
         self._launch_times = self.reconciler.launch_times
         self.metrics.record_warm_pool_mode(settings.warm_pool.mode)
         if self.stage_feed is not None:
-            self.metrics.record_predictive_pairs(0)
-            self.metrics.record_predicted_arrivals(0)
+            self.metrics.record_predictive_pairs(0, {})
         # Nothing is confirmed yet: advertise 0 until the view has synced and a pass has
         # counted verified capacity (set here, before the listener's first poll can start).
         self.reconciler.publish(0)
@@ -320,7 +319,10 @@ class CapacityMonitor:
                 found = pool.expected(now)
                 self.stage_feed.count(found)
                 pairs = math.ceil(sum(e.count for e in found) - 1e-9)
-                self.metrics.record_predictive_pairs(pairs)
+                by_workflow: dict[str, float] = {}
+                for e in found:
+                    by_workflow[e.workflow] = by_workflow.get(e.workflow, 0.0) + e.count
+                self.metrics.record_predictive_pairs(pairs, by_workflow)
         return target
 
     def _adaptive(self) -> warm_pool.AdaptivePool | None:

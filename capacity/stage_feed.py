@@ -92,7 +92,8 @@ class StageFeed:
     learner: StageLearner = field(init=False)
     seen: dict[RunningParent, float] = field(default_factory=dict)  # last good set: last seen
     queued_seen: set[tuple[str, int]] = field(default_factory=set)  # (run, job id)
-    counted: set[str] = field(default_factory=set)  # parent names the pool counted
+    # parent names the pool counted, with their workflows
+    counted: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.learner = StageLearner(self.model, link=LINK + self.interval)
@@ -107,12 +108,12 @@ class StageFeed:
         now: float,
         truncated: bool = False,
         partial: bool = False,
-    ) -> int:
+    ) -> dict[str, int]:
         """One reading (``ok``: a good one; ``read_at``: when its read began; ``truncated``,
-        ``partial``: see the module docstring). Returns how many of its new queued jobs are
-        children of a parent the pool counted."""
+        ``partial``: see the module docstring). Returns, per workflow, how many of its new
+        queued jobs are children of a parent the pool counted."""
         if not ok:
-            return 0  # hold the last good set; nothing ended that we know of
+            return {}  # hold the last good set; nothing ended that we know of
         if partial:
             seen = {**self.seen, **{parent: read_at for parent in running}}
             latest = sorted(seen, key=lambda p: p.started_at)[-MAX_SEEN:]
@@ -120,7 +121,7 @@ class StageFeed:
         else:
             self._end_missing(running, truncated)
             self.seen = {parent: read_at for parent in running}
-        arrived = 0
+        arrived: dict[str, int] = {}
         ids: set[tuple[str, int]] = set()
         for job in sorted(queued, key=lambda j: (j.queued_at, j.run, j.job_id)):
             if job.job_id < 0:
@@ -131,11 +132,13 @@ class StageFeed:
                 continue
             linked = self.learner.queued(job.run, self.label_set, job.queued_at)
             if linked is not None and linked in self.counted:
-                arrived += 1
+                workflow = self.counted[linked]
+                arrived[workflow] = arrived.get(workflow, 0) + 1
         self.queued_seen = ids
         self.learner.flush(now - self.interval)
         # Only the names that can still be linked to: running, or ended and not recorded.
-        self.counted &= {parent_name(p) for p in self.seen} | self.learner.pending_names()
+        live = {parent_name(p) for p in self.seen} | self.learner.pending_names()
+        self.counted = {name: w for name, w in self.counted.items() if name in live}
         return arrived
 
     def _end_missing(self, running: Sequence[RunningParent], truncated: bool) -> None:
@@ -156,4 +159,4 @@ class StageFeed:
 
     def count(self, found: Iterable[Expected]) -> None:
         """The pool counted these parents' children at a pass: remember whose they were."""
-        self.counted.update(e.parent for e in found if e.count > 0)
+        self.counted.update({e.parent: e.workflow for e in found if e.count > 0})

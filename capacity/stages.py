@@ -96,6 +96,7 @@ class Expected:
     label_set: str
     count: float
     parent: str  # the parent's run and key
+    workflow: str = ""  # the parent's workflow (per-workflow series on the dashboard)
 
 
 @dataclass
@@ -219,6 +220,7 @@ class StageModel:
                         label_set=label_set,
                         count=due / len(longer) * size,
                         parent=parent_name(running),
+                        workflow=running.workflow,
                     )
                 )
         return found

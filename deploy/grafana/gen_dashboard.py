@@ -650,7 +650,24 @@ def warm_pool() -> list[PanelBuilder]:
                 f"gha_capacity_predictive_children_arrived_total{{{SEL}}}[{RATE}]))",
                 "{{name}} children arrived",
             ),
-            width=24,
+            width=12,
+        ),
+        timeseries(
+            "Predictive: children expected vs arrived, per workflow",
+            "warm_pool.predictive only. Per parent workflow: the children expected within the "
+            "horizon at each pass (a mean over its running parents) and those that came for "
+            "the parents counted (per interval). A workflow whose expected line stays above "
+            "its arrivals predicts children that do not come: its model is the one to look at.",
+            Query(
+                f"sum by (name, workflow) (gha_capacity_predictive_children_expected{{{SEL}}})",
+                "{{name}} {{workflow}} expected",
+            ),
+            Query(
+                "sum by (name, workflow) (increase("
+                f"gha_capacity_predictive_children_arrived_total{{{SEL}}}[{RATE}]))",
+                "{{name}} {{workflow}} arrived",
+            ),
+            width=12,
         ),
     ]
 

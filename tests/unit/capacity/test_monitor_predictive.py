@@ -156,7 +156,9 @@ async def test_pairs_for_predicted_children_and_the_arrived_counter() -> None:
     feed = feed_of(scene)
     teach(feed.model)
     assert scene.metric("gha_capacity_predictive_pairs") == 0
-    assert scene.metric("gha_capacity_predictive_children_arrived_total") == 0
+    arrived = "gha_capacity_predictive_children_arrived_total"
+    expected = "gha_capacity_predictive_children_expected"
+    assert scene.metric(arrived, workflow=BUILD) == -1  # no child came yet: no series
     parent = RunningParent(BUILD, "build", NOW - 1100, run="7#1")  # due within the horizon
     loop = asyncio.create_task(scene.monitor._hud_loop())
     try:
@@ -166,12 +168,14 @@ async def test_pairs_for_predicted_children_and_the_arrived_counter() -> None:
             assert len(plan.creates) == 3
             assert scene.metric("gha_capacity_predictive_pairs") == 3
             assert scene.metric("gha_capacity_warm_pool_target") == 3
+            assert 2 < scene.metric(expected, workflow=BUILD) <= 3  # a mean, per workflow
             shards = [QueuedJob("7#1", 70 + i, NOW + 40) for i in range(3)]
             await source.give(NOW + 60, good([], shards))
-            assert scene.metric("gha_capacity_predictive_children_arrived_total") == 3
+            assert scene.metric(arrived, workflow=BUILD) == 3
             scene.clock.now = NOW + 61
             await scene.reconciler.reconcile_once()
             assert scene.metric("gha_capacity_predictive_pairs") == 0  # the parent ended
+            assert scene.metric(expected, workflow=BUILD) == -1
     finally:
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
@@ -180,7 +184,7 @@ async def test_pairs_for_predicted_children_and_the_arrived_counter() -> None:
 def test_metrics_are_absent_with_the_pool_off() -> None:
     scene = start()
     assert scene.metric("gha_capacity_predictive_pairs") == -1
-    assert scene.metric("gha_capacity_predictive_children_arrived_total") == -1
+    assert scene.metric("gha_capacity_predictive_children_expected", workflow="ci.yml") == -1
 
 
 async def _run_model_loop(scene: Scene) -> None:

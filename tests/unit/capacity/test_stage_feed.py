@@ -62,8 +62,9 @@ def read(
     ok: bool = True,
     truncated: bool = False,
     partial: bool = False,
-) -> int:
-    """One reading whose read began at ``at`` and ended 2 s later."""
+) -> dict[str, int]:
+    """One reading whose read began at ``at`` and ended 2 s later; the children that came
+    for counted parents, per workflow."""
     return feed.read(
         ok=ok,
         running=running,
@@ -115,7 +116,7 @@ def test_a_failed_read_holds_the_last_good_running_set() -> None:
     feed, learner = recording_feed()
     parents = [build("7#1", T0 - 600), build("8#1", T0 - 300)]
     read(feed, T0, parents)
-    assert read(feed, T0 + 30, [], ok=False) == 0
+    assert read(feed, T0 + 30, [], ok=False) == {}
     assert learner.calls == []
     assert feed.parents(T0 + 32) == parents  # what the pool counts meanwhile
     # Back: one parent ended meanwhile. It was last seen by the last good read.
@@ -180,18 +181,18 @@ def test_children_of_counted_parents_are_counted_as_arrived() -> None:
     read(feed, T0, [counted, other])
     feed.count(
         [
-            Expected(LABELS, 2.5, "7#1/ci.yml/build"),
-            Expected(LABELS, 0.0, "8#1/ci.yml/build"),  # counted nothing
+            Expected(LABELS, 2.5, "7#1/ci.yml/build", "ci.yml"),
+            Expected(LABELS, 0.0, "8#1/ci.yml/build", "ci.yml"),  # counted nothing
         ]
     )
     children = [QueuedJob("7#1", 1, T0 + 10), QueuedJob("7#1", 2, T0 + 11)]
     children += [QueuedJob("8#1", 3, T0 + 12)]
-    assert read(feed, T0 + 30, [], children) == 2
+    assert read(feed, T0 + 30, [], children) == {"ci.yml": 2}
     # A job not linked to any parent (none ended in its run) is not counted.
-    assert read(feed, T0 + 60, [], [QueuedJob("9#1", 4, T0 + 40)]) == 0
+    assert read(feed, T0 + 60, [], [QueuedJob("9#1", 4, T0 + 40)]) == {}
     # Once recorded, the parent's name is dropped.
     read(feed, T0 + 200)
-    assert feed.counted == set()
+    assert feed.counted == {}
 
 
 def test_learned_online_it_predicts_the_next_run() -> None:
