@@ -108,6 +108,7 @@ FIRST_WRITTEN_WHEN_USED = {
     "gha_capacity_launch_failure_state",  # the Event reader only (with nodepools)
     # the predictive warm pool only (warm_pool.predictive.enabled)
     "gha_capacity_predictive_pairs",
+    "gha_capacity_predictive_children_expected",
     "gha_capacity_predictive_children_arrived_total",
 }
 
