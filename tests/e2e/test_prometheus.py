@@ -85,6 +85,8 @@ NO_DATA_EXPECTED = {
     # tests/unit/capacity/test_monitor_predictive.py reads these series.
     "Predictive: pairs for predicted children vs children arrived": "the predictive warm "
     "pool is off in this scenario",
+    "Predictive: children expected vs arrived, per workflow": "the predictive warm pool is "
+    "off in this scenario",
     # cluster-autoscaler is not running here (node checks and node groups off);
     # tests/integration/test_node_groups.py checks these series against CA's status.
     "Placeholders on CA deletion candidates": "node checks are off in this scenario",
