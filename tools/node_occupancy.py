@@ -36,15 +36,12 @@ import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tools.localcluster.karpenter import timestamp
+
 STATES = ("launching", "real", "placeholders", "empty")
-
-
-def _epoch(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def is_reserve(pod: str) -> bool:
@@ -76,30 +73,31 @@ class Logs:
     placements: dict[str, Placement] = field(default_factory=dict)
 
 
-def _records(lines: Iterable[str]) -> Iterable[dict[str, object]]:
+def _records(lines: Iterable[str]) -> Iterable[tuple[dict[str, object], float]]:
+    """Each JSON object line with its ``time`` in epoch seconds; any other line is skipped."""
     for line in lines:
         try:
             record = json.loads(line)
-        except ValueError:
+            at = timestamp(record.get("time")) if isinstance(record, dict) else None
+        except (ValueError, TypeError, AttributeError):
             continue
-        if isinstance(record, dict):
-            yield record
+        if at is not None:
+            yield record, at
 
 
 def read(karpenter: Iterable[str], kwok: Iterable[str]) -> Logs:
     """Nodes from Karpenter's log lines, pod placements from kwok's."""
     logs = Logs()
     claim_created: dict[str, float] = {}
-    for r in _records(karpenter):
-        message, at = r.get("message"), r.get("time")
-        claim, node = r.get("NodeClaim"), r.get("Node")
-        if not isinstance(at, str) or not isinstance(claim, dict):
+    for r, at in _records(karpenter):
+        message, claim, node = r.get("message"), r.get("NodeClaim"), r.get("Node")
+        if not isinstance(claim, dict):
             continue
         if message == "created nodeclaim":
-            claim_created[str(claim["name"])] = _epoch(at)
+            claim_created[str(claim["name"])] = at
         elif message == "registered nodeclaim" and isinstance(node, dict):
             claim_name, node_name = str(claim["name"]), str(node["name"])
-            registered = _epoch(at)
+            registered = at
             logs.nodes[node_name] = Node(
                 name=node_name,
                 # NodeClaims are named <nodepool>-<suffix> by Karpenter.
@@ -110,20 +108,20 @@ def read(karpenter: Iterable[str], kwok: Iterable[str]) -> Logs:
         elif message == "deleted node" and isinstance(node, dict):
             found = logs.nodes.get(str(node["name"]))
             if found is not None and found.deleted is None:
-                found.deleted = _epoch(at)
-    for r in _records(kwok):
-        message, at, pod = r.get("msg"), r.get("time"), r.get("pod")
-        if not isinstance(at, str) or not isinstance(pod, str):
+                found.deleted = at
+    for r, at in _records(kwok):
+        message, pod = r.get("msg"), r.get("pod")
+        if not isinstance(pod, str):
             continue
         if message == "Patch pod" and isinstance(r.get("node"), str):
             if pod not in logs.placements:
-                logs.placements[pod] = Placement(pod, str(r["node"]), _epoch(at))
+                logs.placements[pod] = Placement(pod, str(r["node"]), at)
         elif message == "Delete pod" or (
             message == "failed to apply stage" and r.get("stage") == "pod-delete"
         ):
             placed = logs.placements.get(pod)
             if placed is not None and placed.end is None:
-                placed.end = _epoch(at)
+                placed.end = at
     return logs
 
 
@@ -212,8 +210,10 @@ def add_to_outcomes(document: dict[str, Any], logs: Logs, workdir: Path) -> list
                 if log.exists():
                     with log.open(errors="replace") as lines:
                         for line in lines:
-                            if stamp := _STAMP.match(line):
-                                firsts.append(_epoch(stamp.group(1)))
+                            stamp = _STAMP.match(line)
+                            when = timestamp(stamp.group(1)) if stamp else None
+                            if when is not None:
+                                firsts.append(when)
                                 break
         if not firsts:
             missing.append(f"seed {seed}: no listener logs under {workdir}")
