@@ -599,8 +599,9 @@ def plan(
         pool_room=pool_room,
         backing_off=backing_off > 0,
     )
-    if repairs:
-        repaired = {p.name for p in leftovers if p.slot in {r.slot for r in repairs}}
+    if repairs:  # a repaired half is in a pair again: no longer aged as left over
+        slots_repaired = {r.slot for r in repairs}
+        repaired = {p.name for p in leftovers if p.slot in slots_repaired}
         lone_since = tuple(entry for entry in lone_since if entry[0] not in repaired)
     first = _next_slot(observed, memory)
     after = count_sides(observed, params, excluding=delete.reasons)
