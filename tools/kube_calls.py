@@ -20,11 +20,23 @@ _RETRY_FIRST, _RETRY_MAX = 0.2, 2.0  # backoff between attempts of a failed API 
 
 T = TypeVar("T")
 
+# An apiserver that has just started refuses writes with 403 until its admission plugins'
+# caches have synced: NamespaceLifecycle says "not yet ready to handle request", Priority
+# says a PriorityClass that exists was not found. Behind a load balancer, /readyz keeps
+# clients away until then; the local cluster's clients reach it directly, so these pass by
+# themselves. (A PriorityClass that is really missing is then retried, not failed: the
+# stand-in logs every retry.)
+_STARTING_UP = ("not yet ready to handle request", "no PriorityClass with name")
+
 
 def transient(exc: BaseException) -> bool:
     """Whether an API call failed for a reason that passes by itself: no connection (the
-    apiserver restarts), a client deadline, throttling or a server error."""
+    apiserver restarts), a client deadline, throttling, a server error, or an apiserver
+    still starting up (above)."""
     if isinstance(exc, ApiException):
+        if exc.status == 403:
+            body = str(exc.body or "")
+            return any(sign in body for sign in _STARTING_UP)
         return exc.status in (0, 429) or (exc.status or 0) >= 500
     return isinstance(exc, aiohttp.ClientError | OSError | TimeoutError)
 

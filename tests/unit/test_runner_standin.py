@@ -38,6 +38,27 @@ def test_transient_errors(error: BaseException, expected: bool) -> None:
     assert transient(error) is expected
 
 
+def forbidden(message: str) -> ApiException:
+    error = ApiException(status=403, reason="Forbidden")
+    error.body = f'{{"kind":"Status","reason":"Forbidden","code":403,"message":"{message}"}}'
+    return error
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        # What a restarted apiserver answered in the e2e tier before its caches synced.
+        ('pods \\"w\\" is forbidden: no PriorityClass with name arc-workflow was found', True),
+        ("pods is forbidden: not yet ready to handle request", True),
+        ('pods is forbidden: User \\"x\\" cannot create resource \\"pods\\"', False),
+    ],
+)
+def test_an_apiserver_starting_up_refuses_for_a_while_other_403s_are_final(
+    message: str, expected: bool
+) -> None:
+    assert transient(forbidden(message)) is expected
+
+
 async def test_retrying_outlasts_an_unreachable_apiserver() -> None:
     failures = [aiohttp.ClientConnectionError("refused"), ApiException(status=503)]
     seen: list[BaseException] = []
