@@ -35,7 +35,8 @@ def transient(exc: BaseException) -> bool:
     still starting up (above)."""
     if isinstance(exc, ApiException):
         if exc.status == 403:
-            body = str(exc.body or "")
+            raw = exc.body or b""
+            body = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
             return any(sign in body for sign in _STARTING_UP)
         return exc.status in (0, 429) or (exc.status or 0) >= 500
     return isinstance(exc, aiohttp.ClientError | OSError | TimeoutError)

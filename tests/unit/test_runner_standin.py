@@ -40,7 +40,8 @@ def test_transient_errors(error: BaseException, expected: bool) -> None:
 
 def forbidden(message: str) -> ApiException:
     error = ApiException(status=403, reason="Forbidden")
-    error.body = f'{{"kind":"Status","reason":"Forbidden","code":403,"message":"{message}"}}'
+    status = f'{{"kind":"Status","reason":"Forbidden","code":403,"message":"{message}"}}'
+    error.body = status.encode()
     return error
 
 
