@@ -20,17 +20,16 @@ How the benchmark maps onto the simulator (``model()`` is printed with the resul
   an adaptive pool each that learns from the jobs its cluster sees. A waiting job goes to a
   cluster with a Running pair (the simulator's rotation for the fake's seeded choice).
 * **Nodes**: runner pods fit two to a runner node and workflow pods two to a workflow node
-  (``bench_outcomes``' requests and instance types), so a simulated node has room for two
-  pairs and stands for one runner node and one workflow node: runner and workflow
-  node-seconds are each compared with the simulated node-seconds, the total with twice
-  them. Launch delays are the run's own where it recorded them (``node_ready_s``: each
-  NodeClaim's creation to its Node joining; on a loaded machine far longer than the delay
-  the cloud provider sleeps), shuffled per cluster, else drawn uniformly from the
-  configured range; ``--launch-delay LOW HIGH`` overrides both. A simulated node's delay
-  is the longer of two such draws: its runner node and its workflow node launch side by
-  side and the pair waits for the slower (one draw made the simulated pairs ~10 s faster
-  at the median and ~15–30 s at the p90 than the cluster's). An empty node goes after
-  ``consolidateAfter``.
+  (``bench_outcomes``' requests and instance types), so each simulated pool's node has
+  room for two halves: runner and workflow node-seconds are compared pool by pool, the
+  total with their sum. Launch delays are the run's own where it recorded them
+  (``node_ready_s``: each NodeClaim's creation to its Node joining; on a loaded machine far
+  longer than the delay the cloud provider sleeps), shuffled per cluster, else drawn
+  uniformly from the configured range; ``--launch-delay LOW HIGH`` overrides both. A
+  launch's delay is the longer of two such draws: a pair's runner node and workflow node
+  launch side by side and the pair waits for the slower (one draw made the simulated pairs
+  ~10 s faster at the median and ~15–30 s at the p90 than the cluster's). An empty node
+  goes after ``consolidateAfter``.
 * **Hand-over** on (``SimConfig.handover``): the fake service hands a finished job's slot
   to a queued job in the same message batch as the completion, before the listener's next
   poll lowers the header (seen in the listeners' logs: ``JobCompleted`` and
@@ -51,9 +50,13 @@ How the benchmark maps onto the simulator (``model()`` is printed with the resul
   fills before the first job); node- and pair-seconds are counted up to ``tail`` seconds
   after the last arrival, as the benchmark counts them.
 
-* **The shortage**: site A's launches asked for during it come up one delay after it ends
-  (``SimConfig.outages``; Karpenter retries them). Only its workflow pool runs out on the
-  cluster; a simulated node is both halves, so its runner half waits too.
+* **The shortage**: site A's workflow launches asked for during it come up one delay after
+  it ends (``SimConfig.outages``, ``outage_roles``; Karpenter retries them), as on the
+  cluster, where only its workflow pool runs out: runner halves come up beside Pending
+  workflow halves, and the policy releases such pairs as stalled (``--shortage-both-pools``
+  holds both halves instead, the model before the simulator had two pools). With
+  ``nodepools_enabled`` recorded, the workflow pool says so while a launch waits
+  (``SimConfig.word``), as Karpenter's insufficient-capacity Events do.
 
 What the simulator leaves out (so a difference can come from there): the pods' start
 (the poll's answer, the runner pod, the workflow pod: a few seconds that even a ready
@@ -80,6 +83,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from capacity.model import Role
 from capacity.settings import (
     CapacitySettings,
     WarmPoolSettings,
@@ -216,6 +220,7 @@ def config_from(described: Mapping[str, Any]) -> Config:
         hud_lag=_seconds(hud_lag, "hud_lag_s"),
         consolidate_after=_duration_text(consolidate, "consolidate_after"),
         prepare_timeout=_seconds(prepare, "prepare_timeout_s"),
+        nodepools=bool(described.get("nodepools_enabled", False)),
     )
 
 
@@ -269,6 +274,9 @@ class Knobs:
     handover: bool = True
     pairs_per_node: int = PAIRS_PER_NODE
     shortage: bool = True  # site A's launches wait out the shortage
+    # Only site A's workflow pool runs out, as on the cluster (False: both pools' launches
+    # wait, the model before the simulator had two pools).
+    workflow_shortage: bool = True
     # Node launch delays [low, high] s; None: the benchmark's configured range. On a loaded
     # machine a launch takes longer than the delay Karpenter's cloud provider sleeps.
     launch_delay: tuple[float, float] | None = None
@@ -295,6 +303,9 @@ def launch_delays(
     first = provisioning_delays(rng, 1000, low, high)
     second = provisioning_delays(rng, 1000, low, high)
     return tuple(max(a, b) for a, b in zip(first, second, strict=True))
+
+
+ALL = frozenset(Role)
 
 
 def mapping(
@@ -331,6 +342,8 @@ def mapping(
                 pairs_per_node=knobs.pairs_per_node,
                 handover=knobs.handover,
                 outages=short if index == 0 else (),
+                outage_roles=frozenset({Role.WORKFLOW}) if knobs.workflow_shortage else ALL,
+                word=config.nodepools,
                 # The benchmark's listeners read the aged jobs (HUD, demand sharded).
                 aged_after=knobs.aged_after or settings.demand.aged_after,
             )
@@ -360,16 +373,19 @@ def model(config: Config, knobs: Knobs = Knobs()) -> dict[str, Any]:
         "failure_floor": "per cluster (each listener starts on it)",
         "node_idle_s": _seconds(config.consolidate_after, "consolidate_after"),
         "window": {"begin_s": -config.warmup, "after_last_arrival_s": config.tail},
-        "node_seconds": "a simulated node holds pairs_per_node pairs, and a runner or a "
-        "workflow node two pods: runner and workflow node-seconds are each compared with "
-        "the simulated nodes' times pairs_per_node / 2, the total with twice that",
-        "placeholder_pod_seconds": "twice the simulated pair-seconds (two pods a pair)",
+        "node_seconds": "a simulated node holds pairs_per_node halves, and a runner or a "
+        "workflow node two pods: each pool's node-seconds times pairs_per_node / 2 against "
+        "the measured pool's, the total with their sum",
+        "placeholder_pod_seconds": "the simulated halves' seconds (twice the pair-seconds)",
         "handover": knobs.handover,
-        "shortage": "site A's launches during it come up one delay after it ends"
+        "shortage": (
+            f"site A's {'workflow' if knobs.workflow_shortage else 'runner and workflow'} "
+            "launches during it come up one delay after it ends"
+            + (", and its pools say so (nodepools_enabled)" if config.nodepools else "")
+        )
         if knobs.shortage
         else "left out",
         "not_modelled": [
-            "the shortage's runner nodes (a simulated node is both halves: during it both wait)",
             "the long poll, the header's round trip, runner and workflow pod start",
             "the scheduler's placement and consolidation of half-empty nodes",
             "Karpenter's batching of pending pods",
@@ -427,20 +443,25 @@ def rows(
     """The metrics both sides have, simulated next to measured. A simulated node's room
     (``pairs_per_node`` pairs) is that many pods on each side, and a runner or workflow
     node holds two."""
-    nodes = outcome.node_seconds * pairs_per_node / 2
+    runner = outcome.runner_node_seconds * pairs_per_node / 2
+    workflow = outcome.workflow_node_seconds * pairs_per_node / 2
     return [
         Row("wait p50 (s)", outcome.percentile(50), _measured(figures, _WAIT, "p50")),
         Row("wait p90 (s)", outcome.percentile(90), _measured(figures, _WAIT, "p90")),
         Row("wait p99 (s)", outcome.percentile(99), _measured(figures, _WAIT, "p99")),
-        Row("node-seconds, total", 2 * nodes, _measured(figures, "node_seconds", "total")),
-        Row("node-seconds, runner", nodes, _measured(figures, "node_seconds", "runner")),
-        Row("node-seconds, workflow", nodes, _measured(figures, "node_seconds", "workflow")),
+        Row("node-seconds, total", runner + workflow, _measured(figures, "node_seconds", "total")),
+        Row("node-seconds, runner", runner, _measured(figures, "node_seconds", "runner")),
+        Row("node-seconds, workflow", workflow, _measured(figures, "node_seconds", "workflow")),
         Row(
             "placeholder pod-seconds",
             2 * outcome.pair_seconds,
             _measured(figures, "placeholder_pod_seconds"),
         ),
-        Row("node launches", 2 * outcome.launches, _measured(figures, "karpenter_launches")),
+        Row(
+            "node launches",
+            outcome.pool_launches * pairs_per_node / 2,
+            _measured(figures, "karpenter_launches"),
+        ),
     ]
 
 
@@ -600,6 +621,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-shortage", action="store_true", help="leave out site A's shortage")
     parser.add_argument(
+        "--shortage-both-pools",
+        action="store_true",
+        help="site A's runner launches wait out the shortage too (the one-node-per-pair model)",
+    )
+    parser.add_argument(
         "--pairs-per-node", type=int, default=PAIRS_PER_NODE, help="room of a simulated node"
     )
     parser.add_argument(
@@ -624,6 +650,7 @@ def main(argv: list[str] | None = None) -> int:
         knobs = Knobs(
             handover=not args.no_handover,
             shortage=not args.no_shortage,
+            workflow_shortage=not args.shortage_both_pools,
             pairs_per_node=args.pairs_per_node,
             launch_delay=None if args.launch_delay is None else tuple(args.launch_delay),
             aged_after=args.aged_after,

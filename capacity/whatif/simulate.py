@@ -15,8 +15,10 @@ What is simulated, per label set (one scale set each; label sets do not share no
   Running pairs (and its busy runners), so GitHub keeps the job queued. The job's pods go
   to free room on a ready node when there is some (the scheduler preempts only when
   nothing fits: an empty node not yet consolidated, the other half of a two-pair node),
-  and the pair stays to admit the next job; else they preempt the pair's two pods (both
-  halves go at once) and take its room. The job holds its room until it ends.
+  and the pair stays to admit the next job; else they preempt the pair's pods and take
+  their room. Each of the job's two pods does this in its own pool, so a job whose runner
+  pod finds free room and whose workflow pod does not leaves the pair's runner half alone.
+  The job holds its room in both pools until it ends.
 * **Demand**: the source is read every ``demand_interval`` seconds; a read sees the jobs
   queued at that moment and its value is used ``demand_lag`` seconds later (the read's own
   duration); in between the policy holds the last value (``policy.resolve_demand``). The pool
@@ -29,14 +31,20 @@ What is simulated, per label set (one scale set each; label sets do not share no
   starting or ending, a new demand value; changes meanwhile join that pass), and
   ``recalculate_interval`` after the last pass when nothing happened, as the reconcile loop
   does.
-* **Nodes: ``pairs_per_node`` pairs per node** (default 1; a job keeps its pair's room). A
-  new pair lands on a ready node with room if there is one (Running at once; the fullest
-  first, as consolidation packs them), else on a node already launching with room, else
-  launches a node that is ready after the next provisioning delay (drawn in order from
-  ``delays``, cycled). A pair deleted while Pending leaves its node launching: the node
-  may come up empty. An empty node is removed after ``node_idle`` seconds (Karpenter's
-  consolidateAfter), unless a pair lands on it first. A Pending pair moves to a ready node
-  that has room (the scheduler binds it wherever it fits).
+* **Nodes: two pools, ``pairs_per_node`` halves per node.** Runner halves land on runner
+  nodes and workflow halves on workflow nodes, each half on its own (a ready node of its
+  pool with room, the fullest first, as consolidation packs them; else a node of its pool
+  already launching with room; else a new node of its pool). The nodes one create or repair
+  launches come up together, after the next provisioning delay (drawn in order from
+  ``delays``, cycled): a pair's launch is one delay, as both its nodes launch side by side.
+  A half deleted while Pending leaves its node launching: the node may come up empty. An
+  empty node is removed after ``node_idle`` seconds (Karpenter's consolidateAfter), unless
+  a half lands on it first. A Pending half moves to a ready node of its pool that has room
+  (the scheduler binds it wherever it fits). Each half has its own phase, so the policy
+  sees what the cluster shows: a pair is Running when both halves are; a half can be left
+  alone (a job took the other's room) and be repaired or released by the policy, and a
+  pair whose one half waits on a pool that cannot launch is released as stalled after the
+  policy's stall timeout (from the launch times seen, as in the monitor).
 * **Hand-over** (``handover``, off by default): the header counts busy runners, and the
   service learns of a job's end before the listener's next poll lowers the header, so it
   hands the finished runner's slot to the oldest queued job at once (the completion and the
@@ -59,16 +67,21 @@ What is simulated, per label set (one scale set each; label sets do not share no
 
 * **Outages** (``outages``): a launch asked for while the cloud is out of capacity is
   retried and comes up one provisioning delay after the outage ends; the node is counted
-  from the first try (a NodeClaim exists all along).
+  from the first try (a NodeClaim exists all along). ``outage_roles`` names the pools that
+  run out (both by default; the workflow pool alone leaves runner halves Running beside
+  Pending workflow halves); with ``word`` their pools say so, as Karpenter's
+  insufficient-capacity Events do (``Params.cannot_launch_at``), while a launch waits.
 
 Simplified away, on purpose: pod start and image pull times (0), the header's round trip
 to GitHub (a Running pair takes a waiting job at once; see hand-over), consolidation of
-nodes that are not empty (moving pairs off a half-full node), spot interruptions,
-NodePool limits, failed launches outside an outage, a pair released as stalled (a pair is
-one node here, so one half cannot run while the other waits; an outage holds both). Every
-node costs the same; a node's room is counted in pairs (both halves on one node), so with
-two pools (runner and workflow) a simulated node stands for one node of each holding
-``pairs_per_node`` pods.
+nodes that are not empty (moving halves off a half-full node), spot interruptions,
+NodePool limits, failed launches outside an outage. Every node costs the same; busy and
+spare room are counted in pairs, a pair's room being one half's room in each pool, so
+``node_seconds`` is the mean of the two pools' node-seconds (a simulated node stands for
+one node of each holding ``pairs_per_node`` pods; ``runner_node_seconds`` and
+``workflow_node_seconds`` are each pool's own). As long as nothing treats the pools
+differently (no outage of one pool alone), they mirror each other and every half of a
+pair shares its twin's fate.
 
 Measured per policy: spare node-seconds (every node-second not spent running a job:
 launching, holding a placeholder, or empty before consolidation; counted in the window)
@@ -126,6 +139,8 @@ class SimConfig:
     # [from, to) spans when launches fail (the cloud is out of the instance type): a launch
     # asked for then is retried and comes up one delay after the span ends.
     outages: tuple[tuple[float, float], ...] = ()
+    outage_roles: frozenset[Role] = frozenset(Role)  # the pools the outages refuse
+    word: bool = False  # the refused pools say so while a launch waits (Karpenter's Events)
     # With peers: a read also counts the jobs queued longer than this (`demand.aged_after`),
     # which every peer claims whole; None: the source reports no such count.
     aged_after: float | None = None
@@ -162,7 +177,12 @@ class Outcome:
     launches: int
     pairs_created: int
     passes: int
-    node_seconds: float = 0.0  # nodes alive (each with pairs_per_node pairs' room)
+    node_seconds: float = 0.0  # nodes alive, the mean of the two pools (a node: one of each)
+    runner_node_seconds: float = 0.0
+    workflow_node_seconds: float = 0.0
+    pool_launches: int = 0  # nodes launched, both pools (``launches``: the launch draws)
+    stalls: int = 0  # pairs the policy released as stalled
+    repairs: int = 0  # lone halves given their missing half back
 
     def percentile(self, p: float) -> float:
         return percentile(self.waits, p)
@@ -220,6 +240,11 @@ def merge(outcomes: Iterable[Outcome]) -> Outcome:
         pairs_created=sum(o.pairs_created for o in items),
         passes=sum(o.passes for o in items),
         node_seconds=sum(o.node_seconds for o in items),
+        runner_node_seconds=sum(o.runner_node_seconds for o in items),
+        workflow_node_seconds=sum(o.workflow_node_seconds for o in items),
+        pool_launches=sum(o.pool_launches for o in items),
+        stalls=sum(o.stalls for o in items),
+        repairs=sum(o.repairs for o in items),
     )
 
 
@@ -233,23 +258,25 @@ _POKED = -1  # a _PASS event's argument when a change asked for it (else: the pa
 
 @dataclass
 class _Node:
+    role: Role  # its pool
     launched_at: float
     ready: bool = False
-    pairs: set[str] = field(default_factory=set)  # slots of the pairs on (or waiting for) it
-    jobs: int = 0  # running jobs
+    halves: set[str] = field(default_factory=set)  # the halves on (or waiting for) it
+    jobs: int = 0  # running jobs (one pod each)
     expires_at: float = math.inf  # when an empty node goes (inf: not empty)
 
     def used(self) -> int:
-        return len(self.pairs) + self.jobs
+        return len(self.halves) + self.jobs
 
 
 @dataclass
-class _Pair:
-    slot: str
-    created_at: float
-    halves: tuple[Placeholder, Placeholder]
+class _Half:
+    pod: Placeholder
     node: int = -1
-    running: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.pod.phase == PodPhase.RUNNING
 
 
 @dataclass
@@ -311,21 +338,28 @@ class _Run:
         default_factory=lambda: deque(maxlen=policy.ASSIGNMENTS_KEPT)
     )
     launch_times: list[float] = field(default_factory=list)  # pair create → Running, latest
-    job_nodes: dict[int, int] = field(default_factory=dict)  # running job → its node
-    nodes: dict[int, _Node] = field(default_factory=dict)
-    pairs: dict[str, _Pair] = field(default_factory=dict)
+    # running job → its nodes (runner, workflow)
+    job_nodes: dict[int, tuple[int, int]] = field(default_factory=dict)
+    nodes: dict[int, _Node] = field(default_factory=dict)  # both pools'
+    halves: dict[str, _Half] = field(default_factory=dict)  # by pod name
+    slots: dict[str, dict[Role, str]] = field(default_factory=dict)  # slot → its halves' names
+    launching: dict[str, float] = field(default_factory=dict)  # slot → timed from (create, repair)
+    refused: dict[Role, list[tuple[float, float]]] = field(default_factory=dict)  # launch waits
     running_jobs: int = 0
     memory: Memory = field(default_factory=Memory)
     hud: DemandState = field(default_factory=DemandState)
-    node_seconds: float = 0.0
+    node_seconds: dict[Role, float] = field(default_factory=lambda: dict.fromkeys(Role, 0.0))
     pair_seconds: float = 0.0
     busy: float = 0.0
-    launches: int = 0
+    launches: int = 0  # launch draws: the nodes one create or repair launches, together
+    pool_launches: int = 0
     pairs_created: int = 0
+    repairs: int = 0
+    stalls: int = 0
     passes: int = 0
     next_delay: int = 0
     next_node: int = 0
-    params_cache: dict[tuple[int, float | None], Params] = field(default_factory=dict)
+    params_cache: dict[tuple[object, ...], Params] = field(default_factory=dict)
     # The reconcile loop and the demand reads of this cluster's listener.
     poked: bool = False  # a pass is scheduled for a change
     reads: int = 0
@@ -340,56 +374,73 @@ class _Run:
 
     # --- nodes ----------------------------------------------------------------------------
 
-    def launch(self, now: float) -> int:
+    def draw(self) -> float:
+        """The next provisioning delay: one per create or repair that launches nodes."""
         delays = self.config.delays
         delay = delays[self.next_delay % len(delays)]
         self.next_delay += 1
-        for low, high in self.config.outages:
-            if low <= now < high:
-                delay += high - now  # retried until the capacity is back
+        self.launches += 1
+        return delay
+
+    def launch(self, role: Role, delay: float, now: float) -> int:
+        if role in self.config.outage_roles:
+            for low, high in self.config.outages:
+                if low <= now < high:
+                    delay += high - now  # retried until the capacity is back
+                    self.refused.setdefault(role, []).append((now, high))
         node_id = self.next_node
         self.next_node += 1
-        self.nodes[node_id] = _Node(launched_at=now)
-        self.launches += 1
+        self.nodes[node_id] = _Node(role=role, launched_at=now)
+        self.pool_launches += 1
         self.push(now + delay, _NODE_READY, node_id)
         return node_id
 
     def settle(self, node_id: int, now: float) -> None:
-        """A ready node with room: Pending pairs move there, else, empty, it waits to go."""
+        """A ready node with room: Pending halves of its pool move there, else, empty, it
+        waits to go."""
         node = self.nodes[node_id]
         if not node.ready:
             return
         room = self.config.pairs_per_node - node.used()
-        for pair in list(self.pairs.values()):
+        for name, half in self.halves.items():
             if room <= 0:
                 break
-            if not pair.running and pair.node != node_id:
-                self.nodes[pair.node].pairs.discard(pair.slot)  # its node launches for less
-                self.bind(pair, node_id, now)
+            if half.pod.role == node.role and not half.running and half.node != node_id:
+                self.nodes[half.node].halves.discard(name)  # its node launches for less
+                self.bind(half, node_id, now)
                 room -= 1
         if node.used() == 0:
             node.expires_at = now + self.config.node_idle
             self.push(node.expires_at, _NODE_EXPIRE, node_id)
 
-    def bind(self, pair: _Pair, node_id: int, now: float) -> None:
+    def bind(self, half: _Half, node_id: int, now: float) -> None:
         node = self.nodes[node_id]
-        node.pairs.add(pair.slot)
+        node.halves.add(half.pod.name)
         node.expires_at = math.inf
-        pair.node = node_id
+        half.node = node_id
         if node.ready:
-            self.set_running(pair, now)
+            self.set_running(half, now)
 
-    def set_running(self, pair: _Pair, now: float) -> None:
-        pair.running = True
-        # The monitor times each pair it made from create to both halves Running (the auto
-        # hold of pairs for queued jobs): the latest LAUNCHES_KEPT, as there.
+    def set_running(self, half: _Half, now: float) -> None:
+        half.pod = replace(half.pod, phase=PodPhase.RUNNING)
+        slot = half.pod.slot
+        if slot not in self.launching:
+            return
+        members = [self.halves[n] for n in self.slots[slot].values()]
+        if len(members) < len(Role) or not all(m.running for m in members):
+            return
+        # The monitor times each pair it made (or repaired) from then to both halves
+        # Running, and leaves out a launch that waited out the pools' word and took longer
+        # than every launch in the sample (Reconciler.record_launches): the latest
+        # LAUNCHES_KEPT, as there.
+        created = self.launching.pop(slot)
+        took = now - created
+        if policy.refused_during(self.params(0, now), created) and took > max(
+            self.launch_times, default=0.0
+        ):
+            return
         kept = self.launch_times[-(policy.LAUNCHES_KEPT - 1) :]
-        self.launch_times = [*kept, now - pair.created_at]
-        runner, workflow = pair.halves
-        pair.halves = (
-            replace(runner, phase=PodPhase.RUNNING),
-            replace(workflow, phase=PodPhase.RUNNING),
-        )
+        self.launch_times = [*kept, took]
 
     def clipped(self, start: float, end: float) -> float:
         """The part of [start, end] inside the window."""
@@ -398,112 +449,165 @@ class _Run:
 
     def remove_node(self, node_id: int, now: float) -> None:
         node = self.nodes.pop(node_id)
-        self.node_seconds += self.clipped(node.launched_at, now)
+        self.node_seconds[node.role] += self.clipped(node.launched_at, now)
 
-    # --- pairs ----------------------------------------------------------------------------
-
-    def create_pair(self, slot: str, now: float) -> None:
-        ttl = self.config.params.ttl
-        halves = (
-            Placeholder(
-                name=f"{slot}r",
-                slot=slot,
-                role=Role.RUNNER,
-                phase=PodPhase.PENDING,
-                created_at=now,
-                expires_at=now + ttl,
-            ),
-            Placeholder(
-                name=f"{slot}w",
-                slot=slot,
-                role=Role.WORKFLOW,
-                phase=PodPhase.PENDING,
-                created_at=now,
-                expires_at=now + ttl,
-            ),
-        )
-        pair = _Pair(slot=slot, created_at=now, halves=halves)
-        self.pairs[slot] = pair
-        self.pairs_created += 1
+    def pool_room(self, role: Role, ready: bool) -> list[int]:
         per_node = self.config.pairs_per_node
-        roomy = [i for i, n in self.nodes.items() if n.used() < per_node]
-        ready = [i for i in roomy if self.nodes[i].ready]
+        return [
+            i
+            for i, n in self.nodes.items()
+            if n.role == role and n.used() < per_node and (n.ready or not ready)
+        ]
+
+    # --- halves ---------------------------------------------------------------------------
+
+    def add_half(self, slot: str, role: Role, now: float, delay: list[float]) -> None:
+        """A new half of ``slot``: on a ready node of its pool with room (the fullest
+        first), else one launching with room, else a new node; ``delay`` holds the draw
+        shared by the nodes this create or repair launches (drawn on first need)."""
+        ttl = self.config.params.ttl
+        name = f"{slot}{'r' if role is Role.RUNNER else 'w'}"
+        half = _Half(
+            Placeholder(
+                name=name,
+                slot=slot,
+                role=role,
+                phase=PodPhase.PENDING,
+                created_at=now,
+                expires_at=now + ttl,
+            )
+        )
+        self.halves[name] = half
+        self.slots.setdefault(slot, {})[role] = name
+        ready = self.pool_room(role, ready=True)
         if ready:
             node_id = max(ready, key=lambda i: self.nodes[i].used())  # fullest first
-        elif roomy:
-            node_id = roomy[0]
         else:
-            node_id = self.launch(now)
-        self.bind(pair, node_id, now)
+            roomy = self.pool_room(role, ready=False)
+            if roomy:
+                node_id = roomy[0]
+            else:
+                if not delay:
+                    delay.append(self.draw())
+                node_id = self.launch(role, delay[0], now)
+        self.bind(half, node_id, now)
 
-    def drop_pair(self, slot: str, now: float) -> int:
-        """The pair goes (deleted, or preempted by a job); returns its node."""
-        pair = self.pairs.pop(slot)
-        self.pair_seconds += self.clipped(pair.created_at, now)
-        return pair.node
+    def create_pair(self, slot: str, now: float) -> None:
+        self.pairs_created += 1
+        self.launching[slot] = now
+        delay: list[float] = []
+        for role in (Role.RUNNER, Role.WORKFLOW):
+            self.add_half(slot, role, now, delay)
+
+    def repair(self, slot: str, role: Role, now: float) -> None:
+        if slot not in self.slots or role in self.slots[slot]:
+            return
+        self.repairs += 1
+        self.launching[slot] = now  # the monitor times a repaired slot from the repair
+        self.add_half(slot, role, now, [])
+
+    def drop_half(self, name: str, now: float) -> int:
+        """The half goes (deleted, or preempted by a job's pod); returns its node."""
+        half = self.halves.pop(name)
+        slot, role = half.pod.slot, half.pod.role
+        self.pair_seconds += self.clipped(half.pod.created_at, now) / 2
+        members = self.slots[slot]
+        del members[role]
+        if not members:
+            del self.slots[slot]
+            self.launching.pop(slot, None)
+        node = self.nodes.get(half.node)  # gone only at the end of the run
+        if node is not None:
+            node.halves.discard(name)  # a launching node launches for less
+        return half.node
 
     # --- jobs -----------------------------------------------------------------------------
 
-    def free_room(self) -> int | None:
-        """A ready node with room beyond its pairs and jobs (the fullest first), if any."""
-        per_node = self.config.pairs_per_node
-        roomy = [i for i, n in self.nodes.items() if n.ready and n.used() < per_node]
+    def free_room(self, role: Role) -> int | None:
+        """A ready node of the pool with room beyond its halves and jobs (the fullest
+        first), if any."""
+        roomy = self.pool_room(role, ready=True)
         return max(roomy, key=lambda i: self.nodes[i].used()) if roomy else None
 
-    def admitting(self) -> _Pair | None:
-        """A Running pair: the header has room for one more job."""
-        return next((p for p in self.pairs.values() if p.running), None)
+    def admitting(self) -> str | None:
+        """A Running pair's slot: the header has room for one more job."""
+        for slot, members in self.slots.items():
+            if len(members) == len(Role) and all(self.halves[n].running for n in members.values()):
+                return slot
+        return None
 
     def admit(self, index: int, now: float) -> None:
-        """Job ``index``, admitted by a Running pair (the header counts them), starts: its
-        pods go to free room on a ready node if there is some (the scheduler preempts only
-        when nothing fits), so the pair stays and admits the next job; else they preempt
-        the pair's two pods and take its room."""
-        pair = self.admitting()
-        assert pair is not None
-        free = self.free_room()
-        if free is None:
-            node_id = self.drop_pair(pair.slot, now)
-            self.nodes[node_id].pairs.discard(pair.slot)
-        else:
-            node_id = free
-        self.start(index, node_id, now)
+        """Job ``index``, admitted by a Running pair (the header counts them), starts: each
+        of its pods goes to free room on a ready node of its pool if there is some (the
+        scheduler preempts only when nothing fits), else preempts the pair's half there and
+        takes its room. The pair stays whole only when both pods found free room."""
+        slot = self.admitting()
+        assert slot is not None
+        placed: dict[Role, int] = {}
+        for role in (Role.RUNNER, Role.WORKFLOW):
+            free = self.free_room(role)
+            if free is None:
+                free = self.drop_half(self.slots[slot][role], now)
+            placed[role] = free
+        self.start(index, placed[Role.RUNNER], placed[Role.WORKFLOW], now)
 
-    def start(self, index: int, node_id: int, now: float) -> None:
-        """Job ``index`` runs on ``node_id`` from ``now``."""
-        node = self.nodes[node_id]
-        node.jobs += 1
-        node.expires_at = math.inf
+    def start(self, index: int, runner_node: int, workflow_node: int, now: float) -> None:
+        """Job ``index`` runs on ``runner_node`` and ``workflow_node`` from ``now``."""
+        for node_id in (runner_node, workflow_node):
+            node = self.nodes[node_id]
+            node.jobs += 1
+            node.expires_at = math.inf
         job = self.queue.jobs[index]
         self.queue.waits.append(now - job.queued_at)
         self.running_jobs += 1
         self.runner_pods[index] = job.job or f"job-{index}"
         self.assigned.append((now, job.queued_at))
-        self.job_nodes[index] = node_id
+        self.job_nodes[index] = (runner_node, workflow_node)
         self.busy += self.clipped(now, now + (job.duration or 0.0))
         self.push(now + (job.duration or 0.0), _JOB_END, index)
 
     # --- the policy -----------------------------------------------------------------------
 
-    def params(self, size: int) -> Params:
+    def cannot_launch_at(self, now: float) -> dict[Role, float]:
+        """With ``word``: per pool, the last moment a launch of it was refused (now, while
+        one still waits): what the monitor reads from Karpenter's Events."""
+        if not self.config.word:
+            return {}
+        said: dict[Role, float] = {}
+        for role, waits in self.refused.items():
+            started = [min(now, end) for begin, end in waits if begin <= now]
+            if started:
+                said[role] = max(started)
+        return said
+
+    def params(self, size: int, now: float) -> Params:
+        """The knobs as the monitor sets them each pass: the pool's size, and from the
+        launch times seen, the auto hold and the stall timeouts."""
         base = self.config.params
         hold = base.demand_hold
         if hold is None:  # auto, as the monitor: from the launch times seen so far
             hold = policy.demand_hold(self.launch_times, base.downscale_delay)
-        cached = self.params_cache.get((size, hold))
+        stall = policy.stall_timeout(self.launch_times, base.ready_timeout)
+        signal = policy.signal_stall_timeout(self.launch_times, base.ready_timeout)
+        said = self.cannot_launch_at(now)
+        key = (size, hold, stall, signal, tuple(sorted(said.items())))
+        cached = self.params_cache.get(key)
         if cached is None:
             cached = replace(
                 base,
                 proactive_capacity=size,
                 demand_enabled=True,
                 demand_hold=hold,
+                stall_timeout=stall,
+                signal_stall_timeout=signal,
+                cannot_launch_at=said,
             )
-            self.params_cache[(size, hold)] = cached
+            self.params_cache[key] = cached
         return cached
 
     def reconcile(self, now: float) -> None:
         self.passes += 1
-        demand = policy.resolve_demand(self.hud, now, self.params(0))
+        demand = policy.resolve_demand(self.hud, now, self.params(0, now))
         size = warm_pool.drive(
             self.pool,
             self.arrivals,
@@ -513,22 +617,22 @@ class _Run:
             runners=self.runner_pods.values(),
             commit=True,
         )
-        params = self.params(max(0, size))
+        params = self.params(max(0, size), now)
         observed = Observed(
-            placeholders=tuple(h for pair in self.pairs.values() for h in pair.halves),
+            placeholders=tuple(half.pod for half in self.halves.values()),
             active_runners=self.running_jobs,
         )
         # The as-of correction, as the monitor: a job starts here when it is assigned.
         policy.forget_assigned(self.assigned, demand.as_of)
         demand = policy.with_starts(demand, self.assigned)
         plan, self.memory = policy.plan(observed, demand, params, self.memory, now)
+        self.stalls += len(plan.stalls)
         # In the plan's order: a set's order of strings changes from one process to the next.
-        for slot in dict.fromkeys(d.name[:-1] for d in plan.deletes):
-            if slot not in self.pairs:
-                continue
-            node_id = self.drop_pair(slot, now)
-            self.nodes[node_id].pairs.discard(slot)  # a launching node launches for less
-            self.settle(node_id, now)
+        for deletion in plan.deletes:
+            if deletion.name in self.halves:
+                self.settle(self.drop_half(deletion.name, now), now)
+        for repair in plan.repairs:
+            self.repair(repair.slot, repair.role, now)
         for slot in plan.creates:
             self.create_pair(slot, now)
 
@@ -598,22 +702,25 @@ def simulate_clusters(
             if kind == _JOB_END:
                 run.running_jobs -= 1
                 del run.runner_pods[arg]
-                node_id = run.job_nodes.pop(arg)
-                run.nodes[node_id].jobs -= 1
+                runner_node, workflow_node = run.job_nodes.pop(arg)
+                run.nodes[runner_node].jobs -= 1
+                run.nodes[workflow_node].jobs -= 1
                 remaining -= 1
                 if config.handover and queue.queued():
                     queue.waiting_head += 1  # the oldest waiting job takes the room
-                    run.start(queue.waiting[queue.waiting_head - 1], node_id, now)
+                    next_job = queue.waiting[queue.waiting_head - 1]
+                    run.start(next_job, runner_node, workflow_node, now)
                 else:
-                    run.settle(node_id, now)
+                    run.settle(runner_node, now)
+                    run.settle(workflow_node, now)
                 changed[cluster] = True
             elif kind == _NODE_READY:
                 node = run.nodes.get(arg)
                 if node is None:
                     continue
                 node.ready = True
-                for slot in node.pairs:
-                    run.set_running(run.pairs[slot], now)
+                for name in list(node.halves):
+                    run.set_running(run.halves[name], now)
                     changed[cluster] = True
                 run.settle(arg, now)
             elif kind == _NODE_EXPIRE:
@@ -634,14 +741,14 @@ def simulate_clusters(
                     run.push(now + config.demand_interval, _DEMAND_READ)
             elif kind == _DEMAND_SEEN:
                 seen = run.seen.pop(arg)
-                before = policy.resolve_demand(run.hud, now, run.params(0)).queued
+                before = policy.resolve_demand(run.hud, now, run.params(0, now)).queued
                 outcome = DemandOutcome(
                     result=DemandResult.OK, duration=0.0, queued=seen, aged=run.aged.pop(arg, None)
                 )
                 # The queue as of the read: jobs started since are not counted again.
                 as_of = run.read_at.pop(arg)
                 run.hud = policy.record_demand(run.hud, outcome, now, as_of=as_of)
-                after = policy.resolve_demand(run.hud, now, run.params(0)).queued
+                after = policy.resolve_demand(run.hud, now, run.params(0, now)).queued
                 changed[cluster] = changed[cluster] or after != before
             elif arg == _POKED:  # _PASS for a change
                 run.poked = False
@@ -671,11 +778,14 @@ def simulate_clusters(
     for run in clusters:
         for node_id in list(run.nodes):
             run.remove_node(node_id, max(end, run.nodes[node_id].launched_at))
-        for slot in list(run.pairs):
-            run.drop_pair(slot, max(end, run.pairs[slot].created_at))
+        for name in list(run.halves):
+            run.drop_half(name, max(end, run.halves[name].pod.created_at))
     busy = sum(run.busy for run in clusters)
-    node_seconds = sum(run.node_seconds for run in clusters)
-    room_seconds = sum(run.node_seconds * run.config.pairs_per_node for run in clusters)
+    per_role = {role: sum(run.node_seconds[role] for run in clusters) for role in Role}
+    node_seconds = sum(per_role.values()) / 2  # a simulated node: one of each pool
+    room_seconds = sum(
+        sum(run.node_seconds.values()) / 2 * run.config.pairs_per_node for run in clusters
+    )
     return Outcome(
         jobs=len(ran),
         busy=busy,
@@ -686,6 +796,11 @@ def simulate_clusters(
         pairs_created=sum(run.pairs_created for run in clusters),
         passes=sum(run.passes for run in clusters),
         node_seconds=node_seconds,
+        runner_node_seconds=per_role[Role.RUNNER],
+        workflow_node_seconds=per_role[Role.WORKFLOW],
+        pool_launches=sum(run.pool_launches for run in clusters),
+        stalls=sum(run.stalls for run in clusters),
+        repairs=sum(run.repairs for run in clusters),
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from capacity.model import Role
 from capacity.warm_pool import FixedPool
 from tools.bench_agreement import (
     AgreementError,
@@ -142,8 +143,11 @@ def test_a_document_is_compared_seed_by_seed_and_variant_by_variant() -> None:
     assert list(report.seeds[str(seed)]) == ["ours_warm"]
     assert report.skipped == {f"{seed}/ours_demand": "not run", f"{seed}/ours_adaptive": "not run"}
     found = {row.metric: row for row in report.seeds[str(seed)]["ours_warm"]}
-    # Runner and workflow node-seconds are each the simulated nodes', the total twice them.
-    assert found["node-seconds, total"].simulated == 2 * found["node-seconds, runner"].simulated
+    # Runner and workflow node-seconds are each the simulated pool's, the total their sum
+    # (site A's runner pool keeps launching in the shortage, its workflow pool does not).
+    assert found["node-seconds, total"].simulated == pytest.approx(
+        found["node-seconds, runner"].simulated + found["node-seconds, workflow"].simulated
+    )
     assert found["node-seconds, runner"].measured == 1000.0
     assert report.count()["compared"] == len(found)
     assert "| ours_warm | wait p50 (s) |" in report.table()
@@ -153,8 +157,11 @@ def test_a_document_is_compared_seed_by_seed_and_variant_by_variant() -> None:
 
 class _Outcome:
     node_seconds = 10.0
+    runner_node_seconds = 10.0
+    workflow_node_seconds = 12.0
     pair_seconds = 5.0
     launches = 1
+    pool_launches = 2
 
     def percentile(self, p: float) -> float:
         return p / 10
@@ -170,12 +177,28 @@ def test_node_seconds_are_compared_in_the_room_a_simulated_node_stands_for() -> 
     figures = _figures(1.0, 100.0)
     two = {row.metric: row.simulated for row in rows(_Outcome(), figures)}  # type: ignore[arg-type]
     one = {row.metric: row.simulated for row in rows(_Outcome(), figures, 1)}  # type: ignore[arg-type]
-    # Two pairs a node: one runner and one workflow node each; one pair: half of each.
-    assert (two["node-seconds, runner"], two["node-seconds, total"]) == (10.0, 20.0)
-    assert (one["node-seconds, runner"], one["node-seconds, total"]) == (5.0, 10.0)
+    # Two halves a simulated node, two pods a cluster node: pool for pool; one half a
+    # simulated node: half of one.
+    assert (two["node-seconds, runner"], two["node-seconds, workflow"]) == (10.0, 12.0)
+    assert (two["node-seconds, total"], two["node launches"]) == (22.0, 2.0)
+    assert (one["node-seconds, runner"], one["node-seconds, total"]) == (5.0, 11.0)
     knobs = Knobs(handover=False, pairs_per_node=1)
     mapped = mapping(SMOKE, "ours_demand", 2, 100.0, knobs)
     assert all(not s.handover and s.pairs_per_node == 1 for s in mapped.sims)
+
+
+def test_only_site_a_s_workflow_pool_runs_out_and_says_so_with_nodepools() -> None:
+    mapped = mapping(SMOKE, "ours_demand", 2, 100.0)
+    site_a, site_b = mapped.sims
+    assert site_a.outages
+    assert not site_b.outages
+    assert site_a.outage_roles == frozenset({Role.WORKFLOW})
+    assert not site_a.word  # the smoke config does not read the NodePools
+    told = mapping(replace(SMOKE, nodepools=True), "ours_demand", 2, 100.0)
+    assert all(s.word for s in told.sims)
+    both = mapping(SMOKE, "ours_demand", 2, 100.0, Knobs(workflow_shortage=False))
+    assert both.sims[0].outage_roles == frozenset(Role)
+    assert config_from(replace(SMOKE, nodepools=True).describe()).nodepools
 
 
 def test_launch_delays_are_the_run_s_own_when_it_recorded_them() -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from capacity.model import Params
+from capacity.model import Params, Role
 from capacity.warm_pool import FixedPool
 from capacity.whatif.recommend import cheapest, fixed_pools, sweep
 from capacity.whatif.simulate import SimConfig, merge, percentile, simulate, simulate_clusters
@@ -281,3 +281,66 @@ def test_a_peer_in_an_outage_holds_its_share_until_the_other_claims_it_aged() ->
     assert max(freed.waits) == pytest.approx(122.15)
     with pytest.raises(ValueError, match="aged_after"):
         SimConfig(params=PARAMS, aged_after=0.0)
+
+
+WORKFLOW_ONLY = frozenset({Role.WORKFLOW})
+
+
+def test_the_two_pools_mirror_each_other_unless_one_runs_out() -> None:
+    jobs = generate(SynthSpec(minutes=30), seed=3)
+    start = jobs[0].queued_at
+    config = replace(CONFIG, outages=((start + 600.0, start + 900.0),))
+    both = simulate(jobs, config, FixedPool(1))
+    assert both.runner_node_seconds == pytest.approx(both.workflow_node_seconds)
+    assert both.node_seconds == pytest.approx(both.runner_node_seconds)
+    assert both.pool_launches == 2 * both.launches
+    assert both.stalls == both.repairs == 0
+    # The workflow pool alone out: runner pods find room that workflow pods do not, and
+    # the halves they leave alone are given their missing half back.
+    one = simulate(jobs, replace(config, outage_roles=WORKFLOW_ONLY), FixedPool(1))
+    assert one.repairs > 0
+
+
+def test_a_workflow_pool_that_cannot_launch_is_a_stall_once_the_pools_say_so() -> None:
+    """One job; the workflow pool cannot launch for 2,000 s. Its runner half comes up at
+    once. From time alone (fewer than eight launches seen, so no stall timeout) the pair
+    waits, timed out and made again every ready timeout, on the runner node it holds the
+    whole time; with the pools' word it is released as stalled after half the ready
+    timeout, and the runner node goes between tries."""
+    jobs = [_job(1, 0.0, 10.0)]
+    out = replace(CONFIG, outages=((0.0, 2000.0),), outage_roles=WORKFLOW_ONLY)
+    silent = simulate(jobs, out, FixedPool(0))
+    assert silent.stalls == 0
+    assert silent.waits == pytest.approx((2060.0,))  # the launch retried until 2,000 s
+    assert silent.runner_node_seconds == pytest.approx(silent.workflow_node_seconds)
+    told = simulate(jobs, replace(out, word=True), FixedPool(0))
+    assert told.stalls >= 2
+    assert told.runner_node_seconds < 0.6 * silent.runner_node_seconds
+    assert told.waits[0] > silent.waits[0]  # the back-off's price: the retry comes later
+    # Both pools out: both halves Pending, which is no stall, word or not.
+    both = simulate(jobs, replace(out, outage_roles=frozenset(Role), word=True), FixedPool(0))
+    assert both.stalls == 0
+
+
+def test_a_job_whose_runner_pod_finds_room_leaves_a_lone_runner_half_that_is_repaired() -> None:
+    """Two warm pairs on one runner and one workflow node (two halves each); the workflow
+    pool cannot launch from 0 to 1,000 s. Job 1 takes pair A's place in both pools; the
+    pool's new pair C gets a new runner node (up at once) and waits for a workflow node.
+    Job 2, admitted by pair B, puts its runner pod in the free room beside C's runner half
+    and preempts B's workflow half: B's runner half is alone, and the policy gives it a
+    workflow half back instead of making a new pair."""
+    config = replace(
+        CONFIG,
+        pairs_per_node=2,
+        params=replace(PARAMS, ttl=10_000.0),
+        outages=((0.0, 1000.0),),
+        word=True,
+    )
+    jobs = [_job(1, 1.0, 500.0), _job(2, 100.0, 500.0)]
+    one = simulate(jobs, replace(config, outage_roles=WORKFLOW_ONLY), FixedPool(2), begin=-300.0)
+    assert one.waits == (0.0, 0.0)
+    assert one.repairs >= 1
+    # Both pools out: C's runner node launches too, so job 2 preempts B whole.
+    both = simulate(jobs, config, FixedPool(2), begin=-300.0)
+    assert both.waits == (0.0, 0.0)
+    assert both.repairs == 0
