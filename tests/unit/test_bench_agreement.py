@@ -20,6 +20,7 @@ from tools.bench_agreement import (
     compare,
     config_from,
     launch_delays,
+    launch_overhead,
     mapping,
     rows,
 )
@@ -232,3 +233,19 @@ def test_launch_delays_are_the_run_s_own_when_it_recorded_them() -> None:
     document["seeds"][str(seed)]["variants"]["ours_demand"]["node_ready_s"] = ["slow"]
     with pytest.raises(AgreementError, match=r"ours_demand\.node_ready_s"):
         compare(document)
+
+
+def test_the_launch_overhead_is_what_demand_only_pairs_took_beyond_their_nodes() -> None:
+    nodes = [float(x) for x in range(50, 150)]  # 50..149 s
+    # The median of the longer of two draws is the draw's 0.707 quantile: 120 s here.
+    figures = {"node_ready_s": nodes, "critical_path": {"pair_launch_s": {"p50": 160.0}}}
+    assert launch_overhead(figures) == pytest.approx(40.0)
+    quick = {"node_ready_s": nodes, "critical_path": {"pair_launch_s": {"p50": 30.0}}}
+    assert launch_overhead(quick) == 0.0  # pairs on nodes with room: never negative
+    assert launch_overhead({"node_ready_s": nodes}) is None
+    assert launch_overhead({"critical_path": {"pair_launch_s": {"p50": 1.0}}}) is None
+    # Added to every delay the simulator draws.
+    rng = random.Random(3)
+    plain = launch_delays(SMOKE, Knobs(launch_overhead=0.0), nodes, random.Random(3))
+    slower = launch_delays(SMOKE, Knobs(launch_overhead=40.0), nodes, rng)
+    assert [b - a for a, b in zip(plain, slower, strict=True)] == pytest.approx([40.0] * 100)
