@@ -36,6 +36,7 @@ from typing import Any, TextIO
 
 from base.http.errors import HTTPError
 from capacity.github_demand import label_match
+from capacity.model import Role
 from capacity.settings import (
     HUD_READ_INTERVAL,
     CapacitySettings,
@@ -340,7 +341,29 @@ def _settings(args: argparse.Namespace) -> list[Setting]:
     return settings
 
 
-def _config(args: argparse.Namespace) -> SimConfig:
+def _outages(args: argparse.Namespace) -> tuple[tuple[float, float], ...]:
+    """``--outage FROM,TO``: seconds after the trace's first arrival."""
+    found = []
+    for text in args.outage:
+        try:
+            low, high = (float(part) for part in text.split(","))
+        except ValueError:
+            raise UsageError(f"--outage {text}: not FROM,TO (seconds)") from None
+        if not low < high:
+            raise UsageError(f"--outage {text}: FROM must be before TO")
+        found.append((low, high))
+    return tuple(found)
+
+
+_OUTAGE_POOLS = {
+    "workflow": frozenset({Role.WORKFLOW}),
+    "runner": frozenset({Role.RUNNER}),
+    "both": frozenset(Role),
+}
+
+
+def _config(args: argparse.Namespace, start: float = 0.0) -> SimConfig:
+    """The simulated cluster; ``start``: the trace's first arrival (the outages' origin)."""
     capacity = load_capacity_settings(os.environ)
     low, high = args.lead * (1 - args.lead_jitter), args.lead * (1 + args.lead_jitter)
     if not 0 <= args.lead_jitter <= 1:
@@ -357,6 +380,11 @@ def _config(args: argparse.Namespace) -> SimConfig:
         demand_lag=args.demand_lag,
         recalculate_interval=interval,
         node_idle=args.node_idle,
+        outages=tuple((start + low, start + high) for low, high in _outages(args)),
+        outage_roles=_OUTAGE_POOLS[args.outage_pool],
+        # The pools say they cannot launch when the listener reads them (NodePools' Events,
+        # cluster-autoscaler's status): the stall is then decided after one launch.
+        word=capacity.nodepools.enabled or capacity.cluster_autoscaler.enabled,
     )
 
 
@@ -373,7 +401,10 @@ def _model(config: SimConfig, args: argparse.Namespace) -> dict[str, Any]:
         "demand_lag_seconds": config.demand_lag,
         "recalculate_interval_seconds": config.recalculate_interval,
         "node_idle_seconds": config.node_idle,
-        "nodes": "one pair (one job) per node",
+        "nodes": "a runner pool and a workflow pool, one half (one job's pod) per node",
+        "outages_after_first_arrival": [list(span) for span in _outages(args)],
+        "outage_pool": args.outage_pool,
+        "pools_say_so": config.word,
         "policy": {
             "max_runners": p.max_runners,
             "max_pending_pairs": p.max_pending_pairs,
@@ -414,7 +445,8 @@ def _curves(
 ) -> Iterator[tuple[str, Optimum, list[Point], float]]:
     groups = _groups(args)
     optima = _optima(groups, args)
-    config = _config(args)
+    first = min((job.queued_at for jobs in groups.values() for job in jobs), default=0.0)
+    config = _config(args, first)
     settings = _settings(args)
     for key, jobs in groups.items():
         started = time.process_time()
@@ -576,6 +608,21 @@ def _simulation_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--demand-lag", type=float, default=2.0, help="read duration (2)")
     parser.add_argument(
         "--node-idle", type=float, default=30.0, help="empty node removed after (30)"
+    )
+    parser.add_argument(
+        "--outage",
+        action="append",
+        default=[],
+        metavar="FROM,TO",
+        help="the cloud cannot launch nodes from FROM to TO seconds after the trace's first "
+        "arrival (repeatable); launches asked for then come up one delay after TO",
+    )
+    parser.add_argument(
+        "--outage-pool",
+        choices=tuple(_OUTAGE_POOLS),
+        default="both",
+        help="the pool the outages refuse (both): workflow alone leaves runner halves "
+        "Running beside Pending workflow halves, as a GPU type out of stock does",
     )
 
 

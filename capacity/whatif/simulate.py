@@ -213,6 +213,8 @@ class Outcome:
             "launches": self.launches,
             "pairs_created": self.pairs_created,
             "passes": self.passes,
+            "stalls": self.stalls,
+            "repairs": self.repairs,
         }
         if opt_spare is not None:
             result["spare_over_opt0"] = round(self.spare / opt_spare, 2) if opt_spare else None

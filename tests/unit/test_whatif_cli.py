@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,7 +101,7 @@ def test_simulate_sweeps_pools_lookahead_and_pool_objects(
     point = cpu["curve"][1]
     assert point["queue_seconds"]["p90"] <= cpu["curve"][0]["queue_seconds"]["p90"]
     assert point["spare_over_opt0"] > 1  # no policy beats the optimum's spare at zero wait...
-    assert result["model"]["nodes"] == "one pair (one job) per node"
+    assert result["model"]["nodes"].startswith("a runner pool and a workflow pool")
     assert result["model"]["policy"]["downscale_delay"] == 300.0  # the settings' default
 
 
@@ -175,3 +176,31 @@ def test_a_bad_trace_line_is_named(tmp_path: Path, capsys: pytest.CaptureFixture
     assert capsys.readouterr().err == (
         f"Error: {path}:1: field labels: expected a non-empty list of strings\n"
     )
+
+
+def test_simulate_an_outage_of_the_workflow_pool_with_and_without_the_pools_word(
+    trace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["simulate", str(trace), "--label-set", "linux-cpu", "--pools", "2"]
+
+    def point(*extra: str) -> dict[str, Any]:
+        assert whatif.main([*base, *extra]) == 0
+        result = json.loads(capsys.readouterr().out)
+        found: dict[str, Any] = result["label_sets"]["linux-cpu"]["curve"][0]
+        found["model"] = result["model"]
+        return found
+
+    calm = point()
+    out = point("--outage", "300,1500", "--outage-pool", "workflow")
+    assert out["model"]["outages_after_first_arrival"] == [[300.0, 1500.0]]
+    assert out["model"]["outage_pool"] == "workflow"
+    assert not out["model"]["pools_say_so"]  # NodePools not read: time alone
+    assert out["queue_seconds"]["p90"] > calm["queue_seconds"]["p90"]
+    assert calm["stalls"] == 0
+    monkeypatch.setenv("CAPACITY_NODEPOOLS__ENABLED", "true")
+    told = point("--outage", "300,1500", "--outage-pool", "workflow")
+    assert told["model"]["pools_say_so"]
+    assert told["stalls"] > 0  # runner halves released once the pool says it cannot launch
+    for bad, said in (("5", "not FROM,TO"), ("9,3", "FROM must be before TO")):
+        assert whatif.main([*base, "--outage", bad]) == 1
+        assert f"--outage {bad}: {said}" in capsys.readouterr().err
