@@ -481,10 +481,8 @@ class _Run:
         )
         self.halves[name] = half
         self.slots.setdefault(slot, {})[role] = name
-        ready = self.pool_room(role, ready=True)
-        if ready:
-            node_id = max(ready, key=lambda i: self.nodes[i].used())  # fullest first
-        else:
+        node_id = self.free_room(role)
+        if node_id is None:
             roomy = self.pool_room(role, ready=False)
             if roomy:
                 node_id = roomy[0]
