@@ -107,13 +107,17 @@ class NodePoolLimits:
         log.warning("NodePool watch failed, retrying", extra={"error": str(error)})
 
     def not_there(self, state: NotThere, error: KubeError) -> None:
-        """403 or 404, newly: say so once and cap nothing (looked at again later)."""
+        """403 or 404, newly: say so once and cap nothing (looked at again later). A 404 is
+        logged at info: the setting is on by default, and a cluster without Karpenter is a
+        normal place to run."""
+        forbidden = state == "forbidden"
         reason = (
             "the listener may not read them (bind deploy/rbac/clusterrole-nodepools.yaml)"
-            if state == "forbidden"
+            if forbidden
             else "the cluster has no Karpenter NodePool resource"
         )
-        log.warning(
+        log.log(
+            logging.WARNING if forbidden else logging.INFO,
             f"NodePool limits off: {reason}; placeholders are created as without them",
             extra={"status": error.status},
         )

@@ -309,7 +309,9 @@ class NodePoolSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    enabled: bool = False
+    # On by default: Karpenter is the common case, and on a cluster without it the watch
+    # answers 404 once, is logged at info, and the monitor plans as if it were off.
+    enabled: bool = True
     # NodePool names per half. None: every NodePool whose template (labels, requirements,
     # taints) admits the half's node selector and tolerations.
     runner: list[str] | None = None

@@ -180,8 +180,9 @@ class Config:
     consolidate_after: str = "30s"
     waited_long: float = 60.0
     # ours read Karpenter's NodePools and its insufficient-capacity Events (nodepools.enabled,
-    # off by default): a half its pools said they cannot launch is released after one launch.
-    nodepools: bool = False
+    # the product's default): a half its pools said they cannot launch is released after one
+    # launch. False: the setting turned off, as runs before it was the default.
+    nodepools: bool = True
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -239,13 +240,11 @@ class Config:
             "hud.lag 30 s, downscale_delay 300 s, placeholder_ready_timeout 300 s, "
             "max_pending_pairs 30, hud.stale_after 300 s, hud.timeout 10 s, "
             "hud.failure_base_capacity 1",
-            *(
-                [
-                    "ours: nodepools.enabled (Karpenter's NodePools and insufficient-capacity "
-                    "Events read; default off)"
-                ]
+            (
+                "ours: nodepools.enabled (Karpenter's NodePools and insufficient-capacity "
+                "Events read; the default)"
                 if self.nodepools
-                else []
+                else "ours: nodepools.enabled false (NodePools not read)"
             ),
         ]
 
@@ -558,8 +557,7 @@ def _capacity(site: Site, variant: str, index: int, config: Config) -> dict[str,
     settings.pop("downscale_delay", None)
     assert site.stage.hud is not None
     settings["hud"] = {"enabled": True, "url": site.stage.hud.endpoint}
-    if config.nodepools:
-        settings["nodepools"] = {"enabled": True}
+    settings["nodepools"] = {"enabled": config.nodepools}
     return settings
 
 
@@ -1327,9 +1325,11 @@ def main(argv: list[str] | None = None) -> int:
     run_cmd.add_argument("--workdir", type=Path, default=None)
     run_cmd.add_argument(
         "--nodepools",
-        action="store_true",
-        help="ours with nodepools.enabled (Karpenter's NodePools and insufficient-capacity "
-        "Events read); capped and roomy families",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ours with nodepools.enabled, Karpenter's NodePools and insufficient-capacity "
+        "Events read (the default; --no-nodepools: off, as runs before it was the default); "
+        "capped and roomy families",
     )
     table_cmd = sub.add_parser("table", help="print the README table from a saved JSON")
     table_cmd.add_argument("json", type=Path)
@@ -1381,8 +1381,8 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(config, seeds=tuple(args.seeds))
     if args.variants:
         config = replace(config, variants=tuple(args.variants))
-    if args.nodepools:
-        config = replace(config, nodepools=True)
+    if args.nodepools is not None:
+        config = replace(config, nodepools=args.nodepools)
     workdir = args.workdir or new_workdir("capacity-listener-outcomes")
 
     async def go() -> dict[str, Any]:

@@ -102,7 +102,8 @@ def test_role_and_binding_equal_ghalistener_rbac(helm_bin: Path, tmp_path: Path)
 
 def test_group_binding_is_opt_in(helm_bin: Path, tmp_path: Path) -> None:
     values = {"scaleSets": {"arc-cpu": scale_set()}, "rbac": {"bindControllerNamespaceGroup": True}}
-    (binding,) = by_kind(template(helm_bin, values, tmp_path), "RoleBinding").values()
+    bindings = by_kind(template(helm_bin, values, tmp_path), "RoleBinding")
+    binding = bindings["arc-runners/capacity-listener-arc-cpu"]
     (shipped,) = yaml_docs(DEPLOY / "rbac" / "rolebinding.yaml")
     assert binding["subjects"][1] == shipped["subjects"][0]  # system:serviceaccounts:arc-systems
 
@@ -112,17 +113,26 @@ def test_cluster_roles_only_for_the_scale_sets_that_need_them(
 ) -> None:
     docs = template(helm_bin, example_values(), tmp_path)
     gpu = listener_name("arc-gpu", "arc-runners", "gpu-runners", "https://github.com/my-org")
-    for suffix in ("node-checks", "nodepools"):
+    cpu = listener_name("arc-cpu", "arc-runners", "", "https://github.com/my-org")
+    # Only arc-gpu sets node_checks; both read NodePools (on unless set false).
+    for suffix, accounts in (("node-checks", [gpu]), ("nodepools", [cpu, gpu])):
         (shipped, _) = yaml_docs(DEPLOY / "rbac" / f"clusterrole-{suffix}.yaml")
         role = by_kind(docs, "ClusterRole")[f"/capacity-listener-{suffix}"]
         binding = by_kind(docs, "ClusterRoleBinding")[f"/capacity-listener-{suffix}"]
         assert role["rules"] == shipped["rules"]
-        # Only arc-gpu sets node_checks and nodepools.enabled.
         assert binding["subjects"] == [
-            {"kind": "ServiceAccount", "name": gpu, "namespace": CONTROLLER_NAMESPACE}
+            {"kind": "ServiceAccount", "name": name, "namespace": CONTROLLER_NAMESPACE}
+            for name in accounts
         ]
     plain = template(helm_bin, {"scaleSets": {"arc-cpu": scale_set()}}, tmp_path)
-    assert not by_kind(plain, "ClusterRole")
+    assert list(by_kind(plain, "ClusterRole")) == ["/capacity-listener-nodepools"]
+    values = {
+        "scaleSets": {
+            "arc-off": scale_set(nodepools={"enabled": False}),
+            "arc-stock": {**scale_set(), "capacity": {"enabled": False}},
+        }
+    }
+    assert not by_kind(template(helm_bin, values, tmp_path), "ClusterRole")
 
 
 def test_cluster_autoscaler_status_role_only_for_scale_sets_that_read_it(
@@ -152,16 +162,18 @@ def test_karpenter_events_role_only_for_scale_sets_that_read_nodepools(
 ) -> None:
     values = {
         "scaleSets": {
-            "arc-cpu": scale_set(),
+            "arc-cpu": scale_set(),  # nodepools on by default
             "arc-kp": scale_set(nodepools={"enabled": True}),
             "arc-kp2": scale_set(nodepools={"enabled": True, "events_namespace": "karpenter"}),
             "arc-off": scale_set(nodepools={"enabled": True, "events_namespace": ""}),
+            "arc-no": scale_set(nodepools={"enabled": False}),
         }
     }
     docs = template(helm_bin, values, tmp_path)
     (shipped, _) = yaml_docs(DEPLOY / "rbac" / "role-karpenter-events.yaml")
     roles = {k: v for k, v in by_kind(docs, "Role").items() if "-karpenter-events-" in k}
     assert sorted(roles) == [
+        "default/capacity-listener-karpenter-events-arc-cpu",
         "default/capacity-listener-karpenter-events-arc-kp",
         "karpenter/capacity-listener-karpenter-events-arc-kp2",
     ]

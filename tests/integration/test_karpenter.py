@@ -146,6 +146,9 @@ async def test_nodepool_limits_hold_pairs_pending_until_raised(scene: Scene) -> 
         proactive_capacity=3,
         max_pending_pairs=1,
         placeholder_ready_timeout=6.0,
+        # Karpenter's limit alone: with the limits read no pair beyond them is made
+        # (tests/integration/test_karpenter_nodepool_limits.py).
+        nodepools=NodePoolSettings(enabled=False),
     )
     timeline = Timeline(scene).start()
     started = time.monotonic()

@@ -189,17 +189,19 @@ def test_node_seconds_are_compared_in_the_room_a_simulated_node_stands_for() -> 
 
 
 def test_only_site_a_s_workflow_pool_runs_out_and_says_so_with_nodepools() -> None:
-    mapped = mapping(SMOKE, "ours_demand", 2, 100.0)
+    unread = replace(SMOKE, nodepools=False)
+    mapped = mapping(unread, "ours_demand", 2, 100.0)
     site_a, site_b = mapped.sims
     assert site_a.outages
     assert not site_b.outages
     assert site_a.outage_roles == frozenset({Role.WORKFLOW})
-    assert not site_a.word  # the smoke config does not read the NodePools
-    told = mapping(replace(SMOKE, nodepools=True), "ours_demand", 2, 100.0)
+    assert not site_a.word  # a run with the NodePools not read: time alone
+    told = mapping(SMOKE, "ours_demand", 2, 100.0)  # read by default
     assert all(s.word for s in told.sims)
     both = mapping(SMOKE, "ours_demand", 2, 100.0, Knobs(workflow_shortage=False))
     assert both.sims[0].outage_roles == frozenset(Role)
-    assert config_from(replace(SMOKE, nodepools=True).describe()).nodepools
+    assert config_from(SMOKE.describe()).nodepools
+    assert not config_from(unread.describe()).nodepools
 
 
 def test_launch_delays_are_the_run_s_own_when_it_recorded_them() -> None:

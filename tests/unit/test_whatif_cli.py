@@ -190,6 +190,7 @@ def test_simulate_an_outage_of_the_workflow_pool_with_and_without_the_pools_word
         found["model"] = result["model"]
         return found
 
+    monkeypatch.setenv("CAPACITY_NODEPOOLS__ENABLED", "false")
     calm = point()
     out = point("--outage", "300,1500", "--outage-pool", "workflow")
     assert out["model"]["outages_after_first_arrival"] == [[300.0, 1500.0]]
@@ -197,7 +198,7 @@ def test_simulate_an_outage_of_the_workflow_pool_with_and_without_the_pools_word
     assert not out["model"]["pools_say_so"]  # NodePools not read: time alone
     assert out["queue_seconds"]["p90"] > calm["queue_seconds"]["p90"]
     assert calm["stalls"] == 0
-    monkeypatch.setenv("CAPACITY_NODEPOOLS__ENABLED", "true")
+    monkeypatch.delenv("CAPACITY_NODEPOOLS__ENABLED")  # the default: the pools are read
     told = point("--outage", "300,1500", "--outage-pool", "workflow")
     assert told["model"]["pools_say_so"]
     assert told["stalls"] > 0  # runner halves released once the pool says it cannot launch

@@ -61,6 +61,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $namespaces | uniq | sortAlpha | toJson -}}
 {{- end -}}
 
+{{/* "true" when a scale set's listener reads Karpenter's NodePools: its capacity is on and
+capacity.nodepools.enabled is not set to false (the listener's default is on). Argument: the
+scale set's capacity dict. */}}
+{{- define "capacity-listener.readsNodePools" -}}
+{{- $pools := .nodepools | default dict -}}
+{{- if and .enabled (or (not (hasKey $pools "enabled")) $pools.enabled) -}}true{{- end -}}
+{{- end -}}
+
 {{/* "true" when a ClusterRole is needed: forced in rbac, or asked for by a scale set's
 settings. Argument: dict with root and which ("nodeChecks" or "nodePools"). */}}
 {{- define "capacity-listener.needs" -}}
@@ -69,7 +77,7 @@ settings. Argument: dict with root and which ("nodeChecks" or "nodePools"). */}}
 {{- range $name, $set := $root.Values.scaleSets -}}
 {{- $capacity := $set.capacity | default dict -}}
 {{- if and (eq $.which "nodeChecks") $capacity.node_checks -}}{{- $need = true -}}{{- end -}}
-{{- if and (eq $.which "nodePools") (($capacity.nodepools | default dict).enabled) -}}{{- $need = true -}}{{- end -}}
+{{- if and (eq $.which "nodePools") (include "capacity-listener.readsNodePools" $capacity) -}}{{- $need = true -}}{{- end -}}
 {{- end -}}
 {{- if $need -}}true{{- end -}}
 {{- end -}}

@@ -252,7 +252,8 @@ async def test_the_monitor_gives_the_policy_each_halfs_word() -> None:
 def test_without_nodepools_or_with_no_namespace_the_events_are_not_read() -> None:
     from tests.unit.capacity.test_monitor_logic import start
 
-    assert start(MemoryCluster(), proactive=1).monitor.launch_failures is None
+    without = NodePoolSettings(enabled=False)
+    assert start(MemoryCluster(), proactive=1, nodepools=without).monitor.launch_failures is None
     off = NodePoolSettings(enabled=True, events_namespace="")
     assert start(MemoryCluster(), proactive=1, nodepools=off).monitor.launch_failures is None
 

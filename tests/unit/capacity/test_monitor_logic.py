@@ -23,7 +23,7 @@ from capacity.demand import GitHubReaderFactory
 from capacity.model import Role
 from capacity.monitor import PROFILE_KEY, profile_config_map
 from capacity.pods import RUNNER_POD_LABEL, SCALE_SET_LABEL
-from capacity.settings import CapacitySettings, Resources
+from capacity.settings import CapacitySettings, NodePoolSettings, Resources
 from capacity.warm_pool import AdaptivePool, FixedPool, _Sums
 from tests.support.fake_clock import FakeClock
 from tests.support.memory_cluster import MemoryCluster
@@ -115,6 +115,9 @@ def start(
             "proactive_capacity": proactive,
             "workflow_resources": Resources(requests={"cpu": "1", "memory": "1Gi"}),
             "downscale_delay": 0.0,
+            # Off unless a test turns it on: these scenes run the view's informers only, and
+            # a monitor reading NodePools makes no pair before their first list answers.
+            "nodepools": NodePoolSettings(enabled=False),
             **overrides,
         }
     )

@@ -9,9 +9,9 @@ from capacity.settings import CapacitySettingsError, load_capacity_settings
 ON = {"CAPACITY_NODEPOOLS__ENABLED": "true"}
 
 
-def test_off_by_default() -> None:
+def test_on_by_default() -> None:
     pools = load_capacity_settings({}).nodepools
-    assert not pools.enabled
+    assert pools.enabled
     assert pools.runner is None
     assert pools.workflow is None
 
@@ -36,7 +36,7 @@ def test_names_from_the_environment() -> None:
             "unset to resolve)",
         ),
         (
-            {"CAPACITY_NODEPOOLS__RUNNER": '["runners"]'},
+            {"CAPACITY_NODEPOOLS__ENABLED": "false", "CAPACITY_NODEPOOLS__RUNNER": '["runners"]'},
             "capacity setting nodepools.runner: set, but nodepools.enabled is false",
         ),
         (

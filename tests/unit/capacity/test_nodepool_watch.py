@@ -158,24 +158,26 @@ async def test_named_pools_win_over_resolution() -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "state", "line"),
+    ("status", "state", "line", "level"),
     [
         (
             403,
             "forbidden",
             "NodePool limits off: the listener may not read them (bind "
             "deploy/rbac/clusterrole-nodepools.yaml); placeholders are created as without them",
+            logging.WARNING,
         ),
         (
             404,
             "absent",
             "NodePool limits off: the cluster has no Karpenter NodePool resource; "
             "placeholders are created as without them",
+            logging.INFO,  # on by default: no Karpenter is a normal place to run
         ),
     ],
 )
 async def test_unreadable_nodepools_cost_one_line_and_no_cap(
-    status: int, state: str, line: str, caplog: pytest.LogCaptureFixture
+    status: int, state: str, line: str, level: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="capacity.nodepools")
     cluster = failing_cluster(*[KubeError("list nodepools", status, "nope")] * 3)
@@ -190,7 +192,7 @@ async def test_unreadable_nodepools_cost_one_line_and_no_cap(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert rechecks.waits == [300.0, 300.0]
-    assert [r.getMessage() for r in caplog.records] == [line]  # once, not per look
+    assert [(r.getMessage(), r.levelno) for r in caplog.records] == [(line, level)]  # once
     assert len(pokes) == 1
     assert limits.state == state
     assert limits.room(Observed(), template(), commit=True) is None
