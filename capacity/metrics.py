@@ -179,6 +179,10 @@ class CapacityMetrics:
         """A pair was released as stalled, for this cause (one of STALL_CAUSES)."""
         self._events.stalls.labels(*self._key, cause).inc()
 
+    def record_probe(self, role: str) -> None:
+        """A probe was created (one half alone, during a stall's back-off)."""
+        self._events.probes.labels(*self._key, role).inc()
+
     def record_node_groups(self, groups: Iterable[NodeGroup], pair_room: int | None) -> None:
         """The node groups (the series of groups gone are gone)."""
         self.state.node_groups, self.state.node_group_room = tuple(groups), pair_room
@@ -298,6 +302,12 @@ class _Events:
             "one launch time), time (no such word; after twice the launch time).",
             "cause",
         )
+        self.probes = counter(
+            "gha_capacity_probes",
+            "Probes created during a stall's back-off: one placeholder of the stalled half "
+            "alone, asking the cloud again for its node, by role.",
+            "role",
+        )
         self.kube_errors = counter(
             "gha_capacity_kube_errors",
             "Failed Kubernetes calls of the monitor, by operation and kind.",
@@ -357,6 +367,7 @@ class _Events:
             self.pair_creates,
             self.pair_deletes,
             self.stalls,
+            self.probes,
             self.kube_errors,
             self.reconcile_duration,
             self.signal_changes,

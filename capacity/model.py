@@ -285,12 +285,15 @@ class Plan:
     `creates` are slot ids for new pairs; each id means two pods (one per Role). The policy
     chooses the ids (decimal strings, never reused within a process and never equal to any
     observed slot) so the caller does not need to. `repairs` are slots of lone halves that
-    get their missing half back (one pod each). `deletes` are pod names.
+    get their missing half back (one pod each). `probes` are new slots (ids after the
+    creates') of one half alone, the half a stall's back-off is about (one pod each: it asks
+    the cloud again, holding no node for the other half). `deletes` are pod names.
     `advertised` is the capacity of the snapshot *after* the deletes (creates are Pending and
     never count). The counts describe the snapshot as observed, for metrics."""
 
     creates: tuple[str, ...] = ()
     repairs: tuple[Repair, ...] = ()
+    probes: tuple[Repair, ...] = ()
     deletes: tuple[Deletion, ...] = ()
     advertised: int = 0
     runner_side: int = 0
@@ -301,7 +304,7 @@ class Plan:
     pending_pairs: int = 0  # pairs with a half still Pending
     broken: int = 0  # lone halves (the other half is gone)
     held_by_nodepools: int = 0  # pairs not created: the NodePools' limits cannot hold them
-    # seconds left of the back-off after a stalled pair (no new pairs meanwhile)
+    # seconds left of the back-off after a stalled pair (no new pairs meanwhile, a probe)
     stall_backoff: float = 0.0
     # one entry per pair released as stalled this pass: why (the signal or time alone)
     stalls: tuple[StallCause, ...] = ()
@@ -326,3 +329,6 @@ class Memory:
     # stall is Running.
     backoff: float = 0.0
     stalled_at: float | None = None
+    # The half the last stall was Pending on (the one the cloud could not give): during the
+    # back-off one placeholder of it alone asks again (a probe); one Running clears it.
+    stalled_role: Role | None = None

@@ -36,10 +36,12 @@ The plan, in order:
    a slot with one half Running and the other Pending longer than `stall_timeout` (twice
    the longest recent launch; one launch, `signal_stall_timeout`, when the half's pools said
    within the last `stall_timeout` that they cannot launch a node) → the whole slot
-   STALLED, and step 9 creates nothing for a back-off (`stall_timeout`, doubled per stall
-   up to `ready_timeout`, cleared once a pair created after the stall is Running): the
-   cloud cannot give that half's node, and a new pair would only hold another node for the
-   half it can give;
+   STALLED, and step 9 creates no pair for a back-off (`stall_timeout`, doubled per stall
+   up to `ready_timeout`, cleared once a half of the stalled role created after the stall
+   is Running): the cloud cannot give that half's node, and a new pair would only hold
+   another node for the half it can give. While pairs are wanted, one placeholder of the
+   stalled half alone (a *probe*) keeps asking, so the back-off ends when the cloud gives
+   the node again, not only when it runs out;
 3. runner room: placeholder-runners beyond ``max_runners − real runners`` go at once
    (EXCESS), real runners being the active EphemeralRunners (also those whose pod is still
    being created) or the runner pods alive, whichever is more: those not ready first, then
@@ -72,7 +74,8 @@ The plan, in order:
    (`nodepool_room`): a pair that no node may be launched for would only wait Pending until
    its ready timeout; likewise with cluster-autoscaler node groups read, within the room a
    full group's nodes still have for the halves (`node_group_room`); and (d) none during a
-   stall back-off (step 2).
+   stall back-off (step 2), only a probe when no half of the stalled role is Pending. Once
+   the probe runs it is a lone half, repaired like any other.
 
 Slot ids are decimal strings chosen by the policy: above every numeric slot observed and above
 `Memory.next_slot`, so ids are not reused while a process lives and never collide with a pod
@@ -531,6 +534,7 @@ class _Slots:
     lone_runners: list[Placeholder]
     lone_workflows: list[Placeholder]
     stalls: list[StallCause] = field(default_factory=list)  # pairs released as stalled
+    stalled_roles: list[Role] = field(default_factory=list)  # their Pending halves
 
 
 @dataclass(frozen=True)
@@ -571,6 +575,10 @@ def plan(
     delete = _Deletes()
     live = _sweep(observed.placeholders, now, delete)  # 1
     slots = _group_slots(live, params, now, delete)  # 2
+    backoff, stalled_at, stalled_role = _stall_backoff(  # 2
+        memory, slots.stalled_roles, live, params, now
+    )
+    backing_off = 0.0 if stalled_at is None else max(0.0, stalled_at + backoff - now)
     _cap_runner_halves(  # 3
         slots.complete, slots.lone_runners, slots.lone_workflows, observed, params, delete
     )
@@ -582,11 +590,16 @@ def plan(
     fresh = _trim_fresh(fresh, target, params, delete)  # 5
     kept = _keep_renewing(fresh, renewing, target, params, delete)  # 6
     counts = _cap_pending(kept, fresh, params, delete)  # 7
-    lone_runners_kept, lone_since = _age_lone_halves(  # 8
-        leftovers, memory, counts.total, params, now, delete
+    # A probe is alone on purpose until the stall is over, and in the pass that sees it run
+    # (the memory's stall) it is to be repaired, not aged.
+    probing = (
+        (memory.stalled_role, memory.stalled_at)
+        if memory.stalled_at is not None
+        else (stalled_role, stalled_at)
     )
-    backoff, stalled_at = _stall_backoff(memory, len(slots.stalls), pairs, params, now)  # 2
-    backing_off = 0.0 if stalled_at is None else max(0.0, stalled_at + backoff - now)
+    lone_runners_kept, lone_since = _age_lone_halves(  # 8
+        leftovers, memory, counts.total, params, now, delete, probing=probing
+    )
     repairs, count, held = _new_halves_and_pairs(  # 9
         desired,
         counts,
@@ -604,10 +617,16 @@ def plan(
         repaired = {p.name for p in leftovers if p.slot in slots_repaired}
         lone_since = tuple(entry for entry in lone_since if entry[0] not in repaired)
     first = _next_slot(observed, memory)
+    probes = (
+        _probe(stalled_role, live, desired - counts.fresh, str(first + count), delete)
+        if backing_off > 0
+        else ()
+    )
     after = count_sides(observed, params, excluding=delete.reasons)
     result = Plan(
         creates=tuple(str(first + i) for i in range(count)),
         repairs=tuple(repairs),
+        probes=probes,
         deletes=tuple(Deletion(name, reason) for name, reason in delete.reasons.items()),
         advertised=after.advertised,
         runner_side=after.runner_side,
@@ -623,36 +642,70 @@ def plan(
     )
     return result, Memory(
         desired_window=window,
-        next_slot=first + count,
+        next_slot=first + count + len(probes),
         lone_since=lone_since,
         warm_window=warm_window,
         backoff=backoff,
         stalled_at=stalled_at,
+        stalled_role=stalled_role,
     )
 
 
 def _stall_backoff(
-    memory: Memory, stalled: int, pairs: Iterable[_Pair], params: Params, now: float
-) -> tuple[float, float | None]:
-    """Step 2's back-off: (its length, the last stall). A stall starts one of
-    `stall_timeout` (about two launches: Karpenter, too, stops offering a type it could not
-    launch for a few minutes), doubled per stall that follows, up to `ready_timeout`; a
-    pair created after the last stall reaching Running shows the type launches again and
-    clears it. A stall on the pools' word backs off as long as one on time alone: the word
-    says the type is short now, not when it comes back."""
+    memory: Memory,
+    stalled: Sequence[Role],
+    live: Iterable[Placeholder],
+    params: Params,
+    now: float,
+) -> tuple[float, float | None, Role | None]:
+    """Step 2's back-off: (its length, the last stall, the half it was Pending on). A stall
+    starts one of `stall_timeout` (about two launches: Karpenter, too, stops offering a type
+    it could not launch for a few minutes), doubled per stall that follows, up to
+    `ready_timeout`; a half of the stalled role created after the last stall reaching
+    Running (a probe, or a pair's) shows the type launches again and clears it. A stall on
+    the pools' word backs off as long as one on time alone: the word says the type is short
+    now, not when it comes back."""
     first = params.stall_timeout
     if first is None:
         first = params.signal_stall_timeout
     if stalled and first is not None:
         longest = max(first, params.ready_timeout)
         backoff = first if memory.backoff <= 0 else 2 * memory.backoff
-        return min(backoff, longest), now
+        # Two halves short at once (both pools out): the workflow half is the scarce one.
+        role = Role.WORKFLOW if Role.WORKFLOW in stalled else Role.RUNNER
+        return min(backoff, longest), now, role
     since = memory.stalled_at
-    # Strictly after: a pair already there when the stall was seen says nothing new (and
-    # a pass repeated on the same view must not clear what the first one set).
-    if since is not None and any(p.ready(params) and p.created_at > since for p in pairs):
-        return 0.0, None
-    return memory.backoff, since
+    # Made at or after the stall: a half already there when it was seen says nothing new
+    # (and a pass repeated on the same view must not clear what the first one set); a probe
+    # is made in the stall's own pass.
+    if since is not None and any(
+        is_ready(p, params)
+        and p.created_at >= since
+        and (memory.stalled_role is None or p.role == memory.stalled_role)
+        for p in live
+    ):
+        return 0.0, None, None
+    return memory.backoff, since, memory.stalled_role
+
+
+def _probe(
+    role: Role | None,
+    live: Iterable[Placeholder],
+    wanted: int,
+    slot: str,
+    delete: _Deletes,
+) -> tuple[Repair, ...]:
+    """Step 9 during a back-off: one placeholder of the stalled half alone, in a new slot,
+    while pairs are wanted and no half of that role is Pending (kept, not deleted by this
+    pass; one that is already asks the cloud). It holds no node while the cloud says no, and
+    once it runs it clears the back-off and is repaired into a pair like any lone half."""
+    if role is None or wanted <= 0:
+        return ()
+    asking = any(
+        p.role == role and p.phase == PodPhase.PENDING and p.name not in delete.reasons
+        for p in live
+    )
+    return () if asking else (Repair(slot, role),)
 
 
 def _damped_target(
@@ -715,6 +768,7 @@ def _group_slots(
         elif (cause := _stalled(members, params, now)) is not None:
             delete(members, DeleteReason.STALLED)
             slots.stalls.append(cause)
+            slots.stalled_roles.extend(p.role for p in members if p.phase == PodPhase.PENDING)
         elif Role.RUNNER in halves and Role.WORKFLOW in halves:
             slots.complete.append(_Pair(halves[Role.RUNNER], halves[Role.WORKFLOW]))
         elif Role.RUNNER in halves:
@@ -801,18 +855,24 @@ def _age_lone_halves(
     params: Params,
     now: float,
     delete: _Deletes,
+    *,
+    probing: tuple[Role | None, float | None],
 ) -> tuple[int, tuple[tuple[str, float], ...]]:
     """Step 8: halves nothing can use go after the downscale delay (BROKEN; they still
     protect room a real pod may take meanwhile), lone runner halves at once (EXCESS) if they
-    would exceed max_runners. Returns the lone runner halves kept and when each kept half
-    was first left over."""
+    would exceed max_runners. A probe (``probing``: the stalled role and the stall; a half of
+    that role made since) is alone on purpose: it is not aged until the stall is over, and
+    from then on like any other lone half. Returns the lone runner halves kept and when each
+    kept half was first left over."""
     seen_since = dict(memory.lone_since)
     lone_since: list[tuple[str, float]] = []
     runner_room = max(0, params.max_runners - kept_pairs)
     kept_runners = 0
     for p in leftovers:
-        since = min(seen_since.get(p.name, now), now)
-        if now - since >= params.downscale_delay:
+        role, stalled_at = probing
+        probe = p.role == role and stalled_at is not None and p.created_at >= stalled_at
+        since = now if probe else min(seen_since.get(p.name, now), now)
+        if now - since >= params.downscale_delay and not probe:
             delete([p], DeleteReason.BROKEN)
         elif p.role == Role.RUNNER and kept_runners >= runner_room:
             delete([p], DeleteReason.EXCESS)

@@ -33,7 +33,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -354,12 +354,13 @@ class Reconciler:
                 "pair released as stalled",
                 extra={"cause": cause.value, "stall_backoff": round(plan.stall_backoff, 1)},
             )
-        if plan.deletes or plan.creates or plan.repairs:
+        if plan.deletes or plan.creates or plan.repairs or plan.probes:
             log.info(
                 "reconcile",
                 extra={
                     "creates": len(plan.creates),
                     "repairs": len(plan.repairs),
+                    "probes": len(plan.probes),
                     "deletes": len(plan.deletes),
                     "advertised": plan.advertised,
                     "desired": plan.desired_pairs,
@@ -374,11 +375,18 @@ class Reconciler:
                 "placeholders repaired",
                 extra={"slots": ",".join(r.slot for r in plan.repairs)},
             )
+        for probe in plan.probes:
+            self.metrics.record_probe(probe.role.value)
+            log.info(
+                "placeholder probe created",
+                extra={"slot": probe.slot, "role": probe.role.value},
+            )
         await self._create(
             [(slot, tuple(Role)) for slot in plan.creates]
-            + [(r.slot, (r.role,)) for r in plan.repairs],
+            + [(r.slot, (r.role,)) for r in plan.repairs + plan.probes],
             now,
             params,
+            untimed={r.slot for r in plan.probes},
         )
         return plan
 
@@ -469,9 +477,16 @@ class Reconciler:
     # --- creates --------------------------------------------------------------------------
 
     async def _create(
-        self, slots: Iterable[tuple[str, tuple[Role, ...]]], now: float, params: Params
+        self,
+        slots: Iterable[tuple[str, tuple[Role, ...]]],
+        now: float,
+        params: Params,
+        *,
+        untimed: Collection[str] = (),
     ) -> None:
-        """Create the given halves of each slot: both for a new pair, one for a repair."""
+        """Create the given halves of each slot: both for a new pair, one for a repair or a
+        probe. ``untimed`` slots (probes) are not launch samples: a probe waits out a
+        shortage, and its slot is timed from its repair."""
         todo = list(slots)
         if not todo:
             return
@@ -486,7 +501,10 @@ class Reconciler:
             return  # backing off after a failure
         halted = asyncio.Event()
         await asyncio.gather(
-            *(self._create_pair(s, roles, owner, now, params, halted) for s, roles in todo)
+            *(
+                self._create_pair(s, roles, owner, now, params, halted, timed=s not in untimed)
+                for s, roles in todo
+            )
         )
 
     async def _create_pair(
@@ -497,6 +515,8 @@ class Reconciler:
         now: float,
         params: Params,
         halted: asyncio.Event,
+        *,
+        timed: bool,
     ) -> None:
         try:
             runner, workflow = self.build_pair(slot, owner, now)
@@ -536,7 +556,7 @@ class Reconciler:
         else:
             self._gate.succeeded()
             self.metrics.record_create(CREATE_OK if CREATE_OK in results else CREATE_EXISTS)
-            if len(results) == len(roles) and CREATE_OK in results:
+            if timed and len(results) == len(roles) and CREATE_OK in results:
                 # A repaired slot is timed from the repair: one launch, the half it waited for.
                 self._launching[slot] = self.clock()
 

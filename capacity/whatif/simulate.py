@@ -183,6 +183,7 @@ class Outcome:
     pool_launches: int = 0  # nodes launched, both pools (``launches``: the launch draws)
     stalls: int = 0  # pairs the policy released as stalled
     repairs: int = 0  # lone halves given their missing half back
+    probes: int = 0  # halves made alone during a stall's back-off
 
     def percentile(self, p: float) -> float:
         return percentile(self.waits, p)
@@ -215,6 +216,7 @@ class Outcome:
             "passes": self.passes,
             "stalls": self.stalls,
             "repairs": self.repairs,
+            "probes": self.probes,
         }
         if opt_spare is not None:
             result["spare_over_opt0"] = round(self.spare / opt_spare, 2) if opt_spare else None
@@ -247,6 +249,7 @@ def merge(outcomes: Iterable[Outcome]) -> Outcome:
         pool_launches=sum(o.pool_launches for o in items),
         stalls=sum(o.stalls for o in items),
         repairs=sum(o.repairs for o in items),
+        probes=sum(o.probes for o in items),
     )
 
 
@@ -357,6 +360,7 @@ class _Run:
     pool_launches: int = 0
     pairs_created: int = 0
     repairs: int = 0
+    probes: int = 0
     stalls: int = 0
     passes: int = 0
     next_delay: int = 0
@@ -506,6 +510,12 @@ class _Run:
         self.launching[slot] = now  # the monitor times a repaired slot from the repair
         self.add_half(slot, role, now, [])
 
+    def probe(self, slot: str, role: Role, now: float) -> None:
+        """One half alone in a new slot, as the monitor makes during a stall's back-off (not
+        timed: its slot is timed from its repair)."""
+        self.probes += 1
+        self.add_half(slot, role, now, [])
+
     def drop_half(self, name: str, now: float) -> int:
         """The half goes (deleted, or preempted by a job's pod); returns its node."""
         half = self.halves.pop(name)
@@ -635,6 +645,8 @@ class _Run:
             self.repair(repair.slot, repair.role, now)
         for slot in plan.creates:
             self.create_pair(slot, now)
+        for probe in plan.probes:
+            self.probe(probe.slot, probe.role, now)
 
 
 def simulate(
@@ -801,6 +813,7 @@ def simulate_clusters(
         pool_launches=sum(run.pool_launches for run in clusters),
         stalls=sum(run.stalls for run in clusters),
         repairs=sum(run.repairs for run in clusters),
+        probes=sum(run.probes for run in clusters),
     )
 
 

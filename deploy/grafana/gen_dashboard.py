@@ -345,12 +345,15 @@ def capacity() -> list[PanelBuilder]:
             ),
         ),
         timeseries(
-            "Stall back-off",
+            "Stall back-off and probes",
             "Seconds left before new pairs are tried again after a stalled pair (its other "
-            "half could not get a node for two launch times). While it is above 0 the queue "
-            "is left to other clusters serving the same labels instead of holding nodes for "
-            "halves that cannot become capacity.",
+            "half could not get a node: one launch time once the pools said so, two "
+            "without). While it is above 0 the queue is left to other clusters serving the "
+            "same labels instead of holding nodes for halves that cannot become capacity; "
+            "one placeholder of the stalled half alone (a probe, counted here by role) keeps "
+            "asking for its node and ends the back-off as soon as it runs.",
             by_name("gha_capacity_stall_backoff_seconds", "back-off", agg="max"),
+            increase_by("gha_capacity_probes_total", "role"),
         ),
         timeseries(
             "Stalled pairs by cause",

@@ -83,11 +83,11 @@ def workflow(runner_name: str, phase: PodPhase = R, *, bound: bool = True) -> Re
 def apply_plan(observed: Observed, plan: Plan, params: Params, now: float) -> Observed:
     """What the cluster looks like right after the plan is carried out: deleted pods vanish,
     each created slot becomes a Pending pair that expires after the TTL, and each repaired
-    slot gains its missing half, Pending."""
+    slot gains its missing half (each probe its one half), Pending."""
     gone = {d.name for d in plan.deletes}
     kept = [p for p in observed.placeholders if p.name not in gone]
     made = [(slot, role) for slot in plan.creates for role in Role]
-    made += [(r.slot, r.role) for r in plan.repairs]
+    made += [(r.slot, r.role) for r in plan.repairs + plan.probes]
     kept += [
         Placeholder(
             name=ph_name(slot, role),

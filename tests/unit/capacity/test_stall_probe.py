@@ -1,0 +1,130 @@
+"""After a stalled pair, a probe: one placeholder of the half the cloud could not give,
+alone, keeps asking for its node during the back-off (capacity/policy.py step 2 and 9),
+holding no node for the other half; once it runs the back-off is over and it is repaired
+into a pair. The policy on its own, then through the reconciler on the in-memory cluster."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from capacity.model import DeleteReason, Memory, Observed, Repair, Role, StallCause
+from capacity.policy import plan
+from tests.support.memory_cluster import MemoryCluster
+from tests.unit.capacity.test_launch_failures import (
+    EVENTS,
+    _at,
+    _first_pair_with_the_word_read,
+    ice_event,
+)
+from tests.unit.capacity.test_policy import demand, params
+
+from .builders import P, R, apply_plan, pair, ph
+
+KNOBS = params(stall_timeout=120.0, ready_timeout=300.0)
+
+
+def _stall(short: Role) -> tuple[Observed, Memory, Repair]:
+    """A pair whose ``short`` half waits for a node while the other runs, released at 121 s
+    with three pairs wanted; returns the cluster after that pass, its memory and the probe."""
+    runner, workflow = (P, R) if short == Role.RUNNER else (R, P)
+    observed = Observed(placeholders=pair(1, runner, workflow, created=0.0))
+    _, memory = plan(observed, demand(3), KNOBS, Memory(), 100.0)
+    result, memory = plan(observed, demand(3), KNOBS, memory, 121.0)
+    assert {d.reason for d in result.deletes} == {DeleteReason.STALLED}
+    assert result.creates == ()  # no pair during the back-off
+    (probe,) = result.probes
+    assert probe.role == short
+    assert probe.slot not in {"1"}  # a new slot, after every one seen
+    return apply_plan(observed, result, KNOBS, 121.0), memory, probe
+
+
+@pytest.mark.parametrize("short", [Role.WORKFLOW, Role.RUNNER])
+def test_a_stall_makes_one_probe_of_the_half_the_cloud_could_not_give(short: Role) -> None:
+    after, memory, probe = _stall(short)
+    assert [(p.slot, p.role, p.phase) for p in after.placeholders] == [(probe.slot, short, P)]
+    # While it waits: no second probe, no pair, and it is not aged as a left-over half.
+    again, memory = plan(after, demand(3), KNOBS, memory, 200.0)
+    assert (again.creates, again.repairs, again.probes, again.deletes) == ((), (), (), ())
+    assert again.stall_backoff == pytest.approx(41.0)
+    # Idempotent: the same view at the same time plans nothing more.
+    same, _ = plan(after, demand(3), KNOBS, memory, 200.0)
+    assert (same.creates, same.probes) == ((), ())
+
+
+def test_a_running_probe_ends_the_back_off_and_is_repaired_with_the_pairs_wanted() -> None:
+    _, memory, probe = _stall(Role.WORKFLOW)
+    ran = Observed(placeholders=(ph(probe.slot, Role.WORKFLOW, R, created=121.0),))
+    result, memory = plan(ran, demand(3), KNOBS, memory, 180.0)  # within the back-off
+    assert result.stall_backoff == 0.0
+    assert memory.stalled_at is None
+    assert memory.stalled_role is None
+    assert result.repairs == (Repair(probe.slot, Role.RUNNER),)
+    assert len(result.creates) == 2  # the other two pairs wanted, at once
+    assert result.deletes == ()
+
+
+def test_no_probe_when_no_pair_is_wanted_or_one_is_already_asking() -> None:
+    knobs = params(stall_timeout=120.0, proactive_capacity=1)
+    observed = Observed(placeholders=pair(1, R, P, created=0.0))
+    _, memory = plan(observed, demand(0), knobs, Memory(), 100.0)
+    gone, _ = plan(observed, demand(0), params(stall_timeout=120.0), memory, 121.0)
+    assert gone.stalls == (StallCause.TIME,)
+    assert gone.probes == ()  # nothing wanted any more: nothing asks
+    # A pair still Pending (made before the stall) already asks the cloud for that half.
+    waiting = Observed(placeholders=(*pair(1, R, P, created=0.0), *pair(2, P, P, created=90.0)))
+    _, memory = plan(waiting, demand(1), knobs, Memory(), 100.0)
+    asking, _ = plan(waiting, demand(1), knobs, memory, 121.0)
+    assert asking.stalls == (StallCause.TIME,)
+    assert asking.probes == ()
+
+
+async def test_through_the_reconciler_a_probe_is_made_counted_and_not_a_launch_sample(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The pair stalls on the pools' word; in the same pass one workflow placeholder alone
+    is made in a new slot, counted and logged, and no pair. Once the probe runs, the
+    back-off is over: it gets its runner half (a repair), and its wait through the shortage
+    is not a launch sample (the slot is timed from the repair)."""
+    from tests.unit.capacity.test_monitor_logic import NOW, NS, RUNNER_SET
+
+    caplog.set_level(logging.INFO, logger="capacity.reconciler")
+    cluster = MemoryCluster()
+    async with _first_pair_with_the_word_read(cluster) as scene:
+        (runner,) = scene.placeholders(Role.RUNNER)
+        cluster.set_phase(NS, runner, "Running")
+        cluster.add(EVENTS, ice_event("any-b8c9d", last=_at(NOW + 5)))
+        await scene.settle()
+        scene.clock.now = NOW + 61
+        stalled = await scene.reconciler.reconcile_once()
+        assert stalled.stalls == (StallCause.CLOUD,)
+        assert stalled.creates == ()
+        (made,) = stalled.probes
+        assert made.role == Role.WORKFLOW
+        await scene.settle()
+        assert scene.placeholders(Role.RUNNER) == []
+        (probe,) = scene.placeholders(Role.WORKFLOW)
+        assert f"-{made.slot}-" in probe
+        scene.clock.now = NOW + 100  # still short: it waits, no second one beside it
+        waiting = await scene.reconciler.reconcile_once()
+        assert (waiting.creates, waiting.probes, waiting.deletes) == ((), (), ())
+        assert waiting.stall_backoff > 0
+        scene.clock.now = NOW + 150  # the cloud has the type again
+        cluster.set_phase(NS, probe, "Running")
+        await scene.settle()
+        cleared = await scene.reconciler.reconcile_once()
+        assert cleared.stall_backoff == 0.0
+        assert cleared.repairs == (Repair(made.slot, Role.RUNNER),)
+        await scene.settle()
+        (repaired,) = scene.placeholders(Role.RUNNER)
+        scene.clock.now = NOW + 170
+        cluster.set_phase(NS, repaired, "Running")
+        await scene.settle()
+        await scene.reconciler.reconcile_once()
+        assert list(scene.reconciler.launch_times) == [20.0] * 9  # the repair's 20 s
+    sample = scene.registry.get_sample_value
+    labels = {"name": RUNNER_SET, "namespace": NS, "role": Role.WORKFLOW.value}
+    assert sample("gha_capacity_probes_total", labels) == 1
+    lines = [r for r in caplog.records if r.getMessage() == "placeholder probe created"]
+    assert [r.__dict__["role"] for r in lines] == [Role.WORKFLOW.value]
