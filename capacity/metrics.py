@@ -117,6 +117,8 @@ class CapacityMetrics:
         self._rise_at: float | None = None
         for cause in STALL_CAUSES:  # both series from the start: a rate() over 0, not absent
             self._events.stalls.labels(*self._key, cause)
+        for role in Role:
+            self._events.probes.labels(*self._key, role.value)
         self._collector = _Page.join(
             registry, self._key, [*self._events.all, _StateSeries(self.state, self._key)]
         )
