@@ -332,3 +332,6 @@ class Memory:
     # The half the last stall was Pending on (the one the cloud could not give): during the
     # back-off one placeholder of it alone asks again (a probe); one Running clears it.
     stalled_role: Role | None = None
+    # The probes' slots since the last stall, while they live (a pod's creationTimestamp has
+    # whole seconds, so a probe made in the stall's pass cannot be told by its age).
+    probe_slots: tuple[str, ...] = ()

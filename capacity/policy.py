@@ -583,24 +583,22 @@ def plan(
         slots.complete, slots.lone_runners, slots.lone_workflows, observed, params, delete
     )
     broken = len(slots.lone_runners) + len(slots.lone_workflows)
-    pairs, leftovers = _pair_lone_halves(slots, observed, params)  # 3b
+    # The probes alive (the memory's, since the last stall): each is alone on purpose until
+    # the stall is over, not a partner for another slot's half (3b) nor aged (8); in the
+    # pass that sees one run (it cleared the memory's stall) it is repaired in its own slot.
+    slots_alive = {p.slot for p in live}
+    probe_slots = tuple(s for s in memory.probe_slots if s in slots_alive)
+    pairs, leftovers = _pair_lone_halves(slots, observed, params, frozenset(probe_slots))  # 3b
     running_pairs = sum(1 for pair in pairs if pair.ready(params))
     fresh, renewing = _split_renewing(pairs, params, now)  # 4
     window, warm_window, target = _damped_target(memory, desired, params, real, now)
     fresh = _trim_fresh(fresh, target, params, delete)  # 5
     kept = _keep_renewing(fresh, renewing, target, params, delete)  # 6
     counts = _cap_pending(kept, fresh, params, delete)  # 7
-    # A probe is alone on purpose until the stall is over, and in the pass that sees it run
-    # (the memory's stall) it is to be repaired, not aged.
-    probing = (
-        (memory.stalled_role, memory.stalled_at)
-        if memory.stalled_at is not None
-        else (stalled_role, stalled_at)
-    )
     lone_runners_kept, lone_since = _age_lone_halves(  # 8
-        leftovers, memory, counts.total, params, now, delete, probing=probing
+        leftovers, memory, counts.total, params, now, delete, probes=frozenset(probe_slots)
     )
-    repairs, count, held = _new_halves_and_pairs(  # 9
+    repairs, count, held, blocked = _new_halves_and_pairs(  # 9
         desired,
         counts,
         headroom(params, real) - lone_runners_kept,
@@ -617,11 +615,7 @@ def plan(
         repaired = {p.name for p in leftovers if p.slot in slots_repaired}
         lone_since = tuple(entry for entry in lone_since if entry[0] not in repaired)
     first = _next_slot(observed, memory)
-    probes = (
-        _probe(stalled_role, live, desired - counts.fresh, str(first + count), delete)
-        if backing_off > 0
-        else ()
-    )
+    probes = _probe(stalled_role, live, blocked, str(first + count), delete)
     after = count_sides(observed, params, excluding=delete.reasons)
     result = Plan(
         creates=tuple(str(first + i) for i in range(count)),
@@ -648,6 +642,7 @@ def plan(
         backoff=backoff,
         stalled_at=stalled_at,
         stalled_role=stalled_role,
+        probe_slots=() if stalled_at is None else probe_slots + tuple(p.slot for p in probes),
     )
 
 
@@ -664,7 +659,8 @@ def _stall_backoff(
     `ready_timeout`; a half of the stalled role created after the last stall reaching
     Running (a probe, or a pair's) shows the type launches again and clears it. A stall on
     the pools' word backs off as long as one on time alone: the word says the type is short
-    now, not when it comes back."""
+    now, not when it comes back. A probe (``memory.probe_slots``) clears it however old its
+    creationTimestamp (whole seconds) says it is."""
     first = params.stall_timeout
     if first is None:
         first = params.signal_stall_timeout
@@ -675,12 +671,11 @@ def _stall_backoff(
         role = Role.WORKFLOW if Role.WORKFLOW in stalled else Role.RUNNER
         return min(backoff, longest), now, role
     since = memory.stalled_at
-    # Made at or after the stall: a half already there when it was seen says nothing new
-    # (and a pass repeated on the same view must not clear what the first one set); a probe
-    # is made in the stall's own pass.
+    # Strictly after: a half already there when the stall was seen says nothing new (and
+    # a pass repeated on the same view must not clear what the first one set).
     if since is not None and any(
         is_ready(p, params)
-        and p.created_at >= since
+        and (p.created_at > since or p.slot in memory.probe_slots)
         and (memory.stalled_role is None or p.role == memory.stalled_role)
         for p in live
     ):
@@ -691,15 +686,17 @@ def _stall_backoff(
 def _probe(
     role: Role | None,
     live: Iterable[Placeholder],
-    wanted: int,
+    blocked: int,
     slot: str,
     delete: _Deletes,
 ) -> tuple[Repair, ...]:
     """Step 9 during a back-off: one placeholder of the stalled half alone, in a new slot,
-    while pairs are wanted and no half of that role is Pending (kept, not deleted by this
-    pass; one that is already asks the cloud). It holds no node while the cloud says no, and
-    once it runs it clears the back-off and is repaired into a pair like any lone half."""
-    if role is None or wanted <= 0:
+    while the back-off holds back pairs that are wanted and otherwise admitted (``blocked``:
+    within max_runners, the in-flight cap and the pools' room, as a pair) and no half of
+    that role is Pending (kept, not deleted by this pass; one that is already asks the
+    cloud). It holds no node while the cloud says no, and once it runs it clears the
+    back-off and is repaired into a pair like any lone half."""
+    if role is None or blocked <= 0:
         return ()
     asking = any(
         p.role == role and p.phase == PodPhase.PENDING and p.name not in delete.reasons
@@ -779,17 +776,26 @@ def _group_slots(
 
 
 def _pair_lone_halves(
-    slots: _Slots, observed: Observed, params: Params
+    slots: _Slots, observed: Observed, params: Params, probes: frozenset[str]
 ) -> tuple[list[_Pair], list[Placeholder]]:
     """Step 3b: lone workflow halves real runners still need are reserved; the other lone
     halves pair up runner-with-workflow across slots (virtual pairs, Running and oldest
-    first). Returns every pair (complete, then virtual) and the halves left over."""
-    runners = sorted(slots.lone_runners, key=lambda p: _lone_keep_order(p, params))
-    workflows = sorted(slots.lone_workflows, key=lambda p: _lone_keep_order(p, params))
+    first). A probe (its slot in ``probes``) pairs with nothing: it is left over, to be
+    repaired in its own slot. Returns every pair (complete, then virtual) and the halves
+    left over."""
+    probing = [p for p in (*slots.lone_runners, *slots.lone_workflows) if p.slot in probes]
+    runners = sorted(
+        (p for p in slots.lone_runners if p.slot not in probes),
+        key=lambda p: _lone_keep_order(p, params),
+    )
+    workflows = sorted(
+        (p for p in slots.lone_workflows if p.slot not in probes),
+        key=lambda p: _lone_keep_order(p, params),
+    )
     reserved = min(len(workflows), _runners_needing_workflow_room(observed))
     spare_workflows = workflows[reserved:]
     virtual = [_Pair(r, w) for r, w in zip(runners, spare_workflows, strict=False)]
-    leftovers = runners[len(virtual) :] + spare_workflows[len(virtual) :]
+    leftovers = runners[len(virtual) :] + spare_workflows[len(virtual) :] + probing
     return slots.complete + virtual, leftovers
 
 
@@ -856,29 +862,28 @@ def _age_lone_halves(
     now: float,
     delete: _Deletes,
     *,
-    probing: tuple[Role | None, float | None],
+    probes: frozenset[str],
 ) -> tuple[int, tuple[tuple[str, float], ...]]:
     """Step 8: halves nothing can use go after the downscale delay (BROKEN; they still
     protect room a real pod may take meanwhile), lone runner halves at once (EXCESS) if they
-    would exceed max_runners. A probe (``probing``: the stalled role and the stall; a half of
-    that role made since) is alone on purpose: it is not aged until the stall is over, and
-    from then on like any other lone half. Returns the lone runner halves kept and when each
-    kept half was first left over."""
+    would exceed max_runners. A probe (its slot in ``probes``) is alone on purpose: it is not
+    aged until the stall is over, and from then on like any other lone half. Returns the
+    lone runner halves kept and when each kept half was first left over."""
     seen_since = dict(memory.lone_since)
     lone_since: list[tuple[str, float]] = []
     runner_room = max(0, params.max_runners - kept_pairs)
     kept_runners = 0
     for p in leftovers:
-        role, stalled_at = probing
-        probe = p.role == role and stalled_at is not None and p.created_at >= stalled_at
-        since = now if probe else min(seen_since.get(p.name, now), now)
-        if now - since >= params.downscale_delay and not probe:
+        probe = p.slot in probes  # its age is not kept either: it starts when the stall ends
+        since = min(seen_since.get(p.name, now), now)
+        if not probe and now - since >= params.downscale_delay:
             delete([p], DeleteReason.BROKEN)
         elif p.role == Role.RUNNER and kept_runners >= runner_room:
             delete([p], DeleteReason.EXCESS)
         else:
             kept_runners += p.role == Role.RUNNER
-            lone_since.append((p.name, since))
+            if not probe:
+                lone_since.append((p.name, since))
     return kept_runners, tuple(lone_since)
 
 
@@ -894,8 +899,9 @@ def _new_halves_and_pairs(
     *,
     pool_room: int | None,
     backing_off: bool,
-) -> tuple[list[Repair], int, int]:
-    """Step 9: (repairs, new pairs, pairs held back by the pools' room). Lone runner halves
+) -> tuple[list[Repair], int, int, int]:
+    """Step 9: (repairs, new pairs, pairs held back by the pools' room, pairs held back by a
+    stall's back-off: wanted and admitted otherwise). Lone runner halves
     are repaired first, within the pairs wanted and the in-flight cap only: a repair adds a
     workflow half, no runner, so it leaves the max_runners headroom ``room`` as it was. What
     is still wanted then goes to lone workflow halves (a repair adds a runner half, as a
@@ -914,10 +920,10 @@ def _new_halves_and_pairs(
             pool_room -= done
     count, held = _new_pairs(desired, kept, room, params, pool_room)
     if backing_off:
-        return repairs, 0, held
+        return repairs, 0, held, count
     workflows = [p for p in leftovers if p.role == Role.WORKFLOW]
     more, waiting = _repairs(workflows, observed, count, params, now, delete)
-    return repairs + more, count - len(more) - waiting, held
+    return repairs + more, count - len(more) - waiting, held, 0
 
 
 def _repairs(

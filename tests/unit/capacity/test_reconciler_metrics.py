@@ -47,6 +47,7 @@ NAMES = {
     "gha_capacity_pair_creates_total": "counter",
     "gha_capacity_pair_deletes_total": "counter",
     "gha_capacity_stalls_total": "counter",
+    "gha_capacity_probes_total": "counter",
     "gha_capacity_reconcile_duration_seconds": "histogram",
     "gha_capacity_reconcile_last_success_timestamp_seconds": "gauge",
     "gha_capacity_signal_changes_total": "counter",
@@ -133,6 +134,8 @@ def test_every_series_is_registered_at_once_with_exact_names_and_no_created() ->
     assert value(registry, "gha_capacity_hud_requests_total", result="timeout") == 0
     assert value(registry, "gha_capacity_stalls_total", cause="cloud") == 0
     assert value(registry, "gha_capacity_stalls_total", cause="time") == 0
+    assert value(registry, "gha_capacity_probes_total", role="placeholder-runner") == 0
+    assert value(registry, "gha_capacity_probes_total", role="placeholder-workflow") == 0
 
 
 def test_a_recorded_pass() -> None:

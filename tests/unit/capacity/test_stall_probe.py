@@ -128,3 +128,31 @@ async def test_through_the_reconciler_a_probe_is_made_counted_and_not_a_launch_s
     assert sample("gha_capacity_probes_total", labels) == 1
     lines = [r for r in caplog.records if r.getMessage() == "placeholder probe created"]
     assert [r.__dict__["role"] for r in lines] == [Role.WORKFLOW.value]
+
+
+def test_a_probe_clears_the_back_off_though_its_timestamp_is_older_than_the_stall() -> None:
+    """creationTimestamp has whole seconds: a probe made in the stall's pass at 121.6 s reads
+    as made at 121 s, before the stall. It is known by its slot, not its age."""
+    observed = Observed(placeholders=pair(1, R, P, created=0.0))
+    _, memory = plan(observed, demand(2), KNOBS, Memory(), 100.0)
+    result, memory = plan(observed, demand(2), KNOBS, memory, 121.6)
+    (probe,) = result.probes
+    assert memory.probe_slots == (probe.slot,)
+    ran = Observed(placeholders=(ph(probe.slot, Role.WORKFLOW, R, created=121.0),))
+    cleared, memory = plan(ran, demand(2), KNOBS, memory, 150.0)
+    assert cleared.stall_backoff == 0.0
+    assert memory.probe_slots == ()
+    assert cleared.repairs == (Repair(probe.slot, Role.RUNNER),)
+
+
+def test_a_probe_is_no_partner_for_another_slots_lone_half() -> None:
+    """A lone runner half left from slot 2 and a workflow probe are not a (virtual) pair:
+    the probe is to be repaired in its own slot once it runs, the runner half aged as
+    before."""
+    after, memory, probe = _stall(Role.WORKFLOW)
+    lone = ph(2, Role.RUNNER, R, created=50.0)
+    with_lone = Observed(placeholders=(*after.placeholders, lone))
+    result, _ = plan(with_lone, demand(3), KNOBS, memory, 130.0)
+    assert result.running_pairs == 0
+    assert result.pending_pairs == 0  # no virtual pair of the two
+    assert result.probes == ()  # the probe still asks
