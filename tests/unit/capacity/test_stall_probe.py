@@ -149,7 +149,7 @@ def test_a_probe_is_no_partner_for_another_slots_lone_half() -> None:
     """A lone runner half left from slot 2 and a workflow probe are not a (virtual) pair:
     the probe is to be repaired in its own slot once it runs, the runner half aged as
     before."""
-    after, memory, probe = _stall(Role.WORKFLOW)
+    after, memory, _ = _stall(Role.WORKFLOW)
     lone = ph(2, Role.RUNNER, R, created=50.0)
     with_lone = Observed(placeholders=(*after.placeholders, lone))
     result, _ = plan(with_lone, demand(3), KNOBS, memory, 130.0)
