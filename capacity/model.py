@@ -325,8 +325,8 @@ class Memory:
     # shorter `demand_hold` (then `desired_window` spans that hold).
     warm_window: tuple[tuple[float, int], ...] = field(default=())
     # After a stalled pair (`stalled_at`): no new pairs before `stalled_at + backoff`;
-    # `backoff` doubles on the next stall and is cleared once a pair created after the last
-    # stall is Running.
+    # `backoff` doubles on the next stall and is cleared once a half of the stalled role
+    # made since the last stall (a probe's, or a pair's) is Running.
     backoff: float = 0.0
     stalled_at: float | None = None
     # The half the last stall was Pending on (the one the cloud could not give): during the
