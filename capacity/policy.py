@@ -588,7 +588,8 @@ def plan(
     # pass that sees one run (it cleared the memory's stall) it is repaired in its own slot.
     slots_alive = {p.slot for p in live}
     probe_slots = tuple(s for s in memory.probe_slots if s in slots_alive)
-    pairs, leftovers = _pair_lone_halves(slots, observed, params, frozenset(probe_slots))  # 3b
+    probing = frozenset(probe_slots)
+    pairs, leftovers = _pair_lone_halves(slots, observed, params, probing)  # 3b
     running_pairs = sum(1 for pair in pairs if pair.ready(params))
     fresh, renewing = _split_renewing(pairs, params, now)  # 4
     window, warm_window, target = _damped_target(memory, desired, params, real, now)
@@ -596,7 +597,7 @@ def plan(
     kept = _keep_renewing(fresh, renewing, target, params, delete)  # 6
     counts = _cap_pending(kept, fresh, params, delete)  # 7
     lone_runners_kept, lone_since = _age_lone_halves(  # 8
-        leftovers, memory, counts.total, params, now, delete, probes=frozenset(probe_slots)
+        leftovers, memory, counts.total, params, now, delete, probes=probing
     )
     repairs, count, held, blocked = _new_halves_and_pairs(  # 9
         desired,
