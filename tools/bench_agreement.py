@@ -33,9 +33,9 @@ How the benchmark maps onto the simulator (``model()`` is printed with the resul
 * **Launch overhead**: ``node_ready_s`` ends when the Node joins, but a pair is Running
   later (Karpenter batches the pending pods before it creates a NodeClaim, initialises the
   node, the scheduler binds the pods, they start); on a loaded machine that is tens of
-  seconds per launch. Each seed's delays get its own (``launch_overhead``: the demand-only
-  pairs' median launch less the median drawn delay; ``--launch-overhead S`` sets it, 0
-  leaves it out).
+  seconds per launch. Each seed's delays get its own (``launch_overhead``: the median
+  launch of our pairs that needed a new node, less the median drawn delay;
+  ``--launch-overhead S`` sets it, 0 leaves it out).
 * **Hand-over** on (``SimConfig.handover``): the fake service hands a finished job's slot
   to a queued job in the same message batch as the completion, before the listener's next
   poll lowers the header (seen in the listeners' logs: ``JobCompleted`` and
@@ -83,6 +83,7 @@ import contextlib
 import json
 import math
 import random
+import statistics
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -321,23 +322,64 @@ def launch_delays(
 _MEDIAN_OF_TWO = math.sqrt(0.5)
 
 
-def launch_overhead(figures: Mapping[str, Any]) -> float | None:
-    """What a launch takes on the cluster beyond its nodes' own launch, from the seed's
-    demand-only run: its pairs' median creation → both halves Running, less the median of
-    the delays the simulator draws for them (the longer of two NodeClaim → Node launches).
-    ``node_ready_s`` ends when a Node joins; Karpenter's batching of the pending pods before
-    the NodeClaim, the node's initialisation, the scheduler binding the pods and their start
-    come after or before it, and on a loaded machine they are tens of seconds. Demand-only
-    pairs nearly all need new nodes, so their median is a launch's (a warm pool's land on
-    nodes with room more often). None when the run did not record both; never negative."""
-    path = figures.get("critical_path", {}).get("pair_launch_s", {})
-    pairs = path.get("p50") if isinstance(path, Mapping) else None
-    nodes = figures.get("node_ready_s")
-    if not isinstance(pairs, int | float) or not isinstance(nodes, list) or not nodes:
+def launch_overhead(
+    variants: Mapping[str, Any], shortage_ends: float | None = None
+) -> float | None:
+    """What a launch takes on the cluster beyond its nodes' own launch, from one seed's
+    runs of ours: the median creation → both halves Running of the pairs that needed a new
+    node, less the median of the delays the simulator draws for them (the longer of two
+    NodeClaim → Node launches). ``node_ready_s`` ends when a Node joins; Karpenter's
+    batching of the pending pods before the NodeClaim, the node's initialisation, the
+    scheduler binding the pods and their start come after or before it, and on a loaded
+    machine they are tens of seconds.
+
+    A pair needed a node when its launch took at least the shortest node launch of its run:
+    the others landed in room a node still had, and counting them (as the plain median of
+    every pair did) found no overhead at all in seeds where most pairs did. The pairs are
+    the jobs' own (the critical path's ``pair_created``/``pair_running``, each pair once),
+    pooled over our variants of the seed for a larger sample (their machine is the same).
+    A pair created before the shortage ends (``shortage_ends``, seconds since the cluster's
+    start, the rows' clock) and Running after it is left out: it may have waited out the
+    shortage, which the simulator models on its own. None when the seed recorded fewer than
+    ``_FEW_LAUNCHES`` such pairs; never negative."""
+    launches: list[float] = []
+    nodes: list[float] = []
+    for name in OURS:
+        figures = variants.get(name)
+        if not isinstance(figures, Mapping) or not isinstance(figures.get("node_ready_s"), list):
+            continue
+        # Checked where the delays are used (``_delays``); what is not a number says nothing.
+        ready = sorted(float(x) for x in figures["node_ready_s"] if isinstance(x, int | float))
+        if not ready:
+            continue
+        nodes.extend(ready)
+        path = figures.get("critical_path")
+        jobs = path.get("jobs") if isinstance(path, Mapping) else None
+        columns = path.get("columns") if isinstance(path, Mapping) else None
+        if not isinstance(jobs, list) or not isinstance(columns, list):
+            continue
+        if "pair_created" not in columns or "pair_running" not in columns:
+            continue
+        created, running = columns.index("pair_created"), columns.index("pair_running")
+        pairs = {
+            (row[created], row[running])
+            for row in jobs
+            if isinstance(row, list)
+            and len(row) > running
+            and isinstance(row[created], int | float)
+            and isinstance(row[running], int | float)
+        }
+        ends = math.inf if shortage_ends is None else shortage_ends
+        launches.extend(b - a for a, b in pairs if b - a >= ready[0] and not a < ends <= b)
+    if len(launches) < _FEW_LAUNCHES or not nodes:
         return None
-    ordered = sorted(float(x) for x in nodes)
-    drawn = ordered[min(len(ordered) - 1, int(_MEDIAN_OF_TWO * len(ordered)))]
-    return max(0.0, float(pairs) - drawn)
+    nodes.sort()
+    drawn = nodes[min(len(nodes) - 1, int(_MEDIAN_OF_TWO * len(nodes)))]
+    return max(0.0, statistics.median(launches) - drawn)
+
+
+# Fewer launches than this say too little about a seed's overhead.
+_FEW_LAUNCHES = 3
 
 
 ALL = frozenset(Role)
@@ -646,8 +688,9 @@ def compare(
         ran = figures["variants"]
         seeded = knobs
         if knobs.launch_overhead is None:
-            demand = ran.get("ours_demand")
-            found_overhead = launch_overhead(demand) if isinstance(demand, Mapping) else None
+            found_overhead = launch_overhead(
+                ran, config.warmup + plan(config, seed).shortage[1] if knobs.shortage else None
+            )
             seeded = replace(knobs, launch_overhead=found_overhead or 0.0)
             report.overheads[str(seed)] = found_overhead
         for variant in variants:

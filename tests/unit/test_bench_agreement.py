@@ -237,15 +237,37 @@ def test_launch_delays_are_the_run_s_own_when_it_recorded_them() -> None:
         compare(document)
 
 
-def test_the_launch_overhead_is_what_demand_only_pairs_took_beyond_their_nodes() -> None:
+def _ran(nodes: list[float], launches: list[tuple[float, float]]) -> dict[str, object]:
+    """One variant's figures: its node launches and the jobs' rows with these pairs."""
+    columns = ["queued", "demand_seen", "pair_created", "pair_running", "assigned"]
+    rows = [[0.0, 1.0, created, running, running] for created, running in launches]
+    return {"node_ready_s": nodes, "critical_path": {"columns": columns, "jobs": rows}}
+
+
+def test_the_launch_overhead_is_what_pairs_that_needed_a_node_took_beyond_it() -> None:
     nodes = [float(x) for x in range(50, 150)]  # 50..149 s
     # The median of the longer of two draws is the draw's 0.707 quantile: 120 s here.
-    figures = {"node_ready_s": nodes, "critical_path": {"pair_launch_s": {"p50": 160.0}}}
-    assert launch_overhead(figures) == pytest.approx(40.0)
-    quick = {"node_ready_s": nodes, "critical_path": {"pair_launch_s": {"p50": 30.0}}}
-    assert launch_overhead(quick) == 0.0  # pairs on nodes with room: never negative
-    assert launch_overhead({"node_ready_s": nodes}) is None
-    assert launch_overhead({"critical_path": {"pair_launch_s": {"p50": 1.0}}}) is None
+    slow = [(10.0, 160.0), (20.0, 180.0), (30.0, 190.0)]  # 150, 160, 160 s
+    quick = [(40.0, 41.0), (50.0, 52.0), (60.0, 61.0), (70.0, 71.0)]  # room on a node
+    assert launch_overhead({"ours_demand": _ran(nodes, slow)}) == pytest.approx(40.0)
+    # Pairs that landed in a node's room are not launches: they do not pull it to 0.
+    assert launch_overhead({"ours_demand": _ran(nodes, slow + quick)}) == pytest.approx(40.0)
+    # A pair shared by several jobs counts once; our variants of the seed are pooled.
+    shared = _ran(nodes, [slow[0], slow[0], slow[0]])
+    pooled = {"ours_demand": shared, "ours_warm": _ran(nodes, slow[1:])}
+    assert launch_overhead(pooled) == pytest.approx(40.0)
+    # A pair Running only after the shortage ended may have waited it out: left out.
+    waited = [(100.0, 400.0), (110.0, 420.0), (120.0, 430.0)]
+    assert launch_overhead({"ours_demand": _ran(nodes, slow + waited)}) == pytest.approx(110.0)
+    assert launch_overhead(
+        {"ours_demand": _ran(nodes, slow + waited)}, shortage_ends=300.0
+    ) == pytest.approx(40.0)
+    # Too few launches, or none recorded: nothing to say.
+    assert launch_overhead({"ours_demand": _ran(nodes, slow[:2] + quick)}) is None
+    assert launch_overhead({"ours_demand": {"node_ready_s": nodes}}) is None
+    assert launch_overhead({"stock_min0": _ran(nodes, slow)}) is None
+    fast = {"ours_demand": _ran(nodes, [(0.0, 60.0), (0.0, 61.0), (0.0, 62.0)])}
+    assert launch_overhead(fast) == 0.0  # never negative
     # Added to every delay the simulator draws.
     rng = random.Random(3)
     plain = launch_delays(SMOKE, Knobs(launch_overhead=0.0), nodes, random.Random(3))
