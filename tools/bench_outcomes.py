@@ -4,9 +4,10 @@ fixed window.
 
 Two clusters (two Sites on one control plane) share GitHub's queue. Each has a runner pool
 and a workflow pool, each a Karpenter NodePool (real Karpenter, kwok cloud provider), so every
-node is launched by Karpenter after a per-node provisioning delay drawn from [30, 90] s (our
-Karpenter main sleeps in the cloud provider's Create; a KWOKNodeClass has one delay for all
-nodes) and removed by its consolidation. Site A's workflow instance type runs out of cloud
+node is launched by Karpenter and joins after a per-node provisioning delay drawn from
+[30, 90] s (our Karpenter main holds each new Node back for its delay after the launch has
+returned, as a cloud boots an instance; a KWOKNodeClass has one delay for all nodes) and
+removed by its consolidation. Site A's workflow instance type runs out of cloud
 capacity (Karpenter's insufficient-capacity error on launch) from a seeded random time during
 the arrivals, for a seeded duration. The fake Actions service, in its broker mode (GitHub.com
 today: jobs assigned directly, up to each listener's header), hands each job to the clusters

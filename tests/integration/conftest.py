@@ -217,4 +217,5 @@ def nodepools(
     for name in created:
         karpenter.delete_nodepool(name)
     karpenter.set_capacity()
+    karpenter.set_launch_delay(0.0, 0.0, seed=0)
     karpenter.set_registration_delay("0s")

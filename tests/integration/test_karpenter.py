@@ -8,7 +8,7 @@ away. Each test has its own NodePools (nodes reserved for its namespace): a runn
 
 The observed timings are printed at the end of the run ("karpenter timings").
 
-Size: the capacity model on the real Karpenter, eight tests on one ``scene`` fixture (runner
+Size: the capacity model on the real Karpenter, ten tests on one ``scene`` fixture (runner
 set, NodePools, one monitor) that test_karpenter_nodepool_limits.py reuses; each test is one
 scenario of a few dozen lines, and the fixture and pool helpers would otherwise be duplicated.
 """
@@ -134,6 +134,48 @@ async def test_placeholders_make_karpenter_provision_and_count_only_when_running
         advertised_s=advertised - started,
     )
     await run.close()
+
+
+async def test_a_launch_in_flight_does_not_hold_back_the_next_one(scene: Scene) -> None:
+    # A real cloud returns the instance at once and boots it for the launch delay; Karpenter
+    # keeps provisioning meanwhile. A fake cloud that spent the delay inside its launch call
+    # would leave the NodeClaim unlaunched, and Karpenter provisions nothing while one is
+    # ("cluster is waiting on sync"): launches would go in rounds, each after the slowest
+    # launch of the round before, which is not what a cloud does.
+    delay = 30.0
+    scene.karpenter.set_launch_delay(delay, delay, seed=1)
+    pool = runner_pool(scene)
+    for name in ("first-a", "first-b"):  # two halves fill one node
+        await scene.create(pod_on_pool(name, scene.ns, RUNNERS))
+    started = time.monotonic()
+
+    def launched() -> list[dict[str, Any]]:
+        claims = scene.karpenter.nodeclaims(pool)
+        return [c for c in claims if (c.get("status") or {}).get("providerID")]
+
+    await eventually(lambda: asyncio.to_thread(lambda: len(launched()) >= 1), "a launch", 60)
+    first_launched = time.monotonic()
+    for name in ("second-a", "second-b"):  # no room left on the node in flight
+        await scene.create(pod_on_pool(name, scene.ns, RUNNERS))
+    await eventually(lambda: asyncio.to_thread(lambda: len(launched()) >= 2), "a second launch", 60)
+    second_launched = time.monotonic()
+    # The first node is still booting when the second launch is under way.
+    assert scene.karpenter.nodes(pool) == []
+    assert second_launched - first_launched < delay
+
+    def two_nodes() -> bool:
+        return len(scene.karpenter.nodes(pool)) >= 2
+
+    await eventually(lambda: asyncio.to_thread(two_nodes), "two nodes", 90)
+    both = time.monotonic()
+    # Side by side, not in series: both nodes within one delay and some seconds of the first.
+    assert both - first_launched < 2 * delay
+    record_timings(
+        "launches side by side (launch delay 30s)",
+        first_launch_s=first_launched - started,
+        second_launch_after_first_s=second_launched - first_launched,
+        both_nodes_s=both - started,
+    )
 
 
 async def test_nodepool_limits_hold_pairs_pending_until_raised(scene: Scene) -> None:

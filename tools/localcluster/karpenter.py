@@ -173,9 +173,11 @@ class Karpenter:
         tmp.replace(self.capacity_file)  # never a half-written file
 
     def set_launch_delay(self, low: float, high: float, seed: int) -> None:
-        """Every launch that gets capacity waits a delay drawn uniformly from [low, high]
-        seconds (seeded) before its instance exists: a per-node provisioning delay, which the
-        KWOKNodeClass's single ``nodeRegistrationDelay`` cannot give. ``high`` 0: none."""
+        """Every launch that gets capacity boots for a delay drawn uniformly from [low, high]
+        seconds (seeded) before its Node registers: a per-node provisioning delay, which the
+        KWOKNodeClass's single ``nodeRegistrationDelay`` cannot give. The launch itself
+        returns at once, as a cloud's does, so Karpenter goes on provisioning while nodes
+        boot. ``high`` 0: none."""
         self.launch_delay = None if high <= 0 else {"low": low, "high": high, "seed": seed}
         self.set_capacity(unavailable=self._unavailable, insufficient=self._insufficient)
 

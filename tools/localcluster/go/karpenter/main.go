@@ -17,11 +17,18 @@
 // or empty file means full capacity; an unreadable one is logged and treated as empty.
 //
 // "launchDelay": every launch that gets capacity takes a delay drawn uniformly from
-// [low, high] seconds before the instance exists (a real cloud's launch and boot time is not
+// [low, high] seconds before its Node registers (a real cloud's launch and boot time is not
 // a constant). The kwok NodeClass has one registration delay for every node; this gives each
 // node its own. The draws come from a generator seeded with "seed" (re-seeded when the seed
 // changes), so a run's sequence of delays is repeatable; which node gets which draw depends
-// on the order of launches. Insufficient-capacity errors return at once, as a cloud's do.
+// on the order in which the nodes are created. Insufficient-capacity errors return at once,
+// as a cloud's do.
+//
+// The delay is spent after Create has returned, between the launch and the Node, as on a
+// real cloud: the instance exists (the NodeClaim has its providerID) at once and boots for
+// the delay. Spent inside Create instead, every NodeClaim stays unlaunched for the delay, and
+// Karpenter does not provision while a NodeClaim is unlaunched ("cluster is waiting on sync"):
+// launches would go in rounds, each waiting for the slowest launch of the round before.
 package main
 
 import (
@@ -36,6 +43,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kwok "sigs.k8s.io/karpenter/kwok/cloudprovider"
@@ -87,16 +95,38 @@ func (c *constrained) delay(spec *launchDelay) time.Duration {
 	return time.Duration(seconds * float64(time.Second))
 }
 
-// launch waits the launch delay (or until the reconcile is cancelled), then creates.
-func (c *constrained) launch(ctx context.Context, nc *v1.NodeClaim, spec *launchDelay) (*v1.NodeClaim, error) {
-	if wait := c.delay(spec); wait > 0 {
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return nil, ctx.Err()
+// bootingNodes is the kube client the kwok provider registers its Nodes with: it holds each
+// new Node back for a launch delay. The provider creates a launched NodeClaim's Node from a
+// goroutine of its own after Create has returned, so the wait delays the Node, not Create.
+type bootingNodes struct {
+	client.Client
+	cloud *constrained
+
+	mu     sync.Mutex
+	waited map[string]bool // Nodes already held back: the provider retries a failed create
+}
+
+func (b *bootingNodes) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if node, ok := obj.(*corev1.Node); ok && b.first(node.Name) {
+		if wait := b.cloud.delay(b.cloud.read(ctx).LaunchDelay); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
-	return c.CloudProvider.Create(ctx, nc)
+	return b.Client.Create(ctx, obj, opts...)
+}
+
+func (b *bootingNodes) first(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.waited[name] {
+		return false
+	}
+	b.waited[name] = true
+	return true
 }
 
 func (c *constrained) read(ctx context.Context) capacityFile {
@@ -156,7 +186,7 @@ func (c *constrained) Create(ctx context.Context, nc *v1.NodeClaim) (*v1.NodeCla
 	file := c.read(ctx)
 	ice := file.InsufficientCapacity
 	if len(ice) == 0 {
-		return c.launch(ctx, nc, file.LaunchDelay)
+		return c.CloudProvider.Create(ctx, nc)
 	}
 	nc = nc.DeepCopy()
 	for i, req := range nc.Spec.Requirements {
@@ -172,7 +202,7 @@ func (c *constrained) Create(ctx context.Context, nc *v1.NodeClaim) (*v1.NodeCla
 		}
 		nc.Spec.Requirements[i].Values = left
 	}
-	return c.launch(ctx, nc, file.LaunchDelay)
+	return c.CloudProvider.Create(ctx, nc)
 }
 
 func main() {
@@ -182,10 +212,9 @@ func main() {
 		log.FromContext(ctx).Error(err, "failed constructing instance types")
 	}
 
-	undecorated := &constrained{
-		CloudProvider: kwok.NewCloudProvider(ctx, op.GetClient(), instanceTypes),
-		path:          os.Getenv(capacityFileEnv),
-	}
+	undecorated := &constrained{path: os.Getenv(capacityFileEnv)}
+	nodes := &bootingNodes{Client: op.GetClient(), cloud: undecorated, waited: map[string]bool{}}
+	undecorated.CloudProvider = kwok.NewCloudProvider(ctx, nodes, instanceTypes)
 	cloudProvider := overlay.Decorate(undecorated, op.GetClient(), op.InstanceTypeStore)
 	clusterState := state.NewCluster(op.Clock, op.GetClient(), cloudProvider)
 	op.
