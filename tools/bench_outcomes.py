@@ -155,6 +155,12 @@ def _say(line: str) -> None:
 FAMILIES = {"capped": 10, "roomy": 80}
 
 
+# After a launch is refused for lack of capacity the fake cloud reports the type unavailable
+# this long, as Karpenter's AWS provider caches an offering that ran out (3 minutes by
+# default); without it Karpenter retries the type on every provisioning pass.
+REFUSED_TYPE_TTL = 180.0
+
+
 @dataclass(frozen=True)
 class Config:
     """Everything a run depends on; ``describe()`` is printed with the results."""
@@ -235,7 +241,8 @@ class Config:
             f"environment: fake HUD lags the queue by {self.hud_lag:g} s; Karpenter "
             f"consolidateAfter {self.consolidate_after}, consolidationPolicy "
             "WhenEmptyOrUnderutilized, budget 100 %; maxRunners "
-            f"{self.max_runners} per cluster",
+            f"{self.max_runners} per cluster; the fake cloud reports a refused type "
+            f"unavailable for {REFUSED_TYPE_TTL:g} s after each refusal (AWS's default)",
             "everything else at product defaults: recalculate_interval 30 s, "
             f"demand.interval {self.demand_interval:g} s, demand.hold {self.demand_hold}, "
             "hud.lag 30 s, downscale_delay 300 s, placeholder_ready_timeout 300 s, "
@@ -459,6 +466,7 @@ async def _run_seed(
 ) -> tuple[dict[str, VariantRun], dict[str, Any]]:
     seed = seed_plan.seed
     karpenter.set_launch_delay(*config.launch_delay, seed=seed)
+    karpenter.set_insufficient_capacity_ttl(REFUSED_TYPE_TTL)
     order = list(config.variants)
     random.Random(f"order-{seed}").shuffle(order)
     runs: dict[str, VariantRun] = {}

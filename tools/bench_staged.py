@@ -77,6 +77,7 @@ from tools import node_occupancy
 from tools.bench_outcomes import (
     LONG_POLL,
     PAT,
+    REFUSED_TYPE_TTL,
     RUNNER_REQUESTS,
     SHIPPED_POD_ANNOTATIONS,
     WAIT,
@@ -426,6 +427,7 @@ async def _run_seed(
 ) -> dict[str, Any]:
     seed = seed_plan.seed
     karpenter.set_launch_delay(*config.launch_delay, seed=seed)
+    karpenter.set_insufficient_capacity_ttl(REFUSED_TYPE_TTL)
     order = list(config.variants)
     random.Random(f"order-{seed}").shuffle(order)
     runs: dict[str, StagedRun] = {}

@@ -218,4 +218,5 @@ def nodepools(
         karpenter.delete_nodepool(name)
     karpenter.set_capacity()
     karpenter.set_launch_delay(0.0, 0.0, seed=0)
+    karpenter.set_insufficient_capacity_ttl(0.0)
     karpenter.set_registration_delay("0s")

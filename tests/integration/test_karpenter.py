@@ -178,6 +178,39 @@ async def test_a_launch_in_flight_does_not_hold_back_the_next_one(scene: Scene) 
     )
 
 
+async def test_a_refused_type_is_not_retried_within_the_clouds_memory(scene: Scene) -> None:
+    # A real provider remembers an offering that ran out (AWS: 3 minutes) and reports it
+    # unavailable meanwhile, so Karpenter stops asking. Without that memory Karpenter asks
+    # again on every provisioning pass: NodeClaims created and refused in a loop.
+    pool = workflow_pool(scene)
+    scene.karpenter.set_capacity(insufficient=[WORKFLOW_TYPE])
+
+    def refused_claims() -> set[str]:
+        found = scene.karpenter.cluster.rest.request(
+            "GET",
+            "/api/v1/namespaces/default/events",
+            params={"fieldSelector": "reason=InsufficientCapacityError"},
+        )
+        names = {(e.get("involvedObject") or {}).get("name", "") for e in found.get("items", [])}
+        return {n for n in names if n.startswith(f"{pool}-")}
+
+    def refusals() -> int:
+        return len(refused_claims())
+
+    # Without the memory the pending pod's type is tried again pass after pass.
+    await scene.create(pod_on_pool("wants-a-workflow-node", scene.ns, WORKFLOWS))
+    await eventually(lambda: asyncio.to_thread(lambda: refusals() >= 3), "refusals repeated", 60)
+    # With it, the next refusal is the last for as long as the cloud remembers it.
+    scene.karpenter.set_insufficient_capacity_ttl(120.0)
+    before = refusals()
+    await eventually(lambda: asyncio.to_thread(lambda: refusals() > before), "a refusal", 60)
+    await asyncio.sleep(5.0)  # a claim already on its way when the memory was made
+    remembered = refusals()
+    await asyncio.sleep(20.0)
+    assert refusals() == remembered
+    record_timings("refused type remembered 120s", refusals_before_the_memory=remembered)
+
+
 async def test_nodepool_limits_hold_pairs_pending_until_raised(scene: Scene) -> None:
     # Room for one runner node only: two pairs run, the third cannot.
     runners = runner_pool(scene, limits={"cpu": "2"})

@@ -150,6 +150,8 @@ class Karpenter:
     pid: int
     # {"low", "high", "seed"}: each launch waits a delay drawn from [low, high] s (our main).
     launch_delay: dict[str, float] | None = field(default=None)
+    # Seconds a type stays reported unavailable after a launch of it was refused (0: never).
+    insufficient_ttl: float = 0.0
     # The last capacity written, kept when only the launch delay changes.
     _unavailable: list[str] = field(default_factory=list, init=False, repr=False)
     _insufficient: list[str] = field(default_factory=list, init=False, repr=False)
@@ -167,6 +169,8 @@ class Karpenter:
         }
         if self.launch_delay is not None:
             body["launchDelay"] = self.launch_delay
+        if self.insufficient_ttl > 0:
+            body["insufficientCapacityTTL"] = self.insufficient_ttl
         self._unavailable, self._insufficient = body["unavailable"], body["insufficientCapacity"]
         tmp = self.capacity_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(body))
@@ -179,6 +183,13 @@ class Karpenter:
         returns at once, as a cloud's does, so Karpenter goes on provisioning while nodes
         boot. ``high`` 0: none."""
         self.launch_delay = None if high <= 0 else {"low": low, "high": high, "seed": seed}
+        self.set_capacity(unavailable=self._unavailable, insufficient=self._insufficient)
+
+    def set_insufficient_capacity_ttl(self, seconds: float) -> None:
+        """After a launch of a type is refused, report the type unavailable for ``seconds``,
+        as a real provider caches offerings that ran out (AWS: 180 s), so Karpenter does not
+        retry it on every provisioning pass. 0: never (every pass retries)."""
+        self.insufficient_ttl = max(0.0, seconds)
         self.set_capacity(unavailable=self._unavailable, insufficient=self._insufficient)
 
     def set_registration_delay(self, delay: str) -> None:

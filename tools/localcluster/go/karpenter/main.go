@@ -16,6 +16,12 @@
 // cloud answers at launch time); a launch that may also use other types uses those. A missing
 // or empty file means full capacity; an unreadable one is logged and treated as empty.
 //
+// "insufficientCapacityTTL" (seconds, default 0): after a launch is refused for a type, the
+// type is reported unavailable for that long, as a real provider's cache of offerings that
+// ran out does (AWS's keeps them 3 minutes), also after the capacity is back. Without it
+// Karpenter retries a refused type on every provisioning pass: a loop of NodeClaims created
+// and deleted that no cloud shows. Set back to 0, what was remembered is forgotten.
+//
 // "launchDelay": every launch that gets capacity takes a delay drawn uniformly from
 // [low, high] seconds before its Node registers (a real cloud's launch and boot time is not
 // a constant). The kwok NodeClass has one registration delay for every node; this gives each
@@ -65,6 +71,7 @@ type launchDelay struct {
 type capacityFile struct {
 	Unavailable          []string     `json:"unavailable"`
 	InsufficientCapacity []string     `json:"insufficientCapacity"`
+	InsufficientTTL      float64      `json:"insufficientCapacityTTL"`
 	LaunchDelay          *launchDelay `json:"launchDelay"`
 }
 
@@ -77,6 +84,37 @@ type constrained struct {
 	lastErr string
 	rng     *rand.Rand
 	seed    int64
+	refused map[string]time.Time // type -> until when it is reported unavailable
+}
+
+// refuse remembers that launches of these types were refused, for the file's TTL.
+func (c *constrained) refuse(types []string, ttl float64) {
+	if ttl <= 0 || len(types) == 0 {
+		return
+	}
+	until := time.Now().Add(time.Duration(ttl * float64(time.Second)))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refused == nil {
+		c.refused = map[string]time.Time{}
+	}
+	for _, t := range types {
+		c.refused[t] = until
+	}
+}
+
+// stillRefused lists the types refused within their TTL.
+func (c *constrained) stillRefused() []string {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for t, until := range c.refused {
+		if now.Before(until) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // delay draws the next launch delay (zero without a "launchDelay").
@@ -164,7 +202,11 @@ func (c *constrained) GetInstanceTypes(ctx context.Context, np *v1.NodePool) ([]
 	if err != nil {
 		return nil, err
 	}
-	gone := c.read(ctx).Unavailable
+	file := c.read(ctx)
+	gone := file.Unavailable
+	if file.InsufficientTTL > 0 { // a TTL set back to 0 forgets what was remembered
+		gone = append(slices.Clone(gone), c.stillRefused()...)
+	}
 	if len(gone) == 0 {
 		return its, nil
 	}
@@ -196,6 +238,9 @@ func (c *constrained) Create(ctx context.Context, nc *v1.NodeClaim) (*v1.NodeCla
 		left := slices.DeleteFunc(slices.Clone(req.Values), func(t string) bool {
 			return slices.Contains(ice, t)
 		})
+		c.refuse(slices.DeleteFunc(slices.Clone(req.Values), func(t string) bool {
+			return !slices.Contains(ice, t)
+		}), file.InsufficientTTL)
 		if len(left) == 0 {
 			return nil, cloudprovider.NewInsufficientCapacityError(
 				fmt.Errorf("no capacity for instance types %v", req.Values))
