@@ -62,7 +62,10 @@ How the benchmark maps onto the simulator (``model()`` is printed with the resul
   workflow halves, and the policy releases such pairs as stalled (``--shortage-both-pools``
   holds both halves instead, the model before the simulator had two pools). With
   ``nodepools_enabled`` recorded, the workflow pool says so while a launch waits
-  (``SimConfig.word``), as Karpenter's insufficient-capacity Events do.
+  (``SimConfig.word``), as Karpenter's insufficient-capacity Events do. With the fake
+  cloud's memory of a refused type recorded (``refused_type_ttl_s``), the shortage ends
+  for Karpenter at the first lapse of that memory after the cloud has the type again
+  (``shortage_as_karpenter_saw_it``).
 
 What the simulator leaves out (so a difference can come from there): the pods' start
 (the poll's answer, the runner pod, the workflow pod: a few seconds that even a ready
@@ -101,7 +104,7 @@ from capacity.settings import (
 from capacity.warm_pool import WarmPool
 from capacity.whatif.simulate import Outcome, SimConfig, simulate_clusters
 from capacity.whatif.synth import LabelSet, SynthSpec, generate, provisioning_delays
-from tools.bench_outcomes import Config, plan
+from tools.bench_outcomes import Config, plan, recorded_refused_ttl
 
 TOLERANCE = 0.15  # the issue's goal: within 15 %
 CLUSTERS = 2  # bench_outcomes' two sites
@@ -228,6 +231,7 @@ def config_from(described: Mapping[str, Any]) -> Config:
         consolidate_after=_duration_text(consolidate, "consolidate_after"),
         prepare_timeout=_seconds(prepare, "prepare_timeout_s"),
         nodepools=bool(described.get("nodepools_enabled", False)),
+        refused_ttl=recorded_refused_ttl(described),
     )
 
 
@@ -294,6 +298,18 @@ class Knobs:
     # demand.aged_after to replay with (None: the run's, the product default); what a
     # shorter one would have changed.
     aged_after: float | None = None
+
+
+def shortage_as_karpenter_saw_it(config: Config, seed: int) -> tuple[float, float]:
+    """The seed's shortage (trace seconds) as Karpenter met it: with the fake cloud's memory
+    of a refused type (``refused_ttl``), a launch refused at the start keeps the type
+    unavailable for the TTL, Karpenter asks again when it lapses, and so on: the type is back
+    for Karpenter at the first lapse after the cloud has it again, up to one TTL late."""
+    low, high = plan(config, seed).shortage
+    ttl = config.refused_ttl
+    if ttl <= 0:
+        return low, high
+    return low, low + ttl * math.ceil((high - low) / ttl)
 
 
 def launch_delays(
@@ -395,7 +411,7 @@ def mapping(
 ) -> Mapped:
     settings = cluster_settings(variant, config)
     start = config.spec.start
-    low, high = plan(config, seed).shortage
+    low, high = shortage_as_karpenter_saw_it(config, seed)
     # Site A (cluster 0) is the one whose workflow type runs out.
     short = ((start + low, start + high),) if knobs.shortage else ()
     sims = []
@@ -689,7 +705,10 @@ def compare(
         seeded = knobs
         if knobs.launch_overhead is None:
             found_overhead = launch_overhead(
-                ran, config.warmup + plan(config, seed).shortage[1] if knobs.shortage else None
+                ran,
+                config.warmup + shortage_as_karpenter_saw_it(config, seed)[1]
+                if knobs.shortage
+                else None,
             )
             seeded = replace(knobs, launch_overhead=found_overhead or 0.0)
             report.overheads[str(seed)] = found_overhead

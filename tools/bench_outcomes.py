@@ -68,6 +68,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -190,6 +191,9 @@ class Config:
     # the product's default): a half its pools said they cannot launch is released after one
     # launch. False: the setting turned off, as runs before it was the default.
     nodepools: bool = True
+    # Seconds the fake cloud reports a type unavailable after refusing a launch of it (0:
+    # never, as runs before 2026-11-28's afternoon).
+    refused_ttl: float = REFUSED_TYPE_TTL
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -208,6 +212,7 @@ class Config:
             "demand_interval_s": self.demand_interval,
             "demand_hold": self.demand_hold,
             "nodepools_enabled": self.nodepools,
+            "refused_type_ttl_s": self.refused_ttl,
             "shortage": {
                 "site": SITE_NAMES[0],
                 "instance_type": WORKFLOW_TYPE,
@@ -242,7 +247,7 @@ class Config:
             f"consolidateAfter {self.consolidate_after}, consolidationPolicy "
             "WhenEmptyOrUnderutilized, budget 100 %; maxRunners "
             f"{self.max_runners} per cluster; the fake cloud reports a refused type "
-            f"unavailable for {REFUSED_TYPE_TTL:g} s after each refusal (AWS's default)",
+            f"unavailable for {self.refused_ttl:g} s after each refusal (AWS's default)",
             "everything else at product defaults: recalculate_interval 30 s, "
             f"demand.interval {self.demand_interval:g} s, demand.hold {self.demand_hold}, "
             "hud.lag 30 s, downscale_delay 300 s, placeholder_ready_timeout 300 s, "
@@ -466,7 +471,7 @@ async def _run_seed(
 ) -> tuple[dict[str, VariantRun], dict[str, Any]]:
     seed = seed_plan.seed
     karpenter.set_launch_delay(*config.launch_delay, seed=seed)
-    karpenter.set_insufficient_capacity_ttl(REFUSED_TYPE_TTL)
+    karpenter.set_insufficient_capacity_ttl(config.refused_ttl)
     order = list(config.variants)
     random.Random(f"order-{seed}").shuffle(order)
     runs: dict[str, VariantRun] = {}
@@ -1037,6 +1042,22 @@ def reference(config: Config, seed_plan: SeedPlan) -> dict[str, Any]:
     }
 
 
+_REFUSED_SAID = re.compile(r"reports a refused type unavailable for ([0-9.]+) s")
+
+
+def recorded_refused_ttl(described: Mapping[str, Any]) -> float:
+    """The fake cloud's memory of a refused type a saved run had: ``refused_type_ttl_s``;
+    the first runs with the memory said it only in their settings list; none before."""
+    value = described.get("refused_type_ttl_s")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    for line in described.get("changed_settings") or ():
+        found = _REFUSED_SAID.search(str(line))
+        if found:
+            return float(found.group(1))
+    return 0.0
+
+
 def config_of(document: Mapping[str, Any]) -> Config:
     """The configuration a saved JSON was run with (FULL or SMOKE, with its seeds)."""
     described = document["config"]
@@ -1054,6 +1075,7 @@ def config_of(document: Mapping[str, Any]) -> Config:
                 demand_interval=described.get("demand_interval_s", 30.0),
                 demand_hold=described.get("demand_hold", "downscale_delay"),
                 nodepools=described.get("nodepools_enabled", False),
+                refused_ttl=recorded_refused_ttl(described),
             )
     raise ValueError("config: the saved run matches neither FULL nor SMOKE; cannot re-plan it")
 

@@ -23,13 +23,33 @@ from tools.bench_agreement import (
     launch_overhead,
     mapping,
     rows,
+    shortage_as_karpenter_saw_it,
 )
-from tools.bench_outcomes import FULL, SMOKE, plan
+from tools.bench_outcomes import FULL, SMOKE, plan, recorded_refused_ttl
 
 
 def test_the_recorded_config_rebuilds_the_benchmark_s() -> None:
     for config in (SMOKE, FULL, replace(FULL, hud_lag=12.0, consolidate_after="1m")):
         assert config_from(config.describe()) == config
+
+
+def test_the_clouds_memory_of_a_refused_type_is_read_back_and_stretches_the_shortage() -> None:
+    described = FULL.describe()
+    assert recorded_refused_ttl(described) == FULL.refused_ttl == 180.0
+    del described["refused_type_ttl_s"]
+    # The first runs with the memory said it only in their settings list; none before.
+    assert recorded_refused_ttl(described) == 180.0
+    described["changed_settings"] = [x for x in described["changed_settings"] if "refused" not in x]
+    assert recorded_refused_ttl(described) == 0.0
+    assert config_from(described).refused_ttl == 0.0
+    seed = FULL.seeds[0]
+    low, high = plan(FULL, seed).shortage
+    assert shortage_as_karpenter_saw_it(replace(FULL, refused_ttl=0.0), seed) == (low, high)
+    # Asked again each time the memory lapses: back at the first lapse after the cloud is.
+    stretched = shortage_as_karpenter_saw_it(replace(FULL, refused_ttl=100.0), seed)
+    assert stretched[0] == low
+    assert high <= stretched[1] < high + 100.0
+    assert (stretched[1] - low) % 100.0 == pytest.approx(0.0)
 
 
 def test_a_run_recorded_before_the_lag_was_written_gets_the_default() -> None:
@@ -101,9 +121,11 @@ def test_the_benchmark_s_parameters_map_onto_the_simulator() -> None:
         assert sim.node_idle == 30.0
         assert all(SMOKE.launch_delay[0] <= d <= SMOKE.launch_delay[1] for d in sim.delays)
     assert warm.sims[0].delays != warm.sims[1].delays  # each cluster draws its own
-    low, high = plan(SMOKE, 2).shortage
+    # Site A runs out, until Karpenter asks again after the cloud's memory of the refusal.
+    low, high = shortage_as_karpenter_saw_it(SMOKE, 2)
+    assert high > plan(SMOKE, 2).shortage[1]
     start = SMOKE.spec.start
-    assert warm.sims[0].outages == ((start + low, start + high),)  # site A runs out
+    assert warm.sims[0].outages == ((start + low, start + high),)
     assert warm.sims[1].outages == ()
     unshort = mapping(SMOKE, "ours_warm", 2, last, Knobs(shortage=False))
     assert unshort.sims[0].outages == ()
