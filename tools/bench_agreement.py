@@ -358,6 +358,7 @@ def launch_overhead(
     start, the rows' clock) and Running after it is left out: it may have waited out the
     shortage, which the simulator models on its own. None when the seed recorded fewer than
     ``_FEW_LAUNCHES`` such pairs; never negative."""
+    ends = math.inf if shortage_ends is None else shortage_ends
     launches: list[float] = []
     nodes: list[float] = []
     for name in OURS:
@@ -365,10 +366,11 @@ def launch_overhead(
         if not isinstance(figures, Mapping) or not isinstance(figures.get("node_ready_s"), list):
             continue
         # Checked where the delays are used (``_delays``); what is not a number says nothing.
-        ready = sorted(float(x) for x in figures["node_ready_s"] if isinstance(x, int | float))
+        ready = [float(x) for x in figures["node_ready_s"] if isinstance(x, int | float)]
         if not ready:
             continue
         nodes.extend(ready)
+        shortest = min(ready)
         path = figures.get("critical_path")
         jobs = path.get("jobs") if isinstance(path, Mapping) else None
         columns = path.get("columns") if isinstance(path, Mapping) else None
@@ -385,8 +387,7 @@ def launch_overhead(
             and isinstance(row[created], int | float)
             and isinstance(row[running], int | float)
         }
-        ends = math.inf if shortage_ends is None else shortage_ends
-        launches.extend(b - a for a, b in pairs if b - a >= ready[0] and not a < ends <= b)
+        launches.extend(b - a for a, b in pairs if b - a >= shortest and not a < ends <= b)
     if len(launches) < _FEW_LAUNCHES or not nodes:
         return None
     nodes.sort()

@@ -203,7 +203,8 @@ class StagedConfig:
             f"environment: Karpenter consolidateAfter {self.consolidate_after}, "
             "WhenEmptyOrUnderutilized, budget 100 %; maxRunners "
             f"{self.max_runners} per scale set; GPU nodes register "
-            f"{self.gpu_registration:g} s after launch",
+            f"{self.gpu_registration:g} s after launch; the fake cloud reports a refused "
+            f"type unavailable for {REFUSED_TYPE_TTL:g} s after each refusal (AWS's default)",
             "everything else at product defaults: recalculate_interval 30 s, github.* "
             "defaults, downscale_delay 300 s, placeholder_ready_timeout 300 s, "
             "max_pending_pairs 30",
