@@ -538,7 +538,7 @@ def signal_latencies(
 
 
 async def _outcomes(bench: Bench) -> dict[str, Any]:
-    return await benchmark(bench.cluster, bench.workdir, bench.images or bench.workdir / "outcomes")
+    return await benchmark(bench.workdir, bench.images or bench.workdir / "outcomes")
 
 
 async def _footprint(bench: Bench) -> dict[str, Any]:

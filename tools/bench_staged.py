@@ -447,7 +447,7 @@ async def _run_seed(
             # The organization has its repository before any job runs, as on GitHub: the
             # demand source lists it at start and again only every repositories_refresh.
             stage.github.add_repositories(OWNER, [REPOSITORY])
-            run = VariantRun(name, stage)
+            run = VariantRun(name, stage, karpenter)
             runs[name] = StagedRun(run, {}, set())
             for index, site_name in enumerate(SITES):
                 site = await stage.add_site(

@@ -55,9 +55,9 @@ def local_control_plane(
     workdir: Path, progress: Callable[[str], None] = _say
 ) -> Iterator[LocalCluster]:
     """A control plane for one run; a cluster started here is stopped on exit."""
-    artifacts = ensure_built(progress)
     external = os.environ.get("LOCALCLUSTER_KUBECONFIG") or detached_kubeconfig()
     if external:
+        artifacts = ensure_built(progress)
         progress(f"using the running control plane ({external})")
         cluster = LocalCluster.attach(Path(external))
         cluster.install_crds(artifacts.crd_dir)
@@ -66,6 +66,16 @@ def local_control_plane(
         finally:
             cluster.rest.close()
         return
+    with start_control_plane(workdir, progress) as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def start_control_plane(
+    workdir: Path, progress: Callable[[str], None] = _say
+) -> Iterator[LocalCluster]:
+    """A new control plane in ``workdir`` (never one already running), stopped on exit."""
+    artifacts = ensure_built(progress)
     progress("starting a local control plane (etcd, kube-apiserver, scheduler, KCM, kwok)")
     cluster = LocalCluster(artifacts, workdir)
     cluster.start()

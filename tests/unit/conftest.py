@@ -64,6 +64,10 @@ _clock_offset_s = 0.0
 def pytest_configure(config: pytest.Config) -> None:
     global _clock_offset_s
     _clock_offset_s = _clock_offset()
+    # On a fresh machine matplotlib's first import builds its font cache by running
+    # fc-list, which no_real_time refuses: build it here, before any test patches Popen,
+    # so a benchmark's figures can be drawn in any test, whatever ran before it.
+    import matplotlib.font_manager  # noqa: F401
 
 
 def _clock_start() -> float:

@@ -249,7 +249,13 @@ def test_launch_delays_are_creation_to_node_of_claims_created_in_the_window() ->
 def test_the_figures_carry_each_launch_s_delay() -> None:
     log = NodeClaimLog(cluster=None, pools=["p-runner"])  # type: ignore[arg-type]
     log.claims = {"1": Claim("1", "p-runner", created=10.0, last_seen=200.0, registered_at=75.5)}
-    run = VariantRun("ours_demand", stage=_stage(), log=log, window=(0.0, 300.0))
+    run = VariantRun(
+        "ours_demand",
+        stage=_stage(),
+        karpenter=None,  # type: ignore[arg-type]
+        log=log,
+        window=(0.0, 300.0),
+    )
     figures = _figures(run, SMOKE, 300.0)
     assert figures["node_ready_s"] == [65.5]
     assert figures["node_seconds"]["runner"] == 190.0
@@ -302,6 +308,7 @@ def test_each_jobs_path_is_read_from_the_fakes_on_one_clock_since_cluster_start(
     run = VariantRun(
         "ours_demand",
         stage=_stage({1: origin + 36.0}, polls),
+        karpenter=None,  # type: ignore[arg-type]
         sites=[site],  # type: ignore[list-item]
         jobs=[job],
         window=(wall_origin, wall_origin + 300.0),

@@ -392,7 +392,7 @@ def test_each_variant_queues_a_stage_when_its_own_parents_end() -> None:
     now = [0.0]
     actions = FakeActions(pats=["p"], clock=lambda: now[0])
     stage: Any = SimpleNamespace(fake=actions)
-    staged = StagedRun(VariantRun("ours_reactive", stage), {}, set())
+    staged = StagedRun(VariantRun("ours_reactive", stage, None), {}, set())  # type: ignore[arg-type]
     trace = [
         _trace_job(1, "1", "build", 0.0, 100.0),
         _trace_job(2, "1", "test (1/2)", 102.0, 50.0),
