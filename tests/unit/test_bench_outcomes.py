@@ -249,13 +249,8 @@ def test_launch_delays_are_creation_to_node_of_claims_created_in_the_window() ->
 def test_the_figures_carry_each_launch_s_delay() -> None:
     log = NodeClaimLog(cluster=None, pools=["p-runner"])  # type: ignore[arg-type]
     log.claims = {"1": Claim("1", "p-runner", created=10.0, last_seen=200.0, registered_at=75.5)}
-    run = VariantRun(
-        "ours_demand",
-        stage=_stage(),
-        karpenter=None,  # type: ignore[arg-type]
-        log=log,
-        window=(0.0, 300.0),
-    )
+    no_karpenter: Any = None
+    run = VariantRun("ours_demand", _stage(), no_karpenter, log=log, window=(0.0, 300.0))
     figures = _figures(run, SMOKE, 300.0)
     assert figures["node_ready_s"] == [65.5]
     assert figures["node_seconds"]["runner"] == 190.0
