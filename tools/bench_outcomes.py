@@ -20,8 +20,8 @@ own scheduler and Karpenter, fake Actions service, HUD, namespaces and NodePools
 they are set up in is shuffled per seed). A control plane per variant because a platform
 team's cluster does not share its scheduler with five other fleets: on one shared scheduler
 on 2 cores, its queue held hundreds of other variants' unschedulable pods at busy times and
-served the lowest priority last, so our runner placeholders (-10) waited a median 110-160 s
-on nodes that were already up, where stock's runner pods (0) waited 10-30 s:
+served the lowest priority last, so our runner placeholders (-10) waited a median 109-159 s
+on nodes that were already up, where stock's runner pods (0) waited 11-38 s:
 
 * ``stock_min0``: ARC's listener, ``minRunners: 0`` (the static header ``maxRunners``);
 * ``stock_minN``: ARC's listener, ``minRunners: N`` (the warm pool a user buys today);
