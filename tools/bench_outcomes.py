@@ -554,23 +554,22 @@ async def _run_seed(
             for run in runs.values():
                 if run.log is not None:
                     await run.log.stop()
-            for karpenter in karpenters:
-                await asyncio.to_thread(karpenter.set_capacity)
             for run in runs.values():
                 for site in run.sites:
                     if site.listener is not None and site.listener.returncode is None:
                         await site.listener.stop(within=15.0)
     window = config.warmup + seed_plan.last_arrival + config.tail
+    logs = {
+        name: await asyncio.to_thread(read_occupancy, run.stage.cluster)
+        for name, run in runs.items()
+    }
     figures = {
         "jobs": len(seed_plan.arrivals),
         "last_arrival_s": seed_plan.last_arrival,
         "shortage_s": list(seed_plan.shortage),
         "window_s": _r(window),
         "variant_order": order,
-        "variants": {
-            name: _figures(run, config, window, read_occupancy(run.stage.cluster))
-            for name, run in runs.items()
-        },
+        "variants": {name: _figures(run, config, window, logs[name]) for name, run in runs.items()},
     }
     return runs, figures
 
@@ -715,8 +714,7 @@ async def _play(
                     raise RuntimeError(
                         f"{run.name}: {site.listener.name} exited:\n{site.listener.log_tail(20)}"
                     )
-        # Karpenter v1.8.0 can die of a concurrent map access (its NodePool registration
-        # health tracker) when NodePools are deleted and made again between seeds.
+        # A variant whose Karpenter died would go on without launches: stop the run.
         for karpenter in karpenters:
             karpenter.check_alive()
         finished = not events and all(
