@@ -88,6 +88,7 @@ from capacity.settings import HUD_READ_INTERVAL
 from capacity.whatif.optimum import optimum
 from capacity.whatif.synth import SynthSpec, generate
 from tools import node_occupancy
+from tools.bench_goals import node_seconds_per_succeeded_job
 from tools.critical_path import (
     JobPath,
     Pair,
@@ -774,6 +775,7 @@ TIMEOUT = "prepare_timeout"  # FakeJob.failure of a job the hooks failed (no wor
 WAIT = "wait_s"
 OCCUPANCY = "node_seconds_by_occupancy"
 WAIT_SUCCEEDED = "wait_succeeded_s"  # queue → workflow Running of succeeded jobs only
+PER_SUCCEEDED = "node_seconds_per_succeeded_job"  # derived: node_seconds.total / succeeded
 # Queue → workflow Running of every job whose workflow pod ran, failed-by-timeout jobs left
 # out: the only wait runs before the headline above recorded (older JSON has no other), and
 # what bench_agreement compares with the simulator, which models no timeout.
@@ -970,6 +972,9 @@ METRICS = (
     ("node-seconds, total", ("node_seconds", "total")),
     ("node-seconds, runner pools", ("node_seconds", "runner")),
     ("node-seconds, workflow pools", ("node_seconds", "workflow")),
+    # The cost of the work done: a job the timeout failed never ran its workflow pod, so a
+    # variant that fails jobs holds fewer node-seconds in total for less work.
+    ("node-seconds per succeeded job", (PER_SUCCEEDED,)),
     # What held those nodes (tools/node_occupancy.py; runs from before it have none).
     ("node-seconds launching (NodeClaim → Node)", (OCCUPANCY, "total", "launching")),
     ("node-seconds with a real pod", (OCCUPANCY, "total", "real")),
@@ -989,6 +994,10 @@ OLD_WAIT_METRICS = (
 
 
 def _get(figures: Mapping[str, Any], path: tuple[str, ...]) -> float | None:
+    """The figure at ``path``; node-seconds per succeeded job derived from two figures."""
+    if path == (PER_SUCCEEDED,):
+        per_job = node_seconds_per_succeeded_job(figures)
+        return None if per_job is None else round(per_job, 1)
     value: Any = figures
     for key in path:
         value = value.get(key) if isinstance(value, Mapping) else None
@@ -1058,6 +1067,7 @@ def reference(config: Config, seed_plan: SeedPlan) -> dict[str, Any]:
     return {
         "lead_s": config.launch_delay[0],
         "slots_per_node": SLOTS_PER_NODE,
+        "succeeded": len(seed_plan.arrivals),
         "failed_by_timeout": 0,
         "failed_other": 0,
         "unfinished": 0,

@@ -12,6 +12,7 @@ def _variant(p90: float, node_s: float, failed: int = 0) -> dict[str, Any]:
         "wait_s": {"p90": p90},
         "node_seconds": {"total": node_s},
         "failed_by_timeout": failed,
+        "succeeded": 100 - failed,  # of 100 jobs
     }
 
 
@@ -67,6 +68,33 @@ def test_each_goal_counts_the_seeds_that_meet_it() -> None:
     assert "adaptive ×1.35" in bound[0][1]
     adaptive, met = rows["adaptive"]
     assert (met, len(adaptive)) == (1, 2)
+
+
+def test_per_succeeded_job_rows_charge_a_failed_job_as_work_not_done() -> None:
+    rows = {name: (per_seed, met) for name, per_seed, met in goal_rows(DOCUMENT)}
+    demand, met = next(v for k, v in rows.items() if k.startswith("(per succeeded job) demand"))
+    assert met == 1
+    # Seed 1: 12,000 / 100 against stock 12,000 / 97 (×0.97): met. Seed 4: ours failed one.
+    assert [ok for _, _, ok in demand] == [True, False]
+    assert "node-s per succeeded job 120 vs 124 ×0.97" in demand[0][1]
+    warm, met = next(v for k, v in rows.items() if k.startswith("(per succeeded job) warm"))
+    assert met == 1
+    # Seed 4: 11,500 / 100 = 115 against minRunners N's 11,000 / 98 = 112.2 (×1.02): missed,
+    # as on the totals; pause pods 14,000 / 99 (×0.81).
+    assert [ok for _, _, ok in warm] == [True, False]
+    assert "vs minRunners N: p90 ×0.60, node-s per succeeded job ×1.02" in warm[1][1]
+    assert "vs pause pods: p90 ×0.75, node-s per succeeded job ×0.81" in warm[1][1]
+
+
+def test_a_variant_with_no_succeeded_job_costs_infinitely_per_job() -> None:
+    seed = _seed(
+        stock_min0=(300.0, 5_000.0, 100),  # every job failed: all cost, no work
+        ours_demand=(100.0, 12_000.0, 0),
+    )
+    rows = goal_rows({"config": {}, "seeds": {"1": seed}})
+    demand = next(per for name, per, _ in rows if name.startswith("(per succeeded job) demand"))
+    assert demand == [("1", demand[0][1], True)]
+    assert "vs inf ×0.00" in demand[0][1]
 
 
 def test_the_report_names_the_family_and_the_count_per_goal() -> None:
