@@ -89,44 +89,54 @@ class Goal:
     staged: bool = False  # reads the staged family's figures (no optimum needed)
 
 
-def _demand(seed: Seed) -> tuple[str, bool]:
-    failed = _failed(seed, "ours_demand")
-    p90 = _p90(seed, "ours_demand") / _p90(seed, "stock_min0")
-    node = _node_s(seed, "ours_demand") / _node_s(seed, "stock_min0")
-    text = (
-        f"failed {failed} (stock {_failed(seed, 'stock_min0')}), p90 ×{p90:.2f}, node-s ×{node:.2f}"
-    )
-    return text, failed == 0 and p90 <= 0.75 and node <= 1.05
+# How a goal row shows the cost of ours against stock's: (ours, stock) → text.
+CostText = Callable[[float, float], str]
 
 
-def _demand_per_job(seed: Seed) -> tuple[str, bool]:
+def _total_text(ours: float, stock: float) -> str:
+    return f"node-s ×{ours / stock:.2f}"
+
+
+def _per_job_text(ours: float, stock: float) -> str:
+    return f"node-s per succeeded job {ours:.0f} vs {stock:.0f} ×{ours / stock:.2f}"
+
+
+def _demand_against(
+    seed: Seed, cost: Callable[[Seed, str], float], text_of: CostText
+) -> tuple[str, bool]:
     failed = _failed(seed, "ours_demand")
     p90 = _p90(seed, "ours_demand") / _p90(seed, "stock_min0")
-    ours, stock = _per_job(seed, "ours_demand"), _per_job(seed, "stock_min0")
-    text = (
-        f"failed {failed} (stock {_failed(seed, 'stock_min0')}), p90 ×{p90:.2f}, "
-        f"node-s per succeeded job {ours:.0f} vs {stock:.0f} ×{ours / stock:.2f}"
+    ours, stock = cost(seed, "ours_demand"), cost(seed, "stock_min0")
+    text = f"failed {failed} (stock {_failed(seed, 'stock_min0')}), p90 ×{p90:.2f}, " + text_of(
+        ours, stock
     )
     return text, failed == 0 and p90 <= 0.75 and ours / stock <= 1.05
 
 
-def _warm_against(seed: Seed, cost: Callable[[Seed, str], float]) -> tuple[str, bool]:
+def _demand(seed: Seed) -> tuple[str, bool]:
+    return _demand_against(seed, _node_s, _total_text)
+
+
+def _demand_per_job(seed: Seed) -> tuple[str, bool]:
+    return _demand_against(seed, _per_job, _per_job_text)
+
+
+def _warm_against(seed: Seed, cost: Callable[[Seed, str], float], label: str) -> tuple[str, bool]:
     ours_p90, ours_node = _p90(seed, "ours_warm"), cost(seed, "ours_warm")
     parts, met = [], True
-    for stock, label in (("stock_minN", "minRunners N"), ("stock_overprov", "pause pods")):
+    for stock, name in (("stock_minN", "minRunners N"), ("stock_overprov", "pause pods")):
         p90, node = ours_p90 / _p90(seed, stock), ours_node / cost(seed, stock)
-        parts.append(f"vs {label}: p90 ×{p90:.2f}, node-s ×{node:.2f}")
+        parts.append(f"vs {name}: p90 ×{p90:.2f}, {label} ×{node:.2f}")
         met = met and p90 < 1.0 and node <= 1.0
     return "; ".join(parts), met
 
 
 def _warm(seed: Seed) -> tuple[str, bool]:
-    return _warm_against(seed, _node_s)
+    return _warm_against(seed, _node_s, "node-s")
 
 
 def _warm_per_job(seed: Seed) -> tuple[str, bool]:
-    text, met = _warm_against(seed, _per_job)
-    return text.replace("node-s ×", "node-s per succeeded job ×"), met
+    return _warm_against(seed, _per_job, "node-s per succeeded job")
 
 
 def _optimum_bound(seed: Seed) -> tuple[str, bool]:
