@@ -311,10 +311,23 @@ def forget_assigned(assigned: deque[tuple[float, float]], as_of: float | None) -
 def net_of_starts(demand: Demand) -> Demand:
     """``demand`` without the jobs that have started here since its reading (the as-of
     correction): a reading 30 s behind the queue would otherwise ask for pairs for jobs whose
-    runners already exist, and keep them for as long as pairs are held."""
-    if demand.started_since <= 0:
+    runners already exist, and keep them for as long as pairs are held.
+
+    With peers, a scale set given more of the reading's jobs than its share plans for the
+    whole queue left (the reading's total less its starts), not for its share less its
+    starts. GitHub hands a job to whichever scale set has room; a peer whose pairs cannot
+    launch (a shortage) advertises none, so every job comes here, and the share less the
+    starts reaches zero while the peer's half of the queue still waits, each job for a slot
+    here to free up (the outcome benchmark: half of the waiting in a shortage). Starting
+    more than the share is the evidence, and it needs no traffic between clusters; below it
+    the peers are taken to be serving their shares, as before."""
+    started = demand.started_since
+    if started <= 0:
         return demand
-    return replace(demand, queued=max(0, demand.queued - demand.started_since))
+    part = demand.claim
+    if part is not None and part.claimed < part.total and started > part.share:
+        return replace(demand, queued=max(0, part.total - started))
+    return replace(demand, queued=max(0, demand.queued - started))
 
 
 def resolve_demand(state: DemandState, now: float, params: Params) -> Demand:

@@ -7,7 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from capacity.model import Demand, DemandOutcome, DemandResult, DemandSource, DemandState, Params
-from capacity.policy import claim, desired_pairs, record_demand, resolve_demand
+from capacity.policy import (
+    claim,
+    desired_pairs,
+    net_of_starts,
+    record_demand,
+    resolve_demand,
+    with_starts,
+)
 
 COUNTS = st.integers(1, 12)
 JOBS = st.integers(0, 5_000)
@@ -121,6 +128,37 @@ def test_live_value_carries_its_parts() -> None:
     assert got.claim is not None
     assert (got.claim.total, got.claim.aged, got.claim.fresh, got.claim.share) == (9, 2, 7, 3)
     assert got.queued == 5
+
+
+def _given(queued_at: float, count: int) -> list[tuple[float, float]]:
+    """``count`` jobs queued at ``queued_at`` and assigned here one a second after t=10."""
+    return [(10.0 + n, queued_at) for n in range(count)]
+
+
+def test_a_peer_given_more_than_its_share_plans_for_the_whole_queue_left() -> None:
+    """Peer 1's reading (as of t=0) counts 20 queued, 2 of them aged: its claim is 9 fresh +
+    2 aged. While the other peer serves its share, this one's starts come off its claim.
+    Once GitHub has handed it more of the reading's jobs than its share, the other peer is
+    not taking its half (a shortage: it advertises no room), and it plans for every job the
+    reading counted that has not started here."""
+    state = record_demand(DemandState(), ok(20, 2), 5.0, as_of=0.0)
+    read = resolve_demand(state, 5.0, peers(2)[1])
+    assert (read.queued, read.claim and read.claim.share) == (11, 9)
+    for started, wanted in [(0, 11), (4, 7), (9, 2), (10, 10), (15, 5), (20, 0), (25, 0)]:
+        got = net_of_starts(with_starts(read, _given(-1.0, started)))
+        assert got.queued == wanted, started
+    # Jobs queued after the reading's as-of time were not in it: they do not count.
+    assert net_of_starts(with_starts(read, _given(1.0, 12))).queued == 11
+
+
+def test_one_peer_alone_takes_its_starts_off_the_whole_queue() -> None:
+    state = record_demand(DemandState(), ok(20, 2), 5.0, as_of=0.0)
+    read = resolve_demand(state, 5.0, peers(1)[0])
+    assert [net_of_starts(with_starts(read, _given(-1.0, n))).queued for n in (0, 5, 19)] == [
+        20,
+        15,
+        1,
+    ]
 
 
 @pytest.mark.parametrize(("index", "count"), [(1, 1), (3, 2), (-1, 2)])
