@@ -16,7 +16,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from tools.fake_actions import FakeActions, JobState
 from tools.kube_calls import retrying, transient
-from tools.runner_standin import Runner, RunnerStandIn, StandInSpec
+from tools.runner_standin import RUNNER_CREATES_AT_ONCE, Runner, RunnerStandIn, StandInSpec
 
 
 @pytest.mark.parametrize(
@@ -148,3 +148,35 @@ async def test_clean_up_forgets_the_runner_even_when_deletes_fail(
 
     assert runner.name not in standin.runners
     assert any("Forbidden" in e for e in standin.errors)
+
+
+async def test_a_short_set_creates_its_runners_a_batch_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A burst of 20 replicas: all made in one reconcile, never more than
+    RUNNER_CREATES_AT_ONCE creates in flight, and more than one at a time (one after another,
+    a loaded API server's second per call delayed a burst's runners by half a minute)."""
+    fake = FakeActions()
+    fake.add_scale_set(1, "linux")
+    spec = StandInSpec(
+        namespace="ns", runner_set_name="linux-ers", scale_set_name="linux", scale_set_id=1
+    )
+    async with client.ApiClient() as api:  # never called: the create is replaced
+        standin = RunnerStandIn(api, fake, spec)
+        standin.ers = {"spec": {"replicas": 20, "patchID": 3}}
+        in_flight = peak = 0
+        made: list[int] = []
+
+        async def create(patch_id: int) -> None:
+            nonlocal in_flight, peak
+            in_flight += 1
+            peak = max(peak, in_flight)
+            await asyncio.sleep(0.01)
+            in_flight -= 1
+            made.append(patch_id)
+
+        monkeypatch.setattr(standin, "_create_runner", create)
+        await asyncio.wait_for(standin._reconcile(), timeout=5)
+
+    assert made == [3] * 20
+    assert peak == RUNNER_CREATES_AT_ONCE
