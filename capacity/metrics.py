@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from base.exposition import GoStyleCollector, Source
+from capacity import policy
 from capacity.model import Demand, DemandResult, DemandSource, Observed, Plan, PodPhase, Role
 from capacity.node_groups import NodeGroup
 from capacity.nodepools import NodePool
@@ -45,9 +46,11 @@ NAMESPACE: Final = "namespace"
 CREATE_OK: Final = "ok"
 CREATE_EXISTS: Final = "exists"
 # The parts of the queue (demand sharding): every queued job, the aged ones (claimed by every
-# peer), the fresh ones (split between peers), this peer's share of the fresh ones, and what
-# this peer plans for (share + aged).
-DEMAND_PARTS: Final = ("total", "aged", "fresh", "share", "claimed")
+# peer), the fresh ones (split between peers), this peer's share of the fresh ones, its claim
+# (share + aged), the reading's jobs GitHub has handed it since, and what the plan makes pairs
+# for (policy.net_of_starts: the claim less those, or the whole queue left once it has been
+# handed more than its share).
+DEMAND_PARTS: Final = ("total", "aged", "fresh", "share", "claimed", "started", "planned")
 GITHUB_CALL_RESULTS: Final = ("ok", "not_modified", "rate_limited", "error")
 NODEPOOL_STATES: Final = ("off", "starting", "watching", "forbidden", "absent")
 WARM_POOL_MODES: Final = ("fixed", "scheduled", "adaptive")
@@ -518,16 +521,21 @@ class _StateSeries:
             "source",
         )
         claim = demand.claim if demand is not None else None
+        started = demand.started_since if demand is not None else 0
+        planned = policy.net_of_starts(demand).queued if demand is not None else 0
         parts = (
-            (claim.total, claim.aged, claim.fresh, claim.share, claim.claimed)
+            (claim.total, claim.aged, claim.fresh, claim.share, claim.claimed, started, planned)
             if claim is not None
             # Before the first pass, on the floor or disabled: no figures from the source.
-            else (0, 0, 0, 0, demand.queued if demand is not None else 0)
+            else (0, 0, 0, 0, demand.queued if demand is not None else 0, started, planned)
         )
         yield self._family(
             "gha_capacity_demand_jobs",
             "Queued jobs by part: total, aged (claimed by every peer cluster), fresh (split "
-            "between peers), share (this cluster's part of fresh) and claimed (share + aged).",
+            "between peers), share (this cluster's part of fresh), claimed (share + aged), "
+            "started (the reading's jobs handed to this scale set since) and planned (what "
+            "pairs are made for: claimed less started, or total less started once started "
+            "exceeds share).",
             {(part,): value for part, value in zip(DEMAND_PARTS, parts, strict=True)},
             "part",
         )

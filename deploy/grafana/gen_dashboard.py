@@ -406,8 +406,10 @@ def demand() -> list[PanelBuilder]:
         timeseries(
             "Queue parts (demand sharding)",
             "Queued jobs by part: total, aged (claimed by every peer cluster), fresh (split "
-            "between peers), share (this cluster's part of fresh), claimed (share + aged, what "
-            "this cluster plans for).",
+            "between peers), share (this cluster's part of fresh), claimed (share + aged), "
+            "started (the reading's jobs handed here since) and planned (what pairs are made "
+            "for: claimed less started; total less started once this cluster has been handed "
+            "more than its share, as when a peer cannot launch).",
             Query(
                 f"sum by (name, part) (gha_capacity_demand_jobs{{{SEL}}})",
                 "{{name}} {{part}}",

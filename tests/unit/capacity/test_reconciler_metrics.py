@@ -4,6 +4,7 @@ _created samples, and what one recorded pass shows."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -182,7 +183,15 @@ def test_a_recorded_pass() -> None:
     assert sources == {"hud": 0, "github": 0, "stale": 0, "floor": 1, "disabled": 0}
     # On the floor there are no figures from the source: only what is claimed.
     parts = {p: value(registry, "gha_capacity_demand_jobs", part=p) for p in DEMAND_PARTS}
-    assert parts == {"total": 0, "aged": 0, "fresh": 0, "share": 0, "claimed": 1}
+    assert parts == {
+        "total": 0,
+        "aged": 0,
+        "fresh": 0,
+        "share": 0,
+        "claimed": 1,
+        "started": 0,
+        "planned": 1,
+    }
     assert value(registry, "gha_capacity_proactive_capacity") == 2
     assert value(registry, "gha_capacity_signal_changes_total") == 1
     assert value(registry, "gha_capacity_hud_requests_total", result="timeout") == 1
@@ -201,10 +210,17 @@ def test_demand_parts_and_github_calls() -> None:
         queued=5,
         source=DemandSource.GITHUB,
         claim=Claim(total=9, aged=2, fresh=7, share=3),
+        started_since=2,
     )
     m.record_pass(Plan(), Observed(), demand, proactive=0)
     parts = {p: value(registry, "gha_capacity_demand_jobs", part=p) for p in DEMAND_PARTS}
-    assert parts == {"total": 9, "aged": 2, "fresh": 7, "share": 3, "claimed": 5}
+    want = {"total": 9, "aged": 2, "fresh": 7, "share": 3, "claimed": 5}
+    assert parts == {**want, "started": 2, "planned": 3}
+    # Handed more than its share: the peer is not taking its half, so the plan covers the
+    # whole queue left.
+    m.record_pass(Plan(), Observed(), replace(demand, started_since=4), proactive=0)
+    parts = {p: value(registry, "gha_capacity_demand_jobs", part=p) for p in DEMAND_PARTS}
+    assert parts == {**want, "started": 4, "planned": 5}
     assert "gha_capacity_demand_github_rate_limit_remaining" not in page(registry).replace(
         "# HELP gha_capacity_demand_github_rate_limit_remaining", ""
     ).replace("# TYPE gha_capacity_demand_github_rate_limit_remaining", "")
