@@ -464,6 +464,13 @@ class _StateSeries:
             plan.desired_pairs,
         )
         yield self._one(
+            "gha_capacity_shortage_held_pairs",
+            "Pairs wanted but not created because a half's pools are short, confirmed: they "
+            "said they cannot launch a node and a half they refused is still Pending a minute "
+            "on (a new pair would only launch its other half's node); 0 otherwise.",
+            plan.held_by_shortage,
+        )
+        yield self._one(
             "gha_capacity_stall_backoff_seconds",
             "Seconds left before new pairs are created again after a stalled pair (one half "
             "Pending for two launch times while the other ran); 0 when not backing off.",

@@ -308,6 +308,9 @@ class Plan:
     stall_backoff: float = 0.0
     # one entry per pair released as stalled this pass: why (the signal or time alone)
     stalls: tuple[StallCause, ...] = ()
+    # the halves whose pools are short, confirmed (policy._short_roles): no new pairs
+    short_roles: tuple[Role, ...] = ()
+    held_by_shortage: int = 0  # pairs wanted and otherwise admitted, not created meanwhile
 
 
 @dataclass(frozen=True, kw_only=True)

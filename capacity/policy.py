@@ -75,7 +75,9 @@ The plan, in order:
    its ready timeout; likewise with cluster-autoscaler node groups read, within the room a
    full group's nodes still have for the halves (`node_group_room`); and (d) none during a
    stall back-off (step 2), only a probe when no half of the stalled role is Pending. Once
-   the probe runs it is a lone half, repaired like any other.
+   the probe runs it is a lone half, repaired like any other; and (e) none during a
+   confirmed shortage (`_short_roles`: the pools of a half said they cannot launch a node,
+   and a half they refused is still Pending `SIGNAL_STALL_FLOOR` after its creation).
 
 Slot ids are decimal strings chosen by the policy: above every numeric slot observed and above
 `Memory.next_slot`, so ids are not reused while a process lives and never collide with a pod
@@ -612,6 +614,8 @@ def plan(
     lone_runners_kept, lone_since = _age_lone_halves(  # 8
         leftovers, memory, counts.total, params, now, delete, probes=probing
     )
+    # After every deletion of this pass: a half it deletes asks the cloud for nothing more.
+    short = _short_roles((p for p in live if p.name not in delete.reasons), params, now)
     repairs, count, held, blocked = _new_halves_and_pairs(  # 9
         desired,
         counts,
@@ -623,12 +627,14 @@ def plan(
         delete,
         pool_room=pool_room,
         backing_off=backing_off > 0,
+        short=short,
     )
     if repairs:  # a repaired half is in a pair again: no longer aged as left over
         slots_repaired = {r.slot for r in repairs}
         repaired = {p.name for p in leftovers if p.slot in slots_repaired}
         lone_since = tuple(entry for entry in lone_since if entry[0] not in repaired)
     first = _next_slot(observed, memory)
+    # A confirmed shortage has a half of its role Pending: that one asks the cloud, no probe.
     probes = _probe(stalled_role, live, blocked, str(first + count), delete)
     after = count_sides(observed, params, excluding=delete.reasons)
     result = Plan(
@@ -647,6 +653,8 @@ def plan(
         held_by_nodepools=held,
         stall_backoff=backing_off,
         stalls=tuple(slots.stalls),
+        short_roles=tuple(sorted(short, key=lambda r: r.value)),
+        held_by_shortage=blocked if short else 0,
     )
     return result, Memory(
         desired_window=window,
@@ -658,6 +666,37 @@ def plan(
         stalled_role=stalled_role,
         probe_slots=() if stalled_at is None else probe_slots + tuple(p.slot for p in probes),
     )
+
+
+def _short_roles(live: Iterable[Placeholder], params: Params, now: float) -> frozenset[Role]:
+    """Step 9's hold: the halves whose pools are short, confirmed: the pools said they cannot
+    launch a node (`cannot_launch_at`, within the window `_stalled` uses), and a half of
+    that role Pending when they said it is still Pending `SIGNAL_STALL_FLOOR` after it was
+    created. Step 9 then makes no new pair, as in a stall back-off.
+
+    A pair made while its workflow type is out launches its runner half's node, which then
+    waits for a workflow node that does not come until the pair is released as stalled, a
+    launch later: in the outcome benchmark, the pairs a site kept making through its
+    shortage were most of the node-seconds it spent beyond stock ARC. The word alone is not
+    enough, since a provider may refuse one instance type and launch another a few seconds
+    later; a half still Pending a minute after the refusal is, since by then a retry on
+    another type would have run. The hold ends once no half refused is still Pending: the
+    cloud gave the node (or the half was released, and the stall's back-off takes over)."""
+    window = _word_window(params)
+    floor = min(SIGNAL_STALL_FLOOR, params.ready_timeout)
+    short: set[Role] = set()
+    for role, said in params.cannot_launch_at.items():
+        if now - said > window:
+            continue
+        if any(
+            p.role == role
+            and p.phase == PodPhase.PENDING
+            and p.created_at <= said
+            and now - p.created_at >= floor
+            for p in live
+        ):
+            short.add(role)
+    return frozenset(short)
 
 
 def _stall_backoff(
@@ -913,15 +952,19 @@ def _new_halves_and_pairs(
     *,
     pool_room: int | None,
     backing_off: bool,
+    short: frozenset[Role] = frozenset(),
 ) -> tuple[list[Repair], int, int, int]:
     """Step 9: (repairs, new pairs, pairs held back by the pools' room, pairs held back by a
-    stall's back-off: wanted and admitted otherwise). Lone runner halves
-    are repaired first, within the pairs wanted and the in-flight cap only: a repair adds a
-    workflow half, no runner, so it leaves the max_runners headroom ``room`` as it was. What
-    is still wanted then goes to lone workflow halves (a repair adds a runner half, as a
-    new pair does) and to new pairs (`_new_pairs`). Nothing during a stall back-off."""
+    stall's back-off or a confirmed shortage: wanted and admitted otherwise). Lone runner
+    halves are repaired first, within the pairs wanted and the in-flight cap only: a repair
+    adds a workflow half, no runner, so it leaves the max_runners headroom ``room`` as it
+    was. What is still wanted then goes to lone workflow halves (a repair adds a runner half,
+    as a new pair does) and to new pairs (`_new_pairs`). Nothing during a stall back-off.
+    During a confirmed shortage (``short``) only the repairs that launch no node for a half
+    the cloud can give: a lone runner half gets its workflow half unless runner halves are
+    short (if workflow halves are, the new one waits Pending for the node, costing none)."""
     repairs: list[Repair] = []
-    if not backing_off:
+    if not backing_off and Role.RUNNER not in short:
         want = max(0, min(desired - kept.fresh, params.max_pending_pairs - kept.pending))
         if pool_room is not None:
             want = min(want, max(0, pool_room))
@@ -933,7 +976,7 @@ def _new_halves_and_pairs(
         if pool_room is not None:
             pool_room -= done
     count, held = _new_pairs(desired, kept, room, params, pool_room)
-    if backing_off:
+    if backing_off or short:
         return repairs, 0, held, count
     workflows = [p for p in leftovers if p.role == Role.WORKFLOW]
     more, waiting = _repairs(workflows, observed, count, params, now, delete)

@@ -366,6 +366,8 @@ class Reconciler:
                     "desired": plan.desired_pairs,
                     "target": plan.target_pairs,
                     "held_by_nodepools": plan.held_by_nodepools,
+                    "held_by_shortage": plan.held_by_shortage,
+                    "short": ",".join(role.value for role in plan.short_roles),
                     "stall_backoff": round(plan.stall_backoff, 1),
                 },
             )
