@@ -1,5 +1,7 @@
 """A stalled half decided on the pools' word (policy step 2): a half whose NodePools or node
-groups said they cannot launch a node is released after one longest launch, not two."""
+groups said they cannot launch a node is released after one longest launch, not two. And
+the word confirmed (a half refused still Pending a minute on) holds new pairs back (step 9):
+a new pair would only launch its other half's node."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from capacity.model import (
     Role,
     StallCause,
 )
-from capacity.policy import plan, signal_stall_timeout
+from capacity.policy import SIGNAL_STALL_FLOOR, plan, signal_stall_timeout
 
 from .builders import P, R, pair
 
@@ -132,3 +134,62 @@ def test_without_a_time_only_timeout_the_back_off_starts_at_the_signal_one() -> 
     observed = Observed(placeholders=pair(1, R, P, created=0.0))
     result, _ = plan(observed, Demand(queued=1, source=DemandSource.HUD), params, Memory(), 101.0)
     assert result.stall_backoff == 100.0
+
+
+# --- a confirmed shortage holds new pairs back (step 9) ----------------------------------
+
+
+def queued(n: int) -> Demand:
+    return Demand(queued=n, source=DemandSource.HUD)
+
+
+def test_a_confirmed_shortage_makes_no_new_pair_and_keeps_the_one_launching() -> None:
+    """Pair 1's workflow half has waited a minute since its pools refused: four more pairs
+    are wanted, none is made, and pair 1 stays until its own stall timeout."""
+    observed = Observed(placeholders=pair(1, R, P, created=0.0))
+    params = knobs(cannot_launch_at={W: 5.0})
+    result, _ = plan(observed, queued(5), params, Memory(), SIGNAL_STALL_FLOOR)
+    assert result.creates == ()
+    assert result.probes == ()  # the Pending half already asks the cloud
+    assert result.deletes == ()
+    assert result.short_roles == (W,)
+    assert result.held_by_shortage == 4
+
+
+@pytest.mark.parametrize(
+    ("placeholders", "said", "now"),
+    [
+        # Not a minute yet: a retry on another type may still launch it.
+        (pair(1, R, P, created=0.0), {W: 5.0}, SIGNAL_STALL_FLOOR - 1),
+        # The word came before the half: it is about another launch.
+        (pair(1, R, P, created=10.0), {W: 5.0}, 80.0),
+        # The refused half runs: the cloud gave the node.
+        (pair(1, R, R, created=0.0), {W: 5.0}, 80.0),
+        # The word is about the other half's pools.
+        (pair(1, R, P, created=0.0), {RU: 5.0}, 80.0),
+        # No word at all.
+        (pair(1, R, P, created=0.0), {}, 80.0),
+    ],
+)
+def test_no_hold_without_a_confirmed_shortage(
+    placeholders: tuple[object, ...], said: dict[Role, float], now: float
+) -> None:
+    observed = Observed(placeholders=placeholders)  # type: ignore[arg-type]
+    params = knobs(cannot_launch_at=said)
+    result, _ = plan(observed, queued(5), params, Memory(), now)
+    assert result.short_roles == ()
+    assert len(result.creates) == 4
+    assert result.held_by_shortage == 0
+
+
+def test_the_hold_ends_when_the_refused_half_runs() -> None:
+    params = knobs(cannot_launch_at={W: 5.0})
+    held, memory = plan(
+        Observed(placeholders=pair(1, R, P, created=0.0)), queued(3), params, Memory(), 70.0
+    )
+    assert held.creates == ()
+    ran, _ = plan(
+        Observed(placeholders=pair(1, R, R, created=0.0)), queued(3), params, memory, 75.0
+    )
+    assert len(ran.creates) == 2
+    assert ran.short_roles == ()
