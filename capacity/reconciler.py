@@ -191,6 +191,7 @@ class Reconciler:
         self.warm_pool = warm_pool
         self.published: int | None = None
         self.passes = 0
+        self._short: tuple[Role, ...] = ()  # the halves last seen short (logged on change)
         # Rises: at most one read per confirm_interval (loop time), each within
         # confirm_timeout; a rise not published yet is retried at _rise_retry_at.
         self.confirm_interval = confirm_interval
@@ -347,6 +348,16 @@ class Reconciler:
             self.metrics.record_held(plan.held_by_nodepools)
         if self.view.node_checks:
             self.metrics.record_deletion_candidates(self.view.on_deletion_candidates())
+        if plan.short_roles != self._short:
+            # Once per change: the hold itself is in every pass while it lasts.
+            log.info(
+                "shortage confirmed, new pairs held" if plan.short_roles else "shortage over",
+                extra={
+                    "short": ",".join(role.value for role in plan.short_roles),
+                    "held": plan.held_by_shortage,
+                },
+            )
+            self._short = plan.short_roles
         for cause in plan.stalls:
             # cloud: the Pending half's pools said they cannot launch a node; time: no word
             self.metrics.record_stall(cause)

@@ -386,3 +386,37 @@ async def test_a_launch_that_waited_out_a_refusal_is_left_out_of_the_launch_samp
         assert launches(scene) == (1.0, whole_after)
         expected = [20.0] * 8 + ([whole_after] if sampled else [])
         assert list(scene.reconciler.launch_times) == expected
+
+
+async def test_a_confirmed_shortage_is_logged_once_and_its_end_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Both halves of the first pair Pending, their one pool's insufficient-capacity Event
+    after it was made: a minute on, the shortage of both halves is confirmed (one log line,
+    however many passes see it); once they get their nodes, one line says it is over."""
+    from tests.unit.capacity.test_monitor_logic import NOW, NS
+
+    caplog.set_level(logging.INFO, logger="capacity.reconciler")
+    cluster = MemoryCluster()
+    async with _first_pair_with_the_word_read(cluster) as scene:
+        cluster.add(EVENTS, ice_event("any-b8c9d", last=_at(NOW + 5)))
+        await scene.settle()
+        scene.clock.now = NOW + 61
+        for _ in range(3):
+            plan = await scene.reconciler.reconcile_once()
+            assert plan.short_roles == (Role.RUNNER, Role.WORKFLOW)
+        for role in Role:
+            (half,) = scene.placeholders(role)
+            cluster.set_phase(NS, half, "Running")
+        await scene.settle()
+        plan = await scene.reconciler.reconcile_once()
+        assert plan.short_roles == ()
+    messages = [
+        (r.getMessage(), r.__dict__["short"])
+        for r in caplog.records
+        if r.getMessage().startswith("shortage")
+    ]
+    assert messages == [
+        ("shortage confirmed, new pairs held", "placeholder-runner,placeholder-workflow"),
+        ("shortage over", ""),
+    ]
