@@ -348,14 +348,12 @@ class Reconciler:
             self.metrics.record_held(plan.held_by_nodepools)
         if self.view.node_checks:
             self.metrics.record_deletion_candidates(self.view.on_deletion_candidates())
+        short = ",".join(role.value for role in plan.short_roles)
         if plan.short_roles != self._short:
             # Once per change: the hold itself is in every pass while it lasts.
             log.info(
                 "shortage confirmed, new pairs held" if plan.short_roles else "shortage over",
-                extra={
-                    "short": ",".join(role.value for role in plan.short_roles),
-                    "held": plan.held_by_shortage,
-                },
+                extra={"short": short, "held": plan.held_by_shortage},
             )
             self._short = plan.short_roles
         for cause in plan.stalls:
@@ -378,7 +376,7 @@ class Reconciler:
                     "target": plan.target_pairs,
                     "held_by_nodepools": plan.held_by_nodepools,
                     "held_by_shortage": plan.held_by_shortage,
-                    "short": ",".join(role.value for role in plan.short_roles),
+                    "short": short,
                     "stall_backoff": round(plan.stall_backoff, 1),
                 },
             )
