@@ -1160,17 +1160,24 @@ def merge(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def merge_seeds(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One document from runs of the same configuration on different seeds (a long benchmark
-    run in parts): seeds together (the caller computes the summary again). The first run's
-    figures and load averages are kept; each seed keeps its own. ValueError if the runs differ in a
-    setting both recorded, or share a seed.
+    """One document from runs of the same configuration (a long benchmark run in parts): seeds
+    together (the caller computes the summary again). The first run's figures and load
+    averages are kept; each seed keeps its own. ValueError if the runs differ in a setting both
+    recorded.
+
+    Runs of other variants on the same seed join that seed (a six-variant table measured a few
+    variants at a time): their trace must be the same (jobs, arrivals, shortage) and no variant
+    may be in two of them; the seed's ``parts`` say which variants came from which run, with
+    that run's load averages, so a reader sees they were not on one clock.
 
     A setting an older run did not record yet (the JSON gained it later) is taken from the
     runs that did, and ``unrecorded`` names it with the seeds whose run lacked it: the reader
     sees which values are stated rather than recorded."""
     if not documents:
         raise ValueError("merge: no documents")
-    configs = [{k: v for k, v in d["config"].items() if k != "seeds"} for d in documents]
+    configs = [
+        {k: v for k, v in d["config"].items() if k not in ("seeds", "variants")} for d in documents
+    ]
     combined: dict[str, Any] = {}
     for config in configs:
         for key, value in config.items():
@@ -1183,24 +1190,62 @@ def merge_seeds(documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         for key in sorted(combined.keys() - config.keys()):
             unrecorded.setdefault(key, []).extend(int(k) for k in document["seeds"])
         for key, figures in document["seeds"].items():
-            if key in seeds:
-                raise ValueError(f"merge: seed {key} is in more than one run")
-            seeds[key] = figures
+            seeds[key] = _join_seed(key, seeds[key], figures) if key in seeds else figures
     first = documents[0]
-    config_doc = {**combined, "seeds": sorted(int(k) for k in seeds)}
+    ran = {v for d in documents for v in d["config"].get("variants", ())}
+    ran |= {v for figures in seeds.values() for v in figures["variants"]}
+    config_doc = {
+        **combined,
+        "variants": [v for v in VARIANTS if v in ran] + sorted(ran - set(VARIANTS)),
+        "seeds": sorted(int(k) for k in seeds),
+    }
     merged = {
         **first,
         "config": config_doc,
         "seeds": seeds,
         "run_seconds": round(sum(float(d.get("run_seconds") or 0.0) for d in documents), 1),
         "parts": [
-            {"seeds": list(d["seeds"]), "date": d.get("date"), "run_seconds": d.get("run_seconds")}
+            {
+                "seeds": list(d["seeds"]),
+                "variants": list(d["config"].get("variants", ())),
+                "date": d.get("date"),
+                "run_seconds": d.get("run_seconds"),
+            }
             for d in documents
         ],
     }
     if unrecorded:
         merged["unrecorded"] = {key: sorted(found) for key, found in unrecorded.items()}
     return merged
+
+
+# What a seed's trace is: runs that joined one seed must agree on these.
+_TRACE_FACTS = ("jobs", "last_arrival_s", "shortage_s", "window_s")
+
+
+def _join_seed(key: str, ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> dict[str, Any]:
+    """Seed ``key``'s figures from two runs of other variants (see `merge_seeds`)."""
+    for fact in _TRACE_FACTS:
+        if fact in ours and fact in theirs and ours[fact] != theirs[fact]:
+            raise ValueError(f"merge: seed {key}'s runs have another trace: {fact}")
+    twice = sorted(ours["variants"].keys() & theirs["variants"].keys())
+    if twice:
+        raise ValueError(f"merge: seed {key} has {', '.join(twice)} in more than one run")
+
+    def part(figures: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return list(
+            figures.get("parts")
+            or [
+                {"variants": list(figures["variants"]), "load_average": figures.get("load_average")}
+            ]
+        )
+
+    return {
+        **ours,
+        "variant_order": [*ours.get("variant_order", ()), *theirs.get("variant_order", ())],
+        "variants": {**ours["variants"], **theirs["variants"]},
+        "parts": part(ours) + part(theirs),
+    }
 
 
 def report(document: Mapping[str, Any]) -> str:
@@ -1409,7 +1454,8 @@ def main(argv: list[str] | None = None) -> int:
     table_cmd = sub.add_parser("table", help="print the README table from a saved JSON")
     table_cmd.add_argument("json", type=Path)
     merge_cmd = sub.add_parser(
-        "merge", help="one JSON from runs of the same config on other seeds; redraws the summary"
+        "merge",
+        help="one JSON from runs of one config on other seeds or variants; redraws the summary",
     )
     merge_cmd.add_argument("json", type=Path, nargs="+")
     merge_cmd.add_argument("--out", type=Path, required=True)

@@ -331,7 +331,7 @@ def test_runs_on_other_seeds_merge_into_one_document() -> None:
     p90 = merged["summary"]["stock_min0"]["wait_s.p90"]["value"]
     assert (p90["min"], p90["max"]) == (40.0, 60.0)
     assert REFERENCE in merged["summary"]  # the bound, planned again for each seed
-    with pytest.raises(ValueError, match="seed 2 is in more than one run"):
+    with pytest.raises(ValueError, match="seed 2 has stock_min0 in more than one run"):
         merge([run(2, 40.0), run(2, 50.0)])
     other = run(3, 60.0)
     other["config"]["N"] = 5

@@ -458,4 +458,4 @@ def test_the_merge_command_puts_staged_seeds_together_with_their_summary(
     assert (out.parent / "outcomes-staged-summary.png").stat().st_size > 0
     assert "ours, predictive" in capsys.readouterr().out
     assert outcomes_main(["merge", str(paths[0]), str(paths[0]), "--out", str(out)]) == 2
-    assert "seed 1 is in more than one run" in capsys.readouterr().err
+    assert "in more than one run" in capsys.readouterr().err
