@@ -67,10 +67,12 @@ What is simulated, per label set (one scale set each; label sets do not share no
 
 * **Outages** (``outages``): a launch asked for while the cloud is out of capacity is
   retried and comes up one provisioning delay after the outage ends; the node is counted
-  from the first try (a NodeClaim exists all along). ``outage_roles`` names the pools that
-  run out (both by default; the workflow pool alone leaves runner halves Running beside
-  Pending workflow halves); with ``word`` their pools say so, as Karpenter's
-  insufficient-capacity Events do (``Params.cannot_launch_at``), while a launch waits.
+  from the try that gets an instance (the outage's end), not from the first: Karpenter
+  deletes a NodeClaim the cloud refused and asks again, and a refusal costs nothing.
+  ``outage_roles`` names the pools that run out (both by default; the workflow pool alone
+  leaves runner halves Running beside Pending workflow halves); with ``word`` their pools
+  say so, as Karpenter's insufficient-capacity Events do (``Params.cannot_launch_at``),
+  while a launch waits.
 
 Simplified away, on purpose: pod start and image pull times (0), the header's round trip
 to GitHub (a Running pair takes a waiting job at once; see hand-over), consolidation of
@@ -264,7 +266,7 @@ _POKED = -1  # a _PASS event's argument when a change asked for it (else: the pa
 @dataclass
 class _Node:
     role: Role  # its pool
-    launched_at: float
+    launched_at: float  # paid for from (after an outage: its end)
     ready: bool = False
     halves: set[str] = field(default_factory=set)  # the halves on (or waiting for) it
     jobs: int = 0  # running jobs (one pod each)
@@ -389,14 +391,18 @@ class _Run:
         return delay
 
     def launch(self, role: Role, delay: float, now: float) -> int:
+        paid_from = now
         if role in self.config.outage_roles:
             for low, high in self.config.outages:
                 if low <= now < high:
                     delay += high - now  # retried until the capacity is back
+                    # A refused launch has no instance (Karpenter deletes its NodeClaim and
+                    # asks again later): the node is paid for from the try that gets one.
+                    paid_from = max(paid_from, high)
                     self.refused.setdefault(role, []).append((now, high))
         node_id = self.next_node
         self.next_node += 1
-        self.nodes[node_id] = _Node(role=role, launched_at=now)
+        self.nodes[node_id] = _Node(role=role, launched_at=paid_from)
         self.pool_launches += 1
         self.push(now + delay, _NODE_READY, node_id)
         return node_id

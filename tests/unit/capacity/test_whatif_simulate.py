@@ -255,6 +255,10 @@ def test_a_launch_during_an_outage_comes_up_one_delay_after_it() -> None:
     assert out.waits == pytest.approx((160.0,))
     after = simulate(jobs, replace(CONFIG, outages=((-50.0, 1.0),)), FixedPool(0))
     assert after.waits == pytest.approx((62.15,))  # asked for after it ended
+    # The refused tries cost nothing: the node is paid for from the outage's end, so the
+    # job costs what it costs when asked for after the outage (not 97.85 s more).
+    assert out.node_seconds == pytest.approx(after.node_seconds)
+    assert out.runner_node_seconds == pytest.approx(after.runner_node_seconds)
     with pytest.raises(ValueError, match="outages"):
         SimConfig(params=PARAMS, outages=((5.0, 5.0),))
 
@@ -312,7 +316,9 @@ def test_a_workflow_pool_that_cannot_launch_is_a_stall_once_the_pools_say_so() -
     silent = simulate(jobs, out, FixedPool(0))
     assert silent.stalls == 0
     assert silent.waits == pytest.approx((2060.0,))  # the launch retried until 2,000 s
-    assert silent.runner_node_seconds == pytest.approx(silent.workflow_node_seconds)
+    # The runner node is held from the pair's creation (2.15 s); the workflow node is paid
+    # for from the outage's end, when the cloud gives an instance.
+    assert silent.runner_node_seconds == pytest.approx(silent.workflow_node_seconds + 1997.85)
     told = simulate(jobs, replace(out, word=True), FixedPool(0))
     assert told.stalls >= 2
     assert told.runner_node_seconds < 0.6 * silent.runner_node_seconds
