@@ -29,7 +29,10 @@ How the benchmark maps onto the simulator (``model()`` is printed with the resul
   launch's delay is the longer of two such draws: a pair's runner node and workflow node
   launch side by side and the pair waits for the slower (one draw made the simulated pairs
   ~10 s faster at the median and ~15–30 s at the p90 than the cluster's). An empty node
-  goes after ``consolidateAfter``.
+  goes after the variant's measured median from a node's last pod leaving to its deletion
+  (``empty_before_removal_s``; ~50 s with ``consolidateAfter`` 30 s: Karpenter validates
+  the emptiness again before it deletes), where the run recorded it, else after
+  ``consolidateAfter``; ``--node-idle S`` sets it.
 * **Launch overhead**: ``node_ready_s`` ends when the Node joins, but a pair is Running
   later (Karpenter batches the pending pods before it creates a NodeClaim, initialises the
   node, the scheduler binds the pods, they start); on a loaded machine that is tens of
@@ -105,6 +108,7 @@ from capacity.warm_pool import WarmPool
 from capacity.whatif.simulate import Outcome, SimConfig, simulate_clusters
 from capacity.whatif.synth import LabelSet, SynthSpec, generate, provisioning_delays
 from tools.bench_outcomes import Config, plan, recorded_refused_ttl
+from tools.node_occupancy import REMOVAL
 
 TOLERANCE = 0.15  # the issue's goal: within 15 %
 CLUSTERS = 2  # bench_outcomes' two sites
@@ -298,6 +302,10 @@ class Knobs:
     # demand.aged_after to replay with (None: the run's, the product default); what a
     # shorter one would have changed.
     aged_after: float | None = None
+    # How long an empty simulated node stays before it goes. None: the variant's measured
+    # median where the run recorded it (``empty_before_removal_s``: a node's last pod gone
+    # → the node deleted, ~50 s with consolidateAfter 30 s), else consolidateAfter.
+    node_idle: float | None = None
 
 
 def shortage_as_karpenter_saw_it(config: Config, seed: int) -> tuple[float, float]:
@@ -432,7 +440,11 @@ def mapping(
                 demand_interval=config.demand_interval,
                 demand_lag=config.hud_lag,
                 recalculate_interval=settings.recalculate_interval,
-                node_idle=_seconds(config.consolidate_after, "consolidate_after"),
+                node_idle=(
+                    knobs.node_idle
+                    if knobs.node_idle is not None
+                    else _seconds(config.consolidate_after, "consolidate_after")
+                ),
                 pairs_per_node=knobs.pairs_per_node,
                 handover=knobs.handover,
                 outages=short if index == 0 else (),
@@ -471,7 +483,13 @@ def model(config: Config, knobs: Knobs = Knobs()) -> dict[str, Any]:
         ),
         "demand_lag_s": config.hud_lag,
         "failure_floor": "per cluster (each listener starts on it)",
-        "node_idle_s": _seconds(config.consolidate_after, "consolidate_after"),
+        "node_idle_s": (
+            knobs.node_idle
+            if knobs.node_idle is not None
+            else "per variant: its measured median empty node → deleted where the run "
+            "recorded it (empty_before_removal_s), else consolidateAfter "
+            f"({_seconds(config.consolidate_after, 'consolidate_after'):g} s)"
+        ),
         "window": {"begin_s": -config.warmup, "after_last_arrival_s": config.tail},
         "node_seconds": "a simulated node holds pairs_per_node halves, and a runner or a "
         "workflow node two pods: each pool's node-seconds times pairs_per_node / 2 against "
@@ -593,6 +611,7 @@ class Report:
     skipped: dict[str, str] = field(default_factory=dict)
     delays: dict[str, str] = field(default_factory=dict)  # seed/variant → launch delays used
     overheads: dict[str, float | None] = field(default_factory=dict)  # seed → launch_overhead
+    idles: dict[str, float] = field(default_factory=dict)  # seed/variant → node_idle used
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -601,6 +620,7 @@ class Report:
             "model": self.model,
             "skipped": self.skipped,
             "launch_delays": self.delays,
+            "node_idle_s": self.idles,
             "launch_overhead_s": {
                 seed: None if value is None else round(value, 1)
                 for seed, value in self.overheads.items()
@@ -677,6 +697,19 @@ def _delay_source(config: Config, measured: Sequence[float]) -> str:
     )
 
 
+def _node_idle(config: Config, figures: Mapping[str, Any], knobs: Knobs) -> float:
+    """The knob's, else the variant's measured median empty node → deleted, else
+    consolidateAfter (runs before the benchmark recorded it)."""
+    if knobs.node_idle is not None:
+        return knobs.node_idle
+    recorded = figures.get(REMOVAL)
+    if isinstance(recorded, Mapping):
+        median = recorded.get("p50")
+        if isinstance(median, int | float) and not isinstance(median, bool) and median >= 0:
+            return float(median)
+    return _seconds(config.consolidate_after, "consolidate_after")
+
+
 def compare(
     document: Mapping[str, Any],
     *,
@@ -720,7 +753,9 @@ def compare(
             measured = _delays(ran[variant], f"seeds.{seed}.variants.{variant}")
             if knobs.launch_delay is None:
                 report.delays[f"{seed}/{variant}"] = _delay_source(config, measured)
-            outcome = replay(config, variant, seed, seeded, measured)
+            own = replace(seeded, node_idle=_node_idle(config, ran[variant], knobs))
+            report.idles[f"{seed}/{variant}"] = own.node_idle or 0.0
+            outcome = replay(config, variant, seed, own, measured)
             found = rows(outcome, ran[variant], knobs.pairs_per_node)
             report.seeds.setdefault(str(seed), {})[variant] = found
     return report
@@ -767,6 +802,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="replay with this demand.aged_after (default: the product's, as the run had)",
     )
+    parser.add_argument(
+        "--node-idle",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="an empty node stays this long (default: each variant's measured median "
+        "empty → deleted where the run recorded it, else consolidateAfter)",
+    )
     args = parser.parse_args(argv)
     try:
         document = json.loads(args.outcomes.read_text())
@@ -778,6 +821,7 @@ def main(argv: list[str] | None = None) -> int:
             launch_delay=None if args.launch_delay is None else tuple(args.launch_delay),
             launch_overhead=args.launch_overhead,
             aged_after=args.aged_after,
+            node_idle=args.node_idle,
         )
         report = compare(document, source=str(args.outcomes), tolerance=args.tolerance, knobs=knobs)
     except (OSError, ValueError) as exc:
@@ -793,6 +837,9 @@ def main(argv: list[str] | None = None) -> int:
                 for seed, value in report.overheads.items()
             )
             print(f"\nlaunch overhead added (a node joined → its pair Running): {said}")
+        if report.idles:
+            idle = "; ".join(f"{key}: {value:.0f} s" for key, value in report.idles.items())
+            print(f"empty node kept (its last pod gone → deleted): {idle}")
         counted = report.count()
         print(
             f"\n{counted['within']} of {counted['compared']} within {args.tolerance:.0%}",

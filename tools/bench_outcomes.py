@@ -861,8 +861,11 @@ def _figures(
             }
     placeholder = sum(_placeholder_seconds(site, start, end) for site in run.sites)
     occupied: dict[str, dict[str, float]] = {}
+    removal: dict[str, Any] = {}
     if occupancy_logs is not None:
         occupied = node_occupancy.occupancy(occupancy_logs, start, end, run.pools)
+        lags = node_occupancy.removal_lags(occupancy_logs, start, end, run.pools)
+        removal = {node_occupancy.REMOVAL: node_occupancy.lag_figures(lags)}
         for site in run.sites:
             for pool in ("runner", "workflow"):
                 states = occupied.get(nodepool_name(site, pool), {})
@@ -893,6 +896,9 @@ def _figures(
         # What held the nodes (tools/node_occupancy.py): per role, launching / a real pod
         # on it / placeholders or pause pods only / empty. Absent without the cluster's logs.
         **({OCCUPANCY: node_occupancy.by_role(occupied)} if occupied else {}),
+        # A node's last pod gone → the node deleted (consolidateAfter and Karpenter's own
+        # steps): bench_agreement keeps the simulator's empty nodes this long.
+        **removal,
         "placeholder_pod_seconds": _r(placeholder + _pause_seconds(run.pause_samples, window)),
         "karpenter_launches": sum(v["launches"] for v in per_pool.values()),
         # NodeClaim creation → Node joined, every launch of the window (bench_agreement

@@ -42,6 +42,7 @@ from typing import Any
 from tools.localcluster.karpenter import timestamp
 
 STATES = ("launching", "real", "placeholders", "empty")
+REMOVAL = "empty_before_removal_s"  # the outcome JSON's key for `lag_figures`
 
 
 def is_reserve(pod: str) -> bool:
@@ -164,6 +165,40 @@ def occupancy(
     return result
 
 
+def removal_lags(
+    logs: Logs, start: float, end: float, pools: Sequence[str] | None = None
+) -> list[float]:
+    """For each node deleted inside [start, end]: seconds from its last pod leaving (or its
+    registration, if none came) to its deletion, sorted. What an empty node costs before
+    Karpenter removes it: ``consolidateAfter`` plus its disruption loop's own steps (its
+    emptiness is validated again before the node is tainted and deleted). A node whose last
+    pod went with it (a placeholder evicted by consolidation) counts ~0."""
+    ends: dict[str, float] = {}
+    for placed in logs.placements.values():
+        if placed.end is not None:
+            ends[placed.node] = max(placed.end, ends.get(placed.node, placed.end))
+    lags = [
+        max(0.0, node.deleted - max(node.registered, ends.get(node.name, node.registered)))
+        for node in logs.nodes.values()
+        if node.deleted is not None
+        and start <= node.deleted <= end
+        and (pools is None or node.pool in pools)
+    ]
+    return sorted(lags)
+
+
+def lag_figures(lags: Sequence[float]) -> dict[str, float | int]:
+    """n, p50 and p90 of `removal_lags` (the outcome JSON's ``empty_before_removal_s``)."""
+    if not lags:
+        return {"n": 0}
+    ordered = sorted(lags)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+    return {"n": len(ordered), "p50": at(0.5), "p90": at(0.9)}
+
+
 def _overlap(a: float, b: float, start: float, end: float) -> float:
     return max(0.0, min(b, end) - max(a, start))
 
@@ -185,7 +220,8 @@ _STAMP = re.compile(r"^time=(\S+Z) ")
 
 
 def add_to_outcomes(document: dict[str, Any], logs: Logs, workdir: Path) -> list[str]:
-    """Add ``node_seconds_by_occupancy`` and per-pool ``occupancy_s`` to every variant of
+    """Add ``node_seconds_by_occupancy``, ``empty_before_removal_s`` and per-pool
+    ``occupancy_s`` to every variant of
     ``document`` (an outcome benchmark's JSON) whose listener files are in ``workdir``
     (``seed<S>-<variant>/listener-<site>-<n>-config.json``, ``staged<S>-…`` for the staged
     family). Returns what it could not do."""
@@ -225,6 +261,7 @@ def add_to_outcomes(document: dict[str, Any], logs: Logs, workdir: Path) -> list
             found = occupancy(logs, start, end, pools)
             own = figures["variants"][variant]
             own["node_seconds_by_occupancy"] = by_role(found)
+            own[REMOVAL] = lag_figures(removal_lags(logs, start, end, pools))
             for site, ns in sites.items():
                 for role in ("runner", "workflow"):
                     entry = own.get("per_pool", {}).get(f"{site}/{role}")

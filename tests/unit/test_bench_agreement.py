@@ -178,6 +178,34 @@ def test_a_document_is_compared_seed_by_seed_and_variant_by_variant() -> None:
         compare({"config": SMOKE.describe()})
 
 
+def test_an_empty_node_stays_as_long_as_the_run_measured_it_did() -> None:
+    seed = SMOKE.seeds[0]
+    again = plan(SMOKE, seed)
+    figures = {**_figures(1.0, 1000.0), "empty_before_removal_s": {"n": 9, "p50": 50.0}}
+    document = {
+        "config": SMOKE.describe(),
+        "seeds": {
+            str(seed): {
+                "jobs": len(again.arrivals),
+                "last_arrival_s": again.last_arrival,
+                "variants": {"ours_warm": figures, "ours_demand": _figures(1.0, 1000.0)},
+            }
+        },
+    }
+    report = compare(document)
+    # The recorded median where there is one, else consolidateAfter (30 s in SMOKE).
+    assert report.idles == {f"{seed}/ours_demand": 30.0, f"{seed}/ours_warm": 50.0}
+    assert mapping(SMOKE, "ours_warm", seed, 0.0, Knobs(node_idle=50.0)).sims[0].node_idle == 50
+    short = compare(document, knobs=Knobs(node_idle=30.0))
+    assert short.idles[f"{seed}/ours_warm"] == 30.0
+
+    def nodes(r: Any) -> float:
+        found = {row.metric: row for row in r.seeds[str(seed)]["ours_warm"]}
+        return float(found["node-seconds, total"].simulated)
+
+    assert nodes(report) > nodes(short)  # empty nodes kept 20 s longer cost more
+
+
 class _Outcome:
     node_seconds = 10.0
     runner_node_seconds = 10.0

@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 
 from tools import node_occupancy
-from tools.node_occupancy import add_to_outcomes, by_role, is_reserve, occupancy, read
+from tools.node_occupancy import (
+    add_to_outcomes,
+    by_role,
+    is_reserve,
+    lag_figures,
+    occupancy,
+    read,
+    removal_lags,
+)
 
 T0 = 1_800_000_000.0
 
@@ -64,6 +72,24 @@ def test_a_nodes_life_is_cut_by_what_held_it() -> None:
     assert found == {
         "ns1-runner": {"launching": 60.0, "real": 150.0, "placeholders": 89.0, "empty": 101.0}
     }
+
+
+def test_an_empty_nodes_removal_lag_runs_from_its_last_pod_to_its_deletion() -> None:
+    # The runner left at 300, the node was deleted at 400.
+    assert removal_lags(_one_node(), T0, T0 + 1000) == [100.0]
+    assert removal_lags(_one_node(), T0, T0 + 399) == []  # deleted after the window
+    assert removal_lags(_one_node(), T0, T0 + 1000, ["ns2-runner"]) == []
+    never_used = read(
+        [
+            _karpenter("created nodeclaim", 0, "ns1-workflow-zzzzz"),
+            _karpenter("registered nodeclaim", 10, "ns1-workflow-zzzzz", "node-b"),
+            _karpenter("deleted node", 55, "ns1-workflow-zzzzz", "node-b"),
+        ],
+        [],
+    )
+    assert removal_lags(never_used, T0, T0 + 100) == [45.0]  # from its registration
+    assert lag_figures([50.0, 1.0, 45.0, 60.0]) == {"n": 4, "p50": 50.0, "p90": 60.0}
+    assert lag_figures([]) == {"n": 0}
 
 
 def test_the_window_clips_every_state() -> None:
@@ -165,6 +191,7 @@ def test_add_to_outcomes_maps_variants_by_their_listeners_namespaces(tmp_path: P
         "empty": 101.0,
     }
     assert own["per_pool"]["site-a/runner"]["occupancy_s"]["placeholders"] == 89.0
+    assert own["empty_before_removal_s"] == {"n": 1, "p50": 100.0, "p90": 100.0}
     assert missing == [f"seed 4 stock_min0: no listener config under {tmp_path}"]
 
 
