@@ -59,6 +59,8 @@ WARM_POOL_ESTIMATES: Final = ("fast", "profile")
 NODE_GROUP_STATES: Final = ("off", "starting", "watching", "forbidden", "absent", "unreadable")
 # The reader of Karpenter's insufficient-capacity Events (capacity.launch_failures).
 LAUNCH_FAILURE_STATES: Final = ("off", "starting", "watching", "forbidden", "absent")
+# The reader of Karpenter's scheduling failures of placeholders (capacity.pod_refusals).
+POD_REFUSAL_STATES: Final = ("off", "starting", "watching", "forbidden", "absent")
 # Why a pair was released as stalled (capacity.model.StallCause).
 STALL_CAUSES: Final = ("cloud", "time")
 # A rise of the advertised value checked against the pods read at one revision: confirmed
@@ -103,6 +105,7 @@ class State:
     node_groups: tuple[NodeGroup, ...] = ()
     node_group_room: int | None = None
     launch_failure_state: str | None = None
+    pod_refusal_state: str | None = None
 
 
 class CapacityMetrics:
@@ -179,6 +182,10 @@ class CapacityMetrics:
     def record_launch_failure_state(self, state: str) -> None:
         """The insufficient-capacity Event reader's state (one of LAUNCH_FAILURE_STATES)."""
         self.state.launch_failure_state = state
+
+    def record_pod_refusal_state(self, state: str) -> None:
+        """The scheduling-failure Event reader's state (one of POD_REFUSAL_STATES)."""
+        self.state.pod_refusal_state = state
 
     def record_stall(self, cause: str) -> None:
         """A pair was released as stalled, for this cause (one of STALL_CAUSES)."""
@@ -607,6 +614,13 @@ class _StateSeries:
             "The reader of Karpenter's insufficient-capacity Events (1 for the current state): "
             "off, starting, watching, forbidden (no RBAC), absent (no such namespace).",
             _one_hot(LAUNCH_FAILURE_STATES, s.launch_failure_state),
+            "state",
+        )
+        yield self._family(
+            "gha_capacity_pod_refusal_state",
+            "The reader of Karpenter's scheduling failures of placeholders (1 for the current "
+            "state): off, starting, watching, forbidden (no RBAC), absent (no such namespace).",
+            _one_hot(POD_REFUSAL_STATES, s.pod_refusal_state),
             "state",
         )
 

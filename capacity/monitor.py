@@ -68,6 +68,7 @@ from capacity.metrics import CapacityMetrics
 from capacity.model import Demand, DemandState, Observed, Params, Role
 from capacity.node_group_watch import NodeGroupRoom
 from capacity.nodepool_watch import NodePoolLimits
+from capacity.pod_refusals import PodRefusals
 from capacity.pods import RunnerSet
 from capacity.reconciler import Manifest, Reconciler
 from capacity.settings import CapacitySettings, to_params, to_warm_pool
@@ -197,6 +198,15 @@ class CapacityMonitor:
             if self.nodepools is not None and settings.nodepools.events_namespace
             else None
         )
+        # Karpenter's scheduling failures of our placeholders, with the insufficient-capacity
+        # Events: the word that confirms a shortage at once (policy._short_roles).
+        self.pod_refusals = (
+            PodRefusals(
+                kube, self.placeholder_namespace, metrics=self.metrics, on_change=self.view.poke
+            )
+            if self.launch_failures is not None
+            else None
+        )
         # cluster-autoscaler node groups (optional, off by default).
         self.node_groups = (
             NodeGroupRoom(
@@ -265,6 +275,7 @@ class CapacityMonitor:
                 self._launch_times, base.ready_timeout
             ),
             cannot_launch_at=self._cannot_launch_at(),
+            refused_at=self.pod_refusals.latest() if self.pod_refusals is not None else {},
         )
 
     def _cannot_launch_at(self) -> dict[Role, float]:
@@ -542,6 +553,10 @@ class CapacityMonitor:
                 if self.launch_failures is not None:
                     loops.append(
                         tg.create_task(self.launch_failures.run(), name="capacity-launch-failures")
+                    )
+                if self.pod_refusals is not None:
+                    loops.append(
+                        tg.create_task(self.pod_refusals.run(), name="capacity-pod-refusals")
                     )
                 if self.node_groups is not None:
                     loops.append(

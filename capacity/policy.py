@@ -681,19 +681,28 @@ def _short_roles(live: Iterable[Placeholder], params: Params, now: float) -> fro
     enough, since a provider may refuse one instance type and launch another a few seconds
     later; a half still Pending a minute after the refusal is, since by then a retry on
     another type would have run. The hold ends once no half refused is still Pending: the
-    cloud gave the node (or the half was released, and the stall's back-off takes over)."""
+    cloud gave the node (or the half was released, and the stall's back-off takes over).
+
+    Karpenter says so sooner: after the refusal, its next scheduling run either places the
+    Pending pod another way or publishes that it cannot (`refused_at`, seconds later). With
+    that word on a half still Pending, within the same window, the shortage is confirmed at
+    once: in the first minute of a shortage a site otherwise makes a pair per queued job,
+    each holding a runner node for a workflow node that cannot come."""
     window = _word_window(params)
     floor = min(SIGNAL_STALL_FLOOR, params.ready_timeout)
+    pending = [p for p in live if p.phase == PodPhase.PENDING]
     short: set[Role] = set()
     for role, said in params.cannot_launch_at.items():
         if now - said > window:
             continue
         if any(
             p.role == role
-            and p.phase == PodPhase.PENDING
-            and p.created_at <= said
-            and now - p.created_at >= floor
-            for p in live
+            and now - params.refused_at.get(p.name, -math.inf) <= window
+            # Whole seconds on both sides: a refusal in the second the pod was made counts.
+            and params.refused_at[p.name] >= int(p.created_at)
+            for p in pending
+        ) or any(
+            p.role == role and p.created_at <= said and now - p.created_at >= floor for p in pending
         ):
             short.add(role)
     return frozenset(short)

@@ -117,6 +117,9 @@ def manifests(
                 "verbs": ["get", "patch"],
             },
             _rule("", "configmaps", "create"),
+            # Karpenter's scheduling failures of the placeholders (capacity.pod_refusals):
+            # Events cannot be narrowed to a name either; read-only.
+            _rule("", "events", "list", "watch"),
         ],
     }
     binding = {

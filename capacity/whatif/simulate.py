@@ -72,7 +72,8 @@ What is simulated, per label set (one scale set each; label sets do not share no
   ``outage_roles`` names the pools that run out (both by default; the workflow pool alone
   leaves runner halves Running beside Pending workflow halves); with ``word`` their pools
   say so, as Karpenter's insufficient-capacity Events do (``Params.cannot_launch_at``),
-  while a launch waits.
+  while a launch waits, and ``KARPENTER_RETRY`` after a refusal Karpenter says it has no
+  node for each half waiting on it (``Params.refused_at``).
 
 Simplified away, on purpose: pod start and image pull times (0), the header's round trip
 to GitHub (a Running pair takes a waiting job at once; see hand-over), consolidation of
@@ -165,6 +166,9 @@ class SimConfig:
 
 
 READY_WAIT = 1.0  # a job that waited less than this found a pair ready
+# Seconds from a refused launch to Karpenter's next scheduling run saying it has no node for
+# the Pending pod (7.8 s on the outcome benchmark's cluster; its batching waits up to 10 s).
+KARPENTER_RETRY = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -267,6 +271,7 @@ _POKED = -1  # a _PASS event's argument when a change asked for it (else: the pa
 class _Node:
     role: Role  # its pool
     launched_at: float  # paid for from (after an outage: its end)
+    refused_at: float | None = None  # asked for during an outage: when the cloud refused it
     ready: bool = False
     halves: set[str] = field(default_factory=set)  # the halves on (or waiting for) it
     jobs: int = 0  # running jobs (one pod each)
@@ -402,7 +407,9 @@ class _Run:
                     self.refused.setdefault(role, []).append((now, high))
         node_id = self.next_node
         self.next_node += 1
-        self.nodes[node_id] = _Node(role=role, launched_at=paid_from)
+        self.nodes[node_id] = _Node(
+            role=role, launched_at=paid_from, refused_at=now if paid_from > now else None
+        )
         self.pool_launches += 1
         self.push(now + delay, _NODE_READY, node_id)
         return node_id
@@ -596,6 +603,23 @@ class _Run:
                 said[role] = max(started)
         return said
 
+    def refused_pods(self, now: float) -> dict[str, float]:
+        """With ``word``: per Pending half waiting for a node the cloud refused, when
+        Karpenter's next scheduling run said it has no node for it (``KARPENTER_RETRY``
+        after the refusal, or after the half's creation if it came later): what the monitor
+        reads from Karpenter's FailedScheduling Events on the pods."""
+        if not self.config.word:
+            return {}
+        found: dict[str, float] = {}
+        for name, half in self.halves.items():
+            node = self.nodes.get(half.node)
+            if half.running or node is None or node.refused_at is None:
+                continue
+            at = max(node.refused_at, half.pod.created_at) + KARPENTER_RETRY
+            if at <= now:
+                found[name] = at
+        return found
+
     def params(self, size: int, now: float) -> Params:
         """The knobs as the monitor sets them each pass: the pool's size, and from the
         launch times seen, the auto hold and the stall timeouts."""
@@ -606,7 +630,15 @@ class _Run:
         stall = policy.stall_timeout(self.launch_times, base.ready_timeout)
         signal = policy.signal_stall_timeout(self.launch_times, base.ready_timeout)
         said = self.cannot_launch_at(now)
-        key = (size, hold, stall, signal, tuple(sorted(said.items())))
+        refused = self.refused_pods(now)
+        key = (
+            size,
+            hold,
+            stall,
+            signal,
+            tuple(sorted(said.items())),
+            tuple(sorted(refused.items())),
+        )
         cached = self.params_cache.get(key)
         if cached is None:
             cached = replace(
@@ -617,6 +649,7 @@ class _Run:
                 stall_timeout=stall,
                 signal_stall_timeout=signal,
                 cannot_launch_at=said,
+                refused_at=refused,
             )
             self.params_cache[key] = cached
         return cached

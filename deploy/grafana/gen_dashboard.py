@@ -593,11 +593,17 @@ def nodepools() -> list[PanelBuilder]:
             "until the first list), forbidden (RBAC: deploy/rbac/clusterrole-nodepools.yaml) "
             "or absent (no Karpenter); the last two cost one log line and impose no cap. "
             "events: the reader of Karpenter's insufficient-capacity Events (forbidden: "
-            "deploy/rbac/role-karpenter-events.yaml; stalls then on time alone).",
+            "deploy/rbac/role-karpenter-events.yaml; stalls then on time alone). pod events: "
+            "the reader of Karpenter's scheduling failures of placeholders (forbidden: the "
+            "Role's events rule; a shortage then confirmed a minute later).",
             Query(f"max by (state) (gha_capacity_nodepool_state{{{SEL}}})", "{{state}}"),
             Query(
                 f"max by (state) (gha_capacity_launch_failure_state{{{SEL}}})",
                 "events {{state}}",
+            ),
+            Query(
+                f"max by (state) (gha_capacity_pod_refusal_state{{{SEL}}})",
+                "pod events {{state}}",
             ),
         ),
     ]

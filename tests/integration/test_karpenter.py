@@ -16,6 +16,7 @@ scenario of a few dozen lines, and the fixture and pool helpers would otherwise 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -303,17 +304,26 @@ async def test_workflow_type_without_cloud_capacity_drops_the_header_and_recover
 
 
 async def test_a_pair_whose_workflow_type_cannot_launch_is_released_and_backs_off(
-    scene: Scene,
+    scene: Scene, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The cloud has no workflow nodes from the start: the runner half of the warm pair
     runs, its workflow half waits, and Karpenter's every launch for the workflow pool fails
     with its insufficient-capacity error (an Event on the NodeClaim, which the monitor reads
-    with `nodepools` on). On that word the pair goes as `stalled` (cause `cloud`) after one
-    longest launch (the 60 s floor), where time alone would wait for twice the longest
-    launch with the 180 s floor; no pair is made during the back-off, and Karpenter removes
-    the runner node nothing holds any more."""
+    with `nodepools` on). Karpenter's next scheduling run finds no other way to place the
+    workflow half and says so (a FailedScheduling Event on the pod, from `karpenter`, read
+    through the API server's field selector): the shortage is confirmed then, well before
+    the minute the NodeClaim's word alone needs. On that word the pair goes as `stalled`
+    (cause `cloud`) after one longest launch (the 60 s floor), where time alone would wait
+    for twice the longest launch with the 180 s floor; no pair is made during the back-off,
+    and Karpenter removes the runner node nothing holds any more."""
+    caplog.set_level(logging.INFO, logger="capacity.reconciler")
     runners = runner_pool(scene, consolidate_after="5s")
     workflow_pool(scene)
+    # The cloud remembers the refusal as AWS does (3 minutes), so Karpenter stops asking for
+    # the type and reports the pod it cannot place; without that memory it asks again every
+    # pass, and the shortage is confirmed on time alone.
+    memory = scene.karpenter.insufficient_ttl
+    scene.karpenter.set_insufficient_capacity_ttl(180.0)
     scene.karpenter.set_capacity(insufficient=[WORKFLOW_TYPE])
     # Before the listener starts: the pair is made after this, and its wait is timed from
     # its creation.
@@ -332,6 +342,22 @@ async def test_a_pair_whose_workflow_type_cannot_launch_is_released_and_backs_of
     run.reconciler.launch_times.extend([20.0] * 8)
     assert policy.signal_stall_timeout(run.reconciler.launch_times, 300.0) == 60.0
     assert policy.stall_timeout(run.reconciler.launch_times, 300.0) == 180.0
+
+    refusals = run.monitor.pod_refusals
+    assert refusals is not None
+
+    async def refused() -> bool:
+        halves = {name for name in run.monitor.view.placeholders if name.endswith("-w")}
+        return bool(halves & refusals.latest().keys())
+
+    async def confirmed() -> bool:
+        return any(r.getMessage() == "shortage confirmed, new pairs held" for r in caplog.records)
+
+    await eventually(refused, "Karpenter's word on the workflow half read", 55)
+    await eventually(confirmed, "the shortage confirmed on it", 10)
+    confirmed_after = time.monotonic() - started
+    assert confirmed_after < 55, confirmed_after  # the minute floor would say so at >= 59 s
+    assert run.metric("gha_capacity_pod_refusal_state", state="watching") == 1
 
     async def stalled() -> bool:
         return run.count("gha_capacity_pair_deletes_total", reason="stalled") >= 1
@@ -355,7 +381,10 @@ async def test_a_pair_whose_workflow_type_cannot_launch_is_released_and_backs_of
     assert run.creates() == creates, "a pair was made during the back-off"
     assert set(run.advertised_values) == {0}
     scene.karpenter.set_capacity()
-    record_timings("stalled pair", released_after_s=released)
+    scene.karpenter.set_insufficient_capacity_ttl(memory)
+    record_timings(
+        "stalled pair", shortage_confirmed_after_s=confirmed_after, released_after_s=released
+    )
     await run.close()
 
 

@@ -23,7 +23,9 @@ from kubernetes_asyncio import client
 
 from base.arc import ARC_GROUP, ARC_VERSION
 from base.kube import Kube, KubeError, Resource
+from capacity.launch_failures import events_resource
 from capacity.model import Role
+from capacity.pod_refusals import FIELD_SELECTOR as REFUSALS
 from capacity.settings import load_capacity_settings
 from capacity.specs import OwnerRef, build_template, placeholder_pod
 from capacity.view import View
@@ -236,6 +238,13 @@ OUR_OPERATIONS: dict[tuple[str, str], Operation] = {
     ("configmaps", "get"): _get_config_map,
     ("configmaps", "create"): _create_config_map,
     ("configmaps", "patch"): _patch_config_map,
+    # capacity/pod_refusals.py's informer, with its own field selector.
+    ("events", "list"): lambda li: _list(
+        li, events_resource(li.namespace), field_selector=REFUSALS
+    ),
+    ("events", "watch"): lambda li: _watch(
+        li, events_resource(li.namespace), fieldSelector=REFUSALS
+    ),
 }
 ARC_OPERATIONS: dict[str, Operation] = {
     "patch ephemeralrunnersets": _patch_runner_set,

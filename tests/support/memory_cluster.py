@@ -59,9 +59,15 @@ def _selector_matches(selector: str, labels: Mapping[str, str]) -> bool:
     return True
 
 
+# Field selectors the API server names other than by the object's path (core/v1 Events:
+# ``source`` selects on ``source.component``).
+_FIELD_PATHS = {"source": "source.component"}
+
+
 def _field_matches(selector: str, obj: Json) -> bool:
     for term in filter(None, selector.split(",")):
         path, value = term.split("=", 1)
+        path = _FIELD_PATHS.get(path, path)
         found: Any = obj
         for key in path.split("."):  # metadata.name, reason, involvedObject.kind, ...
             found = found.get(key) if isinstance(found, dict) else None

@@ -37,6 +37,8 @@ def test_rbac_grants_exactly_the_listed_operations() -> None:
         *((arc, "ephemeralrunnersets", v) for v in ("list", "watch")),
         ("rbac.authorization.k8s.io", "roles", "get"),
         *(("", "configmaps", v) for v in ("get", "patch", "create")),
+        # capacity/pod_refusals.py: one field-selected list+watch of Events.
+        *(("", "events", v) for v in ("list", "watch")),
     }
     assert rules("clusterrole-node-checks.yaml") == {("", "nodes", "get")}
     # capacity/nodepool_watch.py: one list+watch of NodePools (test_nodepool_rbac.py).

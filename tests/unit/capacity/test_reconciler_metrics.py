@@ -74,6 +74,7 @@ NAMES = {
     "gha_capacity_node_group_pair_room": "gauge",
     "gha_capacity_node_group_state": "gauge",
     "gha_capacity_launch_failure_state": "gauge",
+    "gha_capacity_pod_refusal_state": "gauge",
 }
 
 
@@ -109,6 +110,7 @@ FIRST_WRITTEN_WHEN_USED = {
     "gha_capacity_node_group_pair_room",
     "gha_capacity_node_group_state",
     "gha_capacity_launch_failure_state",  # the Event reader only (with nodepools)
+    "gha_capacity_pod_refusal_state",  # the pod Event reader only (with nodepools)
     # the predictive warm pool only (warm_pool.predictive.enabled)
     "gha_capacity_predictive_pairs",
     "gha_capacity_predictive_children_expected",

@@ -193,3 +193,45 @@ def test_the_hold_ends_when_the_refused_half_runs() -> None:
     )
     assert len(ran.creates) == 2
     assert ran.short_roles == ()
+
+
+def test_karpenters_word_on_the_pending_half_confirms_the_shortage_at_once() -> None:
+    """Seconds after its pools' refusal Karpenter said it has no node for pair 1's workflow
+    half (no retry on another type is under way): no new pair, long before the minute the
+    word alone needs. It covers a half made just after the refusal too (the provider then
+    stops offering the type, so that half gets no refusal of its own from the pools)."""
+    observed = Observed(placeholders=pair(1, R, P, created=0.0))
+    name = observed.placeholders[1].name
+    params = knobs(cannot_launch_at={W: 5.0}, refused_at={name: 12.0})
+    result, _ = plan(observed, queued(5), params, Memory(), 15.0)
+    assert result.short_roles == (W,)
+    assert result.creates == ()
+    assert result.held_by_shortage == 4
+    later = Observed(placeholders=pair(1, R, P, created=8.0))
+    result, _ = plan(later, queued(5), params, Memory(), 15.0)
+    assert result.short_roles == (W,)
+
+
+@pytest.mark.parametrize(
+    ("runner", "workflow", "created", "refused", "said"),
+    [
+        # About an earlier pod of the same name (the slot made again since).
+        (R, P, 20.0, 12.0, {W: 15.0}),
+        # The refused half runs: Karpenter found a node after all.
+        (R, R, 0.0, 12.0, {W: 5.0}),
+        # Karpenter's word without the pools' refusal (a NodePool limit, held elsewhere).
+        (R, P, 0.0, 12.0, {}),
+        # The refusal is of the runner half; the pools refused the workflow half's.
+        (P, R, 0.0, 12.0, {W: 5.0}),
+    ],
+)
+def test_karpenters_word_confirms_only_a_refusal_of_that_pending_half(
+    runner: PodPhase, workflow: PodPhase, created: float, refused: float, said: dict[Role, float]
+) -> None:
+    observed = Observed(placeholders=pair(1, runner, workflow, created=created))
+    # Karpenter's word is on the workflow half (or the Pending half, if only one is).
+    half = next((p for p in observed.placeholders if p.phase == P), observed.placeholders[1])
+    params = knobs(cannot_launch_at=said, refused_at={half.name: refused})
+    result, _ = plan(observed, queued(5), params, Memory(), 30.0)
+    assert result.short_roles == ()
+    assert len(result.creates) == 4

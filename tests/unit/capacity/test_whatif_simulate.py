@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import pytest
 
 from capacity.model import Params, Role
 from capacity.warm_pool import FixedPool
+from capacity.whatif import simulate as simulate_module
 from capacity.whatif.recommend import cheapest, fixed_pools, sweep
 from capacity.whatif.simulate import SimConfig, merge, percentile, simulate, simulate_clusters
 from capacity.whatif.synth import SynthSpec, generate
@@ -350,3 +352,20 @@ def test_a_job_whose_runner_pod_finds_room_leaves_a_lone_runner_half_that_is_rep
     both = simulate(jobs, config, FixedPool(2), begin=-300.0)
     assert both.waits == (0.0, 0.0)
     assert both.repairs == 0
+
+
+def test_karpenters_word_on_a_refused_half_stops_new_pairs_within_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job every 15 s while the workflow pool cannot launch: each would get a pair whose
+    runner half holds a runner node. Karpenter says it has no node for the first workflow
+    half ``KARPENTER_RETRY`` after the refusal, and no more pair is made from then; without
+    that word the shortage is confirmed a minute after the first half's creation."""
+    jobs = [_job(n, 15.0 * n, 10.0) for n in range(6)]
+    out = replace(CONFIG, outages=((0.0, 1000.0),), outage_roles=WORKFLOW_ONLY, word=True)
+    told = simulate(jobs, out, FixedPool(0))
+    monkeypatch.setattr(simulate_module, "KARPENTER_RETRY", math.inf)
+    floor_only = simulate(jobs, out, FixedPool(0))
+    assert told.pairs_created < floor_only.pairs_created
+    assert told.runner_node_seconds < floor_only.runner_node_seconds
+    assert told.percentile(0.9) == pytest.approx(floor_only.percentile(0.9), abs=120.0)
