@@ -14,33 +14,23 @@ minute after the half's creation.
 One list+watch of Events in the placeholder namespace, field-selected on the reason, the
 involved kind and the source, so the API server sends Karpenter's few and not the
 scheduler's (kube-scheduler publishes ``FailedScheduling`` too, for every Pending pod). As
-with the insufficient-capacity Events, the word only shortens a wait: an Event lost or late
-costs time, never a wrong deletion; a 403 (the Role's ``events`` rule not granted) or a 404
-turns it off with one log line, and it is looked at again every ``RECHECK`` seconds.
+with the insufficient-capacity Events, the word only shortens a wait (``capacity.event_watch``):
+a 403 (the Role's ``events`` rule not granted) or a 404 turns it off with one log line.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from base.kube import KubeError, Removed, Reset, Upserted
-from capacity.cluster import Cluster
-from capacity.contract import parse_expiry
-from capacity.launch_failures import events_resource
-from capacity.metrics import CapacityMetrics
-from capacity.optional_watch import NotThere, follow_optional
-
-log = logging.getLogger("capacity.pod_refusals")
+from capacity.event_watch import EventReader, event_time
+from capacity.optional_watch import NotThere
 
 REASON = "FailedScheduling"  # Karpenter's pkg/events/reason.go (the scheduler's too)
 KIND = "Pod"
 SOURCE = "karpenter"  # the component Karpenter's recorder names (operator.AppName)
 FIELD_SELECTOR = f"reason={REASON},involvedObject.kind={KIND},source={SOURCE}"
-RECHECK = 300.0  # seconds between looks at Events that could not be read
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,15 +49,7 @@ def pod_refusal_from(obj: dict[str, Any]) -> PodRefusal | None:
     if obj.get("reason") != REASON or involved.get("kind") != KIND or source != SOURCE:
         return None
     pod = str(involved.get("name") or "")
-    series = obj.get("series") or {}
-    stamps = (
-        obj.get("lastTimestamp"),
-        series.get("lastObservedTime"),
-        obj.get("eventTime"),
-        obj.get("firstTimestamp"),
-        (obj.get("metadata") or {}).get("creationTimestamp"),
-    )
-    at = max(parse_expiry(s) for s in stamps)
+    at = event_time(obj)
     return PodRefusal(pod, at) if pod and at > 0 else None
 
 
@@ -79,82 +61,33 @@ def latest_per_pod(refusals: Iterable[PodRefusal]) -> dict[str, float]:
     return by_pod
 
 
-class PodRefusals:
+class PodRefusals(EventReader[PodRefusal]):
     """Karpenter's ``FailedScheduling`` Events in the placeholder namespace, as last seen."""
 
-    def __init__(
-        self,
-        kube: Cluster,
-        namespace: str,
-        *,
-        metrics: CapacityMetrics,
-        on_change: Callable[[], None],
-        recheck: float = RECHECK,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    ) -> None:
-        self.kube = kube
-        self.metrics = metrics
-        self.on_change = on_change
-        self.resource = events_resource(namespace)
-        self.recheck = recheck
-        self._sleep = sleep
-        self.refusals: dict[str, PodRefusal] = {}  # by Event name
-        self.state = "starting"
-        metrics.record_pod_refusal_state(self.state)
+    FIELD_SELECTOR = FIELD_SELECTOR
+    WATCHING = "reading Karpenter's scheduling failures of placeholders"
+    SEEN = "Karpenter found no node for a pod"
+    FAILED = "scheduling-failure event watch failed, retrying"
 
-    def _set_state(self, state: str) -> None:
-        self.state = state
+    @staticmethod
+    def parse(obj: dict[str, Any]) -> PodRefusal | None:
+        return pod_refusal_from(obj)
+
+    def record_state(self, state: str) -> None:
         self.metrics.record_pod_refusal_state(state)
 
-    async def run(self) -> None:
-        """Follow the Events until cancelled; while they cannot be read, look again every
-        ``recheck`` seconds."""
-        await follow_optional(
-            lambda: self.kube.informer(
-                self.resource, pod_refusal_from, field_selector=FIELD_SELECTOR
-            ),
-            self,
-            recheck=self.recheck,
-            sleep=self._sleep,
-        )
+    def describe(self, item: PodRefusal) -> dict[str, Any]:
+        return {"pod": item.pod}
 
-    def take(self, event: Reset[PodRefusal] | Upserted[PodRefusal] | Removed) -> None:
-        if isinstance(event, Reset):
-            self.refusals = dict(event.items)
-            if self.state != "watching":
-                log.info("reading Karpenter's scheduling failures of placeholders")
-                self._set_state("watching")
-            changed = bool(self.refusals)
-        elif isinstance(event, Upserted):
-            log.debug("Karpenter found no node for a pod", extra={"pod": event.item.pod})
-            self.refusals[event.name] = event.item
-            changed = True
-        else:
-            self.refusals.pop(event.name, None)
-            changed = False  # an old Event expired: nothing new to act on
-        if changed:
-            self.on_change()
-
-    def retrying(self, error: KubeError) -> None:
-        self.metrics.record_kube_error(f"watch {self.resource.plural}", error.kind.value)
-        log.warning("scheduling-failure event watch failed, retrying", extra={"error": str(error)})
-
-    def not_there(self, state: NotThere, error: KubeError) -> None:
-        """403 or 404, newly: say so once; a shortage is then confirmed on time alone."""
+    def off_line(self, state: NotThere) -> str:
         reason = (
             "the listener may not read events in its placeholder namespace (the Role's "
             "events rule: deploy/rbac/role.yaml)"
             if state == "forbidden"
             else f"no namespace {self.resource.namespace}"
         )
-        log.warning(
-            f"scheduling-failure events off: {reason}; a shortage is confirmed on time alone",
-            extra={"status": error.status},
-        )
-        self.refusals.clear()
-        self._set_state(state)
-        self.on_change()
+        return f"scheduling-failure events off: {reason}; a shortage is confirmed on time alone"
 
     def latest(self) -> dict[str, float]:
         """`latest_per_pod` over the Events held."""
-        return latest_per_pod(self.refusals.values())
+        return latest_per_pod(self.items.values())

@@ -23,7 +23,7 @@ from kubernetes_asyncio import client
 
 from base.arc import ARC_GROUP, ARC_VERSION
 from base.kube import Kube, KubeError, Resource
-from capacity.launch_failures import events_resource
+from capacity.event_watch import events_resource
 from capacity.model import Role
 from capacity.pod_refusals import FIELD_SELECTOR as REFUSALS
 from capacity.settings import load_capacity_settings

@@ -149,19 +149,25 @@ def _figures(p50: float, nodes: float) -> dict[str, Any]:
     }
 
 
-def test_a_document_is_compared_seed_by_seed_and_variant_by_variant() -> None:
+def _document(variants: dict[str, Any]) -> dict[str, Any]:
+    """An outcome document of SMOKE's first seed with ``variants``' figures."""
     seed = SMOKE.seeds[0]
     again = plan(SMOKE, seed)
-    document = {
+    return {
         "config": SMOKE.describe(),
         "seeds": {
             str(seed): {
                 "jobs": len(again.arrivals),
                 "last_arrival_s": again.last_arrival,
-                "variants": {"ours_warm": _figures(1.0, 1000.0), "stock_min0": {}},
+                "variants": variants,
             }
         },
     }
+
+
+def test_a_document_is_compared_seed_by_seed_and_variant_by_variant() -> None:
+    seed = SMOKE.seeds[0]
+    document = _document({"ours_warm": _figures(1.0, 1000.0), "stock_min0": {}})
     report = compare(document, source="x.json")
     assert list(report.seeds[str(seed)]) == ["ours_warm"]
     assert report.skipped == {f"{seed}/ours_demand": "not run", f"{seed}/ours_adaptive": "not run"}
@@ -180,18 +186,8 @@ def test_a_document_is_compared_seed_by_seed_and_variant_by_variant() -> None:
 
 def test_an_empty_node_stays_as_long_as_the_run_measured_it_did() -> None:
     seed = SMOKE.seeds[0]
-    again = plan(SMOKE, seed)
     figures = {**_figures(1.0, 1000.0), "empty_before_removal_s": {"n": 9, "p50": 50.0}}
-    document = {
-        "config": SMOKE.describe(),
-        "seeds": {
-            str(seed): {
-                "jobs": len(again.arrivals),
-                "last_arrival_s": again.last_arrival,
-                "variants": {"ours_warm": figures, "ours_demand": _figures(1.0, 1000.0)},
-            }
-        },
-    }
+    document = _document({"ours_warm": figures, "ours_demand": _figures(1.0, 1000.0)})
     report = compare(document)
     # The recorded median where there is one, else consolidateAfter (30 s in SMOKE).
     assert report.idles == {f"{seed}/ours_demand": 30.0, f"{seed}/ours_warm": 50.0}

@@ -16,11 +16,11 @@ from prometheus_client import CollectorRegistry
 
 from base.kube import KubeError
 from capacity.contract import parse_expiry
+from capacity.event_watch import events_resource
 from capacity.launch_failures import (
     FIELD_SELECTOR,
     LaunchFailure,
     LaunchFailures,
-    events_resource,
     launch_failure_from,
     nodepool_of,
 )

@@ -12,7 +12,7 @@ import pytest
 
 from base.kube import KubeError
 from capacity.contract import parse_expiry
-from capacity.launch_failures import events_resource
+from capacity.event_watch import events_resource
 from capacity.pod_refusals import (
     FIELD_SELECTOR,
     PodRefusal,
