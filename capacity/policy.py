@@ -409,11 +409,28 @@ def _word_window(params: Params) -> float:
 
 
 def refused_during(params: Params, created: float) -> bool:
-    """Whether some half's pools said they cannot launch a node while a pair created at
-    ``created`` was launching, or recently enough before that the word applies to it (the
-    same window `_stalled` uses): its launch time measured a shortage, not a launch."""
+    """Whether some half's pools (or Karpenter, of a pod) said they cannot launch a node
+    while a pair created at ``created`` was launching, or recently enough before that the
+    word applies to it (the same window `_stalled` uses): its launch time measured a
+    shortage, not a launch."""
     window = _word_window(params)
-    return any(at >= created - window for at in params.cannot_launch_at.values())
+    said = [*params.cannot_launch_at.values(), *params.refused_at.values()]
+    return any(at >= created - window for at in said)
+
+
+def _own_refusal(half: Placeholder, params: Params) -> float | None:
+    """When Karpenter last said it has no node for this very half (`refused_at`); None if
+    never, or only for an earlier pod of the same name (whole seconds on both sides: a
+    refusal in the second the pod was made counts)."""
+    at = params.refused_at.get(half.name)
+    return at if at is not None and at >= int(half.created_at) else None
+
+
+def _word(half: Placeholder, params: Params) -> float | None:
+    """The latest word that no node is coming for ``half``: its pools' (for its role) or
+    Karpenter's of the half itself."""
+    said = [t for t in (params.cannot_launch_at.get(half.role), _own_refusal(half, params)) if t]
+    return max(said) if said else None
 
 
 def _stalled(members: Sequence[Placeholder], params: Params, now: float) -> StallCause | None:
@@ -433,7 +450,7 @@ def _stalled(members: Sequence[Placeholder], params: Params, now: float) -> Stal
         return None
     half = pending[0]
     waited = now - half.created_at
-    said = params.cannot_launch_at.get(half.role)
+    said = _word(half, params)
     recent = _word_window(params)
     if (
         params.signal_stall_timeout is not None
@@ -684,24 +701,23 @@ def _short_roles(live: Iterable[Placeholder], params: Params, now: float) -> fro
     cloud gave the node (or the half was released, and the stall's back-off takes over).
 
     Karpenter says so sooner: after the refusal, its next scheduling run either places the
-    Pending pod another way or publishes that it cannot (`refused_at`, seconds later). With
-    that word on a half still Pending, within the same window, the shortage is confirmed at
-    once: in the first minute of a shortage a site otherwise makes a pair per queued job,
-    each holding a runner node for a workflow node that cannot come."""
+    Pending pod another way or publishes that it cannot (`refused_at`, seconds later). That
+    word on a half still Pending confirms the shortage at once, with or without a refusal
+    of the half's own pools (a provider that stopped offering the type after another
+    NodePool's refusal refuses no launch of this one): in the first minute of a shortage a
+    site otherwise makes a pair per queued job, each holding a runner node for a workflow
+    node that cannot come. It is also the pools' word for that half's stall (`_word`)."""
     window = _word_window(params)
     floor = min(SIGNAL_STALL_FLOOR, params.ready_timeout)
     pending = [p for p in live if p.phase == PodPhase.PENDING]
-    short: set[Role] = set()
+    # Karpenter said it has no node for the half itself: confirmed at once.
+    short = {
+        p.role
+        for p in pending
+        if (own := _own_refusal(p, params)) is not None and now - own <= window
+    }
     for role, said in params.cannot_launch_at.items():
-        if now - said > window:
-            continue
-        if any(
-            p.role == role
-            and now - params.refused_at.get(p.name, -math.inf) <= window
-            # Whole seconds on both sides: a refusal in the second the pod was made counts.
-            and params.refused_at[p.name] >= int(p.created_at)
-            for p in pending
-        ) or any(
+        if now - said <= window and any(
             p.role == role and p.created_at <= said and now - p.created_at >= floor for p in pending
         ):
             short.add(role)

@@ -213,25 +213,30 @@ def test_karpenters_word_on_the_pending_half_confirms_the_shortage_at_once() -> 
 
 
 @pytest.mark.parametrize(
-    ("runner", "workflow", "created", "refused", "said"),
+    ("runner", "workflow", "created", "refused", "now"),
     [
         # About an earlier pod of the same name (the slot made again since).
-        (R, P, 20.0, 12.0, {W: 15.0}),
+        (R, P, 20.0, 12.0, 30.0),
         # The refused half runs: Karpenter found a node after all.
-        (R, R, 0.0, 12.0, {W: 5.0}),
-        # Karpenter's word without the pools' refusal (a NodePool limit, held elsewhere).
-        (R, P, 0.0, 12.0, {}),
-        # The refusal is of the runner half; the pools refused the workflow half's.
-        (P, R, 0.0, 12.0, {W: 5.0}),
+        (R, R, 0.0, 12.0, 30.0),
     ],
 )
-def test_karpenters_word_confirms_only_a_refusal_of_that_pending_half(
-    runner: PodPhase, workflow: PodPhase, created: float, refused: float, said: dict[Role, float]
+def test_karpenters_word_confirms_only_a_recent_refusal_of_that_pending_half(
+    runner: PodPhase, workflow: PodPhase, created: float, refused: float, now: float
 ) -> None:
     observed = Observed(placeholders=pair(1, runner, workflow, created=created))
-    # Karpenter's word is on the workflow half (or the Pending half, if only one is).
-    half = next((p for p in observed.placeholders if p.phase == P), observed.placeholders[1])
-    params = knobs(cannot_launch_at=said, refused_at={half.name: refused})
-    result, _ = plan(observed, queued(5), params, Memory(), 30.0)
+    params = knobs(refused_at={observed.placeholders[1].name: refused})
+    result, _ = plan(observed, queued(5), params, Memory(), now)
     assert result.short_roles == ()
     assert len(result.creates) == 4
+
+
+def test_karpenters_word_alone_is_enough_and_names_the_half() -> None:
+    """No insufficient-capacity Event for these pools (the provider stopped offering the
+    type after another NodePool's refusal, or a NodePool limit): Karpenter's word on the
+    Pending runner half holds new pairs on its own, and names the runner half short."""
+    observed = Observed(placeholders=pair(1, P, R, created=0.0))
+    params = knobs(refused_at={observed.placeholders[0].name: 12.0})
+    result, _ = plan(observed, queued(5), params, Memory(), 30.0)
+    assert result.short_roles == (RU,)
+    assert result.creates == ()
