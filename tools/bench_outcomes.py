@@ -1488,6 +1488,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.command == "merge":
         documents = [json.loads(path.read_text()) for path in args.json]
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         if documents and documents[0]["config"].get("family") == "staged":
             from tools import bench_staged
 
