@@ -172,7 +172,8 @@ def removal_lags(
     registration, if none came) to its deletion, sorted. What an empty node costs before
     Karpenter removes it: ``consolidateAfter`` plus its disruption loop's own steps (its
     emptiness is validated again before the node is tainted and deleted). A node whose last
-    pod went with it (a placeholder evicted by consolidation) counts ~0."""
+    pod went with it (placeholders evicted when consolidation drained it) counts ~0:
+    `lag_figures` tells those apart."""
     ends: dict[str, float] = {}
     for placed in logs.placements.values():
         if placed.end is not None:
@@ -187,16 +188,24 @@ def removal_lags(
     return sorted(lags)
 
 
+# A node deleted within this many seconds of its last pod leaving was drained (its pods
+# evicted by its own disruption), not left empty: an empty node waits `consolidateAfter`
+# (tens of seconds) before Karpenter even considers it.
+DRAINED_WITHIN = 10.0
+
+
 def lag_figures(lags: Sequence[float]) -> dict[str, float | int]:
-    """n, p50 and p90 of `removal_lags` (the outcome JSON's ``empty_before_removal_s``)."""
-    if not lags:
-        return {"n": 0}
-    ordered = sorted(lags)
+    """The outcome JSON's ``empty_before_removal_s`` from `removal_lags`: n, p50 and p90 of
+    the nodes removed empty, and how many were ``drained`` instead (DRAINED_WITHIN)."""
+    empty = sorted(lag for lag in lags if lag >= DRAINED_WITHIN)
+    drained = len(lags) - len(empty)
+    if not empty:
+        return {"n": 0, "drained": drained}
 
     def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+        return round(empty[min(len(empty) - 1, int(q * len(empty)))], 1)
 
-    return {"n": len(ordered), "p50": at(0.5), "p90": at(0.9)}
+    return {"n": len(empty), "p50": at(0.5), "p90": at(0.9), "drained": drained}
 
 
 def _overlap(a: float, b: float, start: float, end: float) -> float:

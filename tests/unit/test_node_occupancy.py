@@ -88,8 +88,14 @@ def test_an_empty_nodes_removal_lag_runs_from_its_last_pod_to_its_deletion() -> 
         [],
     )
     assert removal_lags(never_used, T0, T0 + 100) == [45.0]  # from its registration
-    assert lag_figures([50.0, 1.0, 45.0, 60.0]) == {"n": 4, "p50": 50.0, "p90": 60.0}
-    assert lag_figures([]) == {"n": 0}
+    # 1 s: drained (its pods evicted by its own disruption), not left empty.
+    assert lag_figures([50.0, 1.0, 45.0, 60.0]) == {
+        "n": 3,
+        "p50": 50.0,
+        "p90": 60.0,
+        "drained": 1,
+    }
+    assert lag_figures([]) == {"n": 0, "drained": 0}
 
 
 def test_the_window_clips_every_state() -> None:
@@ -191,7 +197,7 @@ def test_add_to_outcomes_maps_variants_by_their_listeners_namespaces(tmp_path: P
         "empty": 101.0,
     }
     assert own["per_pool"]["site-a/runner"]["occupancy_s"]["placeholders"] == 89.0
-    assert own["empty_before_removal_s"] == {"n": 1, "p50": 100.0, "p90": 100.0}
+    assert own["empty_before_removal_s"] == {"n": 1, "p50": 100.0, "p90": 100.0, "drained": 0}
     assert missing == [f"seed 4 stock_min0: no listener config under {tmp_path}"]
 
 
