@@ -207,9 +207,8 @@ class Params:
     # word older than `stall_timeout`: the stall is decided from time alone.
     cannot_launch_at: Mapping[Role, float] = field(default_factory=dict)
     # Per placeholder name: when Karpenter last said it has no node for that pod (its
-    # FailedScheduling Event, capacity.pod_refusals): after the pools' refusal, no retry on
-    # another type is under way for it. A time before the pod's creation is about an
-    # earlier pod of the same name.
+    # FailedScheduling Event, capacity.pod_refusals): no retry on another type is under way
+    # for it. A time before the pod's creation is about an earlier pod of the same name.
     refused_at: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -198,13 +198,13 @@ class CapacityMonitor:
             if self.nodepools is not None and settings.nodepools.events_namespace
             else None
         )
-        # Karpenter's scheduling failures of our placeholders, with the insufficient-capacity
-        # Events: the word that confirms a shortage at once (policy._short_roles).
+        # Karpenter's scheduling failures of our placeholders, with the NodePools (optional):
+        # the word that confirms a shortage at once (policy._short_roles).
         self.pod_refusals = (
             PodRefusals(
                 kube, self.placeholder_namespace, metrics=self.metrics, on_change=self.view.poke
             )
-            if self.launch_failures is not None
+            if self.nodepools is not None
             else None
         )
         # cluster-autoscaler node groups (optional, off by default).

@@ -6,10 +6,12 @@ scheduling run (seconds later) either finds another way to place the Pending pod
 instance type, zone or NodePool: a new NodeClaim) or none. When it finds none it publishes
 a Warning Event with reason ``FailedScheduling`` on the pod, from the component
 ``karpenter`` (v1.x, pkg/controllers/provisioning/scheduling ``PodFailedToScheduleEvent``,
-at most one per pod every 5 minutes). That Event, on a half still Pending after its pools'
-refusal, is the difference between a shortage and a refusal that a retry on another type
-will cover: the policy then holds new pairs at once (``policy._short_roles``) instead of a
-minute after the half's creation.
+at most one per pod every 5 minutes). That Event, on a half still Pending, is the
+difference between a shortage and a refusal that a retry on another type will cover: the
+policy then holds new pairs at once (``policy._short_roles``) instead of a minute after the
+half's creation, and counts it as the pools' word for that half's stall. It comes also
+where the half's own NodePool was never refused: the provider stopped offering the type
+after another NodePool's refusal.
 
 One list+watch of Events in the placeholder namespace, field-selected on the reason, the
 involved kind and the source, so the API server sends Karpenter's few and not the
