@@ -305,7 +305,9 @@ class GitHubDemandSettings(BaseModel):
 class NodePoolSettings(BaseModel):
     """Karpenter NodePool limits: read the NodePools the placeholders can land on and create
     no pair their remaining `limits` cannot hold (needs deploy/rbac/clusterrole-nodepools.yaml;
-    without it, or without Karpenter, the monitor logs one line and works as before)."""
+    without it, or without Karpenter, the monitor logs one line and works as before). With
+    it, Karpenter's FailedScheduling Events on the placeholders are read too (the `events`
+    rule of deploy/rbac/role.yaml): a half Karpenter has no node for holds new pairs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
