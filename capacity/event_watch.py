@@ -54,6 +54,10 @@ class EventReader(Generic[T]):
     WATCHING: ClassVar[str]  # the info line when the Events are first read
     SEEN: ClassVar[str]  # the debug line for a new one
     FAILED: ClassVar[str]  # the warning when the watch fails and is retried
+    # The one warning for a 403 or 404: "<OFF>: <FORBIDDEN or no namespace …>; <WITHOUT>".
+    OFF: ClassVar[str]
+    FORBIDDEN: ClassVar[str]
+    WITHOUT: ClassVar[str]
 
     def __init__(
         self,
@@ -88,7 +92,10 @@ class EventReader(Generic[T]):
 
     def off_line(self, state: NotThere) -> str:
         """The one warning for a 403 or 404."""
-        raise NotImplementedError
+        reason = (
+            self.FORBIDDEN if state == "forbidden" else f"no namespace {self.resource.namespace}"
+        )
+        return f"{self.OFF}: {reason}; {self.WITHOUT}"
 
     def describe(self, item: T) -> dict[str, Any]:
         """The fields of the debug line for a new item."""

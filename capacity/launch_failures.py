@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from capacity.event_watch import EventReader, event_time
-from capacity.optional_watch import NotThere
 
 REASON = "InsufficientCapacityError"  # Karpenter's pkg/events/reason.go
 KIND = "NodeClaim"
@@ -67,6 +66,11 @@ class LaunchFailures(EventReader[LaunchFailure]):
     WATCHING = "reading NodePools' insufficient-capacity events"
     SEEN = "a NodePool could not launch a node (insufficient capacity)"
     FAILED = "insufficient-capacity event watch failed, retrying"
+    OFF = "insufficient-capacity events off"
+    FORBIDDEN = (
+        "the listener may not read Karpenter's events (bind deploy/rbac/role-karpenter-events.yaml)"
+    )
+    WITHOUT = "stalled pairs are released on time alone"
 
     @staticmethod
     def parse(obj: dict[str, Any]) -> LaunchFailure | None:
@@ -77,17 +81,6 @@ class LaunchFailures(EventReader[LaunchFailure]):
 
     def describe(self, item: LaunchFailure) -> dict[str, Any]:
         return {"nodepool": item.nodepool}
-
-    def off_line(self, state: NotThere) -> str:
-        reason = (
-            "the listener may not read Karpenter's events (bind "
-            "deploy/rbac/role-karpenter-events.yaml)"
-            if state == "forbidden"
-            else f"no namespace {self.resource.namespace}"
-        )
-        return (
-            f"insufficient-capacity events off: {reason}; stalled pairs are released on time alone"
-        )
 
     @property
     def failures(self) -> dict[str, LaunchFailure]:

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from capacity.event_watch import EventReader, event_time
-from capacity.optional_watch import NotThere
 
 REASON = "FailedScheduling"  # Karpenter's pkg/events/reason.go (the scheduler's too)
 KIND = "Pod"
@@ -70,6 +69,12 @@ class PodRefusals(EventReader[PodRefusal]):
     WATCHING = "reading Karpenter's scheduling failures of placeholders"
     SEEN = "Karpenter found no node for a pod"
     FAILED = "scheduling-failure event watch failed, retrying"
+    OFF = "scheduling-failure events off"
+    FORBIDDEN = (
+        "the listener may not read events in its placeholder namespace (the Role's "
+        "events rule: deploy/rbac/role.yaml)"
+    )
+    WITHOUT = "a shortage is confirmed on time alone"
 
     @staticmethod
     def parse(obj: dict[str, Any]) -> PodRefusal | None:
@@ -80,15 +85,6 @@ class PodRefusals(EventReader[PodRefusal]):
 
     def describe(self, item: PodRefusal) -> dict[str, Any]:
         return {"pod": item.pod}
-
-    def off_line(self, state: NotThere) -> str:
-        reason = (
-            "the listener may not read events in its placeholder namespace (the Role's "
-            "events rule: deploy/rbac/role.yaml)"
-            if state == "forbidden"
-            else f"no namespace {self.resource.namespace}"
-        )
-        return f"scheduling-failure events off: {reason}; a shortage is confirmed on time alone"
 
     def latest(self) -> dict[str, float]:
         """`latest_per_pod` over the Events held."""
