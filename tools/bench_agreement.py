@@ -18,7 +18,11 @@ How the benchmark maps onto the simulator (``model()`` is printed with the resul
   sharded with ``cluster_index`` 0/1 of 2, ``max_runners`` per cluster) and its warm pool
   built as the listener builds it (``settings.to_warm_pool``): a fixed pool of N each, or
   an adaptive pool each that learns from the jobs its cluster sees. A waiting job goes to a
-  cluster with a Running pair (the simulator's rotation for the fake's seeded choice).
+  cluster with a Running pair, asking the two in the order the benchmark's fake service
+  gave it (``assignment_order``: ``FakeActions(assign_seed=seed)`` shuffles the scale sets
+  once per job as it is queued, so the order is known; ``--rotation`` replays with the
+  simulator's rotation instead). Which site takes a job decides which site's nodes are
+  busy when the shortage comes, and whose room is handed over during it.
 * **Nodes**: runner pods fit two to a runner node and workflow pods two to a workflow node
   (``bench_outcomes``' requests and instance types), so each simulated pool's node has
   room for two halves: runner and workflow node-seconds are compared pool by pool, the
@@ -306,6 +310,26 @@ class Knobs:
     # median where the run recorded it (``empty_before_removal_s``: a node's last pod gone
     # → the node deleted, ~50 s with consolidateAfter 30 s), else consolidateAfter.
     node_idle: float | None = None
+    # Each job asks the sites in the order the fake service drew for it (False: the
+    # simulator's rotation, job i to cluster i mod 2 first).
+    seeded_order: bool = True
+
+
+def assignment_order(seed: int, jobs: int) -> tuple[tuple[int, ...], ...]:
+    """Per job, in queue order, the clusters it asks in turn, as the benchmark's fake
+    service chose them: ``FakeActions(assign_seed=seed)`` gives each job, when it is queued,
+    a shuffle of its scale sets' ids from one ``random.Random(seed)`` (its only use), and
+    hands the job to the first one in it that has room. The benchmark queues nothing but
+    the trace's jobs, in arrival order, and site A's id sorts first (``1000 + 20·variant +
+    site``), so cluster k is site k. A shuffle depends on the list's length alone, so the
+    shuffle of the cluster indexes is the same order."""
+    rng = random.Random(seed)
+    orders = []
+    for _ in range(jobs):
+        order = list(range(CLUSTERS))
+        rng.shuffle(order)
+        orders.append(tuple(order))
+    return tuple(orders)
 
 
 def shortage_as_karpenter_saw_it(config: Config, seed: int) -> tuple[float, float]:
@@ -466,6 +490,11 @@ def model(config: Config, knobs: Knobs = Knobs()) -> dict[str, Any]:
     """The mapping in words and numbers, printed with the results."""
     return {
         "clusters": f"{CLUSTERS} peers sharing one queue, demand sharded between them",
+        "assignment": (
+            "each job asks the sites in the order the fake service drew for it (assign_seed = seed)"
+            if knobs.seeded_order
+            else "rotation: job i asks cluster i mod 2 first"
+        ),
         "max_runners_per_cluster": config.max_runners,
         "warm_pool": "per cluster, as the listener builds it from the variant's settings",
         "pairs_per_node": knobs.pairs_per_node,
@@ -598,7 +627,13 @@ def replay(
     last = plan(config, seed).last_arrival
     mapped = mapping(config, variant, seed, last, knobs, measured)
     return simulate_clusters(
-        jobs, mapped.sims, mapped.pools, begin=mapped.begin, until=mapped.until
+        jobs,
+        mapped.sims,
+        mapped.pools,
+        begin=mapped.begin,
+        until=mapped.until,
+        # The trace is in queue order (``generate``), as the benchmark queues it.
+        preference=assignment_order(seed, len(jobs)) if knobs.seeded_order else None,
     )
 
 
@@ -771,6 +806,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-shortage", action="store_true", help="leave out site A's shortage")
     parser.add_argument(
+        "--rotation",
+        action="store_true",
+        help="send job i to cluster i mod 2 first instead of the fake service's seeded order",
+    )
+    parser.add_argument(
         "--shortage-both-pools",
         action="store_true",
         help="site A's runner launches wait out the shortage too (the one-node-per-pair model)",
@@ -822,6 +862,7 @@ def main(argv: list[str] | None = None) -> int:
             launch_overhead=args.launch_overhead,
             aged_after=args.aged_after,
             node_idle=args.node_idle,
+            seeded_order=not args.rotation,
         )
         report = compare(document, source=str(args.outcomes), tolerance=args.tolerance, knobs=knobs)
     except (OSError, ValueError) as exc:

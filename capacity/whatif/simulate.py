@@ -54,8 +54,12 @@ What is simulated, per label set (one scale set each; label sets do not share no
   own listener (config, warm pool, demand reads, passes), nodes and pairs; every listener
   reads the whole queue and plans for its claim of it (``params.cluster_index`` and
   ``cluster_count``, as the monitor shards demand). A waiting job goes to a cluster with a
-  Running pair: job i asks cluster i mod n first, then the next ones (GitHub hands a job to
-  whichever listener's header has room; the rotation stands for its arbitrary choice).
+  Running pair, asking the clusters in its own order (GitHub hands a job to whichever
+  listener's header has room): ``preference`` gives each job's order where the caller knows
+  the service's choice (a fake that draws it from a seed), else job i asks cluster i mod n
+  first, then the next ones (a rotation standing for an arbitrary choice). A finished job's
+  room (hand-over) goes to the oldest waiting job: a job that would rather go elsewhere
+  finds no other cluster with a Running pair, as it would have taken that pair already.
   With ``aged_after`` a read also counts the jobs queued longer than that, which every
   peer claims whole (``policy.claim``), so a peer that cannot launch holds its share of
   the queue only that long.
@@ -108,6 +112,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import zip_longest
 
 from capacity import policy, warm_pool
 from capacity.model import (
@@ -190,6 +195,7 @@ class Outcome:
     stalls: int = 0  # pairs the policy released as stalled
     repairs: int = 0  # lone halves given their missing half back
     probes: int = 0  # halves made alone during a stall's back-off
+    cluster_jobs: tuple[int, ...] = ()  # jobs started per cluster (simulate_clusters' order)
 
     def percentile(self, p: float) -> float:
         return percentile(self.waits, p)
@@ -256,6 +262,9 @@ def merge(outcomes: Iterable[Outcome]) -> Outcome:
         stalls=sum(o.stalls for o in items),
         repairs=sum(o.repairs for o in items),
         probes=sum(o.probes for o in items),
+        cluster_jobs=tuple(
+            sum(counts) for counts in zip_longest(*(o.cluster_jobs for o in items), fillvalue=0)
+        ),
     )
 
 
@@ -298,6 +307,8 @@ class _Queue:
 
     jobs: Sequence[TraceJob]
     window: tuple[float, float] = (-math.inf, math.inf)  # node- and pair-seconds counted in
+    # Per job, the clusters it asks in turn (empty: the rotation, see ``order``).
+    preference: Sequence[tuple[int, ...]] = ()
     events: list[tuple[float, int, int, int, int]] = field(default_factory=list)
     seq: int = 0
     waiting: list[int] = field(default_factory=list)  # jobs queued, FIFO (a deque by index)
@@ -317,15 +328,23 @@ class _Queue:
         waiting = self.waiting[self.waiting_head :]
         return bisect.bisect_right([self.jobs[i].queued_at for i in waiting], queued_before)
 
+    def order(self, index: int, count: int) -> Sequence[int]:
+        """The clusters job ``index`` asks in turn: its preference where one was given,
+        else cluster index mod ``count`` first, then the next ones, so that no cluster is
+        always first."""
+        if self.preference:
+            return self.preference[index]
+        return [(index + k) % count for k in range(count)]
+
     def assign(self, clusters: Sequence[_Run], now: float) -> set[int]:
-        """Waiting jobs, oldest first, each to a cluster with a Running pair (GitHub hands
-        a job to a listener whose header has room): job i asks cluster i mod n first, then
-        the next ones, so no cluster is always first. Returns the clusters that got one."""
+        """Waiting jobs, oldest first, each to the first cluster in its order that has a
+        Running pair (GitHub hands a job to a listener whose header has room). Returns the
+        clusters that got one."""
         got: set[int] = set()
         count = len(clusters)
         while self.waiting_head < len(self.waiting):
             index = self.waiting[self.waiting_head]
-            order = [(index + k) % count for k in range(count)]
+            order = self.order(index, count)
             chosen = next((c for c in order if clusters[c].admitting() is not None), None)
             if chosen is None:
                 break
@@ -358,6 +377,7 @@ class _Run:
     launching: dict[str, float] = field(default_factory=dict)  # slot → timed from (create, repair)
     refused: dict[Role, list[tuple[float, float]]] = field(default_factory=dict)  # launch waits
     running_jobs: int = 0
+    started: int = 0  # jobs started here
     memory: Memory = field(default_factory=Memory)
     hud: DemandState = field(default_factory=DemandState)
     node_seconds: dict[Role, float] = field(default_factory=lambda: dict.fromkeys(Role, 0.0))
@@ -583,6 +603,7 @@ class _Run:
         job = self.queue.jobs[index]
         self.queue.waits.append(now - job.queued_at)
         self.running_jobs += 1
+        self.started += 1
         self.runner_pods[index] = job.job or f"job-{index}"
         self.assigned.append((now, job.queued_at))
         self.job_nodes[index] = (runner_node, workflow_node)
@@ -710,14 +731,17 @@ def simulate_clusters(
     *,
     begin: float | None = None,
     until: float | None = None,
+    preference: Sequence[Sequence[int]] | None = None,
 ) -> Outcome:
     """``simulate`` with several clusters serving one queue (peers sharing a label set):
     one listener each, with its own config (``params.cluster_index``/``cluster_count``
     shard the demand as in the monitor), warm pool, nodes and pairs; every listener reads
     the whole queue; a job goes to a cluster with a Running pair (see ``_Queue.assign``).
-    The outcome is the clusters' sum."""
+    ``preference``: one order of the clusters per job of ``jobs`` (each cluster index once),
+    the clusters it asks in turn; None: a rotation. The outcome is the clusters' sum."""
     if len(configs) != len(pools) or not configs:
         raise ValueError(f"pools: one per cluster ({len(configs)} configs, {len(pools)} pools)")
+    orders = _preference(jobs, len(configs), preference)
     ran = [j for j in jobs if j.duration is not None]
     if not ran:
         return merge(())
@@ -725,7 +749,9 @@ def simulate_clusters(
     if start > ran[0].queued_at:
         raise ValueError(f"begin: {begin} is after the first arrival ({ran[0].queued_at})")
     stop = -math.inf if until is None else until
-    queue = _Queue(jobs=ran, window=(start, math.inf if until is None else until))
+    queue = _Queue(
+        jobs=ran, window=(start, math.inf if until is None else until), preference=orders
+    )
     clusters = [
         _Run(queue=queue, index=i, config=config, pool=pool)
         for i, (config, pool) in enumerate(zip(configs, pools, strict=True))
@@ -853,7 +879,24 @@ def simulate_clusters(
         stalls=sum(run.stalls for run in clusters),
         repairs=sum(run.repairs for run in clusters),
         probes=sum(run.probes for run in clusters),
+        cluster_jobs=tuple(run.started for run in clusters),
     )
+
+
+def _preference(
+    jobs: Sequence[TraceJob], count: int, preference: Sequence[Sequence[int]] | None
+) -> tuple[tuple[int, ...], ...]:
+    """The given per-job orders, checked, for the jobs that ran (those the simulation
+    queues); () for none."""
+    if preference is None:
+        return ()
+    if len(preference) != len(jobs):
+        raise ValueError(f"preference: one order per job ({len(jobs)} jobs, {len(preference)})")
+    clusters = list(range(count))
+    for order in preference:
+        if sorted(order) != clusters:
+            raise ValueError(f"preference: each order has every cluster once, got {list(order)}")
+    return tuple(tuple(o) for j, o in zip(jobs, preference, strict=True) if j.duration is not None)
 
 
 class _Lookahead:

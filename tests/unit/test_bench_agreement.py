@@ -16,16 +16,19 @@ from tools.bench_agreement import (
     AgreementError,
     Knobs,
     Row,
+    assignment_order,
     check_plan,
     compare,
     config_from,
     launch_delays,
     launch_overhead,
     mapping,
+    replay,
     rows,
     shortage_as_karpenter_saw_it,
 )
-from tools.bench_outcomes import FULL, SMOKE, plan, recorded_refused_ttl
+from tools.bench_outcomes import FULL, SITE_NAMES, SMOKE, plan, recorded_refused_ttl
+from tools.fake_actions import FakeActions
 
 
 def test_the_recorded_config_rebuilds_the_benchmark_s() -> None:
@@ -163,6 +166,36 @@ def _document(variants: dict[str, Any]) -> dict[str, Any]:
             }
         },
     }
+
+
+@pytest.mark.parametrize("variant_number", [0, 3])
+def test_each_job_asks_the_sites_in_the_order_the_benchmark_s_fake_drew(
+    variant_number: int,
+) -> None:
+    """The benchmark's fake, as ``bench_outcomes`` builds it (assign_seed = the seed, its
+    two sites' scale sets, then the trace's jobs one by one), prefers for each job the site
+    ``assignment_order`` puts first, and asks them in that order."""
+    seed = 4
+    fake = FakeActions(pats=["p"], assign_seed=seed, broker=True)
+    ids = [1000 + 20 * variant_number + index for index in range(len(SITE_NAMES))]
+    for scale_set_id, name in zip(ids, SITE_NAMES, strict=True):
+        fake.add_scale_set(scale_set_id, name)
+    queued = [fake.add_jobs(1, labels=["linux"], duration=1.0)[0] for _ in range(40)]
+    drawn = tuple(
+        tuple(ids.index(s) for s in fake._preference[job.runner_request_id]) for job in queued
+    )
+    assert assignment_order(seed, 40) == drawn
+    assert {order[0] for order in drawn} == {0, 1}  # a draw, not a constant
+    assert assignment_order(seed, 40) != assignment_order(seed + 1, 40)
+
+
+def test_the_seeded_order_decides_which_site_takes_a_job() -> None:
+    seed = SMOKE.seeds[0]
+    drawn = replay(SMOKE, "ours_warm", seed)
+    rotation = replay(SMOKE, "ours_warm", seed, Knobs(seeded_order=False))
+    assert sum(drawn.cluster_jobs) == sum(rotation.cluster_jobs) == drawn.jobs
+    assert drawn.cluster_jobs != rotation.cluster_jobs
+    assert "fake service drew" in str(compare(_document({})).model["assignment"])
 
 
 def test_a_document_is_compared_seed_by_seed_and_variant_by_variant() -> None:

@@ -210,6 +210,29 @@ def test_clusters_sharing_a_queue_each_serve_it_with_their_own_pool() -> None:
         simulate_clusters(jobs, [config], [FixedPool(1), FixedPool(1)])
 
 
+def test_each_job_asks_the_clusters_in_its_own_order() -> None:
+    config = replace(CONFIG, params=replace(PARAMS, ttl=10_000.0))
+    jobs = [_job(1, 1.0, 100.0), _job(2, 2.0, 100.0)]
+    warm = [FixedPool(1), FixedPool(1)]
+    # By default a rotation: job 1 asks cluster 0 first, job 2 cluster 1.
+    rotation = simulate_clusters(jobs, [config, config], warm, begin=-300.0)
+    assert rotation.cluster_jobs == (1, 1)
+    # Both prefer cluster 1 (as a service that drew that order would hand them): the first
+    # takes its warm pair, the second finds no Running pair there and goes to cluster 0.
+    both = simulate_clusters(
+        jobs, [config, config], warm, begin=-300.0, preference=[(1, 0), (1, 0)]
+    )
+    assert both.cluster_jobs == (1, 1)
+    assert both.waits == (0.0, 0.0)
+    first = simulate_clusters(jobs[:1], [config, config], warm, begin=-300.0, preference=[(1, 0)])
+    assert first.cluster_jobs == (0, 1)
+    assert merge([first, rotation]).cluster_jobs == (1, 2)
+    with pytest.raises(ValueError, match="one order per job"):
+        simulate_clusters(jobs, [config, config], warm, preference=[(1, 0)])
+    with pytest.raises(ValueError, match="every cluster once"):
+        simulate_clusters(jobs, [config, config], warm, preference=[(1, 1), (0, 1)])
+
+
 def test_sharded_peers_make_pairs_for_their_claim_of_the_queue() -> None:
     jobs = [_job(n, 1.0, 100.0) for n in (1, 2, 3)]
     fast = replace(CONFIG, delays=(50.0,))  # the jobs start before the next read but one
