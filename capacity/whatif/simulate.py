@@ -33,18 +33,26 @@ What is simulated, per label set (one scale set each; label sets do not share no
   does.
 * **Nodes: two pools, ``pairs_per_node`` halves per node.** Runner halves land on runner
   nodes and workflow halves on workflow nodes, each half on its own (a ready node of its
-  pool with room, the fullest first, as consolidation packs them; else a node of its pool
-  already launching with room; else a new node of its pool). The nodes one create or repair
-  launches come up together, after the next provisioning delay (drawn in order from
-  ``delays``, cycled): a pair's launch is one delay, as both its nodes launch side by side.
+  pool with room, the fullest first, or with ``spread`` the emptiest, as the kube-scheduler
+  scores nodes by default; else a node of its pool already launching with room; else a new
+  node of its pool). The nodes one create or repair launches come up together, after the
+  next provisioning delay (drawn in order from ``delays``, cycled): a pair's launch is one
+  delay, as both its nodes launch side by side.
   A half deleted while Pending leaves its node launching: the node may come up empty. An
   empty node is removed after ``node_idle`` seconds (Karpenter's consolidateAfter), unless
-  a half lands on it first. A Pending half moves to a ready node of its pool that has room
-  (the scheduler binds it wherever it fits). Each half has its own phase, so the policy
-  sees what the cluster shows: a pair is Running when both halves are; a half can be left
-  alone (a job took the other's room) and be repaired or released by the policy, and a
-  pair whose one half waits on a pool that cannot launch is released as stalled after the
-  policy's stall timeout (from the launch times seen, as in the monitor).
+  a half lands on it first. With ``consolidation`` (Karpenter's WhenEmptyOrUnderutilized),
+  a ready node holding placeholder halves and no job (a job's pods are do-not-disrupt) whose
+  halves fit in the room of its pool's other ready nodes goes too: ``consolidation``
+  seconds after they fit (Karpenter finds the move on a poll and validates it), and not
+  before ``node_idle`` after its pods last changed, as an empty node. Its halves are
+  evicted: the policy repairs or recreates them, and they land in that room. A Pending
+  half moves to a ready node of its pool that has room (the scheduler binds it wherever it
+  fits). Each half has its own phase, so the policy sees what the cluster shows (and the
+  jobs' own pods, a runner pod and its workflow pod each): a pair is Running when both
+  halves are; a half can be left alone (a job took the other's room) and be repaired or
+  released by the policy, and a pair whose one half waits on a pool that cannot launch is
+  released as stalled after the policy's stall timeout (from the launch times seen, as in
+  the monitor).
 * **Hand-over** (``handover``, off by default): the header counts busy runners, and the
   service learns of a job's end before the listener's next poll lowers the header, so it
   hands the finished runner's slot to the oldest queued job at once (the completion and the
@@ -81,7 +89,8 @@ What is simulated, per label set (one scale set each; label sets do not share no
 
 Simplified away, on purpose: pod start and image pull times (0), the header's round trip
 to GitHub (a Running pair takes a waiting job at once; see hand-over), consolidation of
-nodes that are not empty (moving halves off a half-full node), spot interruptions,
+nodes that are not empty unless ``consolidation`` is set, and then onto ready nodes only
+(not onto room a launching node will have), spot interruptions,
 NodePool limits, failed launches outside an outage. Every node costs the same; busy and
 spare room are counted in pairs, a pair's room being one half's room in each pool, so
 ``node_seconds`` is the mean of the two pools' node-seconds (a simulated node stands for
@@ -124,8 +133,10 @@ from capacity.model import (
     Params,
     Placeholder,
     PodPhase,
+    RealPod,
     Role,
 )
+from capacity.pods import job_pod_name
 from capacity.warm_pool import WarmPool
 from capacity.whatif.trace import TraceJob
 
@@ -141,6 +152,13 @@ class SimConfig:
     recalculate_interval: float = 30.0
     coalesce: float = 0.15  # a change leads to a pass this much later (the view's trigger)
     node_idle: float = 30.0  # an empty node is removed after this (consolidateAfter)
+    # Seconds from a node's placeholder halves fitting in its pool's other ready nodes to the
+    # node's removal (WhenEmptyOrUnderutilized; see the module's docstring); None: only
+    # empty nodes go (WhenEmpty).
+    consolidation: float | None = None
+    # A pod goes to the ready node of its pool with the most room (the kube-scheduler's
+    # default scoring, LeastAllocated); False: the fullest, as if the scheduler packed them.
+    spread: bool = False
     lookahead: float = 0.0  # count later stages of runs under way due within this
     pairs_per_node: int = 1  # room of a node, in pairs (a job keeps its pair's room)
     handover: bool = False  # a finishing job's room goes to the oldest waiting job
@@ -164,6 +182,8 @@ class SimConfig:
         for name in ("demand_lag", "node_idle", "lookahead", "coalesce"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if self.consolidation is not None and self.consolidation < 0:
+            raise ValueError(f"consolidation: must be >= 0, got {self.consolidation}")
         if self.pairs_per_node < 1:
             raise ValueError(f"pairs_per_node: must be >= 1, got {self.pairs_per_node}")
         if any(not low < high for low, high in self.outages):
@@ -271,8 +291,17 @@ def merge(outcomes: Iterable[Outcome]) -> Outcome:
 # --- the simulated cluster ----------------------------------------------------------------
 
 # Event kinds, in the order they are handled at one instant: jobs end (freeing nodes)
-# before nodes come up, before jobs arrive, before demand values and passes.
-_JOB_END, _NODE_READY, _NODE_EXPIRE, _ARRIVAL, _DEMAND_READ, _DEMAND_SEEN, _PASS = range(7)
+# before nodes come up, before nodes go, before jobs arrive, before demand values and passes.
+(
+    _JOB_END,
+    _NODE_READY,
+    _NODE_EXPIRE,
+    _NODE_CONSOLIDATE,
+    _ARRIVAL,
+    _DEMAND_READ,
+    _DEMAND_SEEN,
+    _PASS,
+) = range(8)
 _POKED = -1  # a _PASS event's argument when a change asked for it (else: the pass count)
 
 
@@ -285,6 +314,12 @@ class _Node:
     halves: set[str] = field(default_factory=set)  # the halves on (or waiting for) it
     jobs: int = 0  # running jobs (one pod each)
     expires_at: float = math.inf  # when an empty node goes (inf: not empty)
+    # Karpenter's clock for consolidating it: its pods' last change (bound, gone, a job's
+    # start or end, the node coming up), since when its halves fit elsewhere (None: they do
+    # not, or it is not a candidate), and when the consolidation is due (inf: none).
+    changed_at: float = -math.inf
+    fits_since: float | None = None
+    consolidate_at: float = math.inf
 
     def used(self) -> int:
         return len(self.halves) + self.jobs
@@ -364,6 +399,7 @@ class _Run:
     pool: WarmPool
     arrivals: warm_pool.ArrivalCounter = field(default_factory=warm_pool.ArrivalCounter)
     runner_pods: dict[int, str] = field(default_factory=dict)  # job → its runner pod
+    job_pods: dict[int, tuple[RealPod, RealPod]] = field(default_factory=dict)  # → its pods
     # (assigned at, queued at) of the jobs started here, the latest: the as-of correction
     assigned: deque[tuple[float, float]] = field(
         default_factory=lambda: deque(maxlen=policy.ASSIGNMENTS_KEPT)
@@ -456,6 +492,7 @@ class _Run:
         node = self.nodes[node_id]
         node.halves.add(half.pod.name)
         node.expires_at = math.inf
+        node.changed_at = now
         half.node = node_id
         if node.ready:
             self.set_running(half, now)
@@ -490,6 +527,49 @@ class _Run:
         node = self.nodes.pop(node_id)
         self.node_seconds[node.role] += self.clipped(node.launched_at, now)
 
+    def movable(self, node_id: int) -> bool:
+        """Karpenter could consolidate the node now: ready, holding placeholder halves and
+        no job, and they fit in the room of its pool's other ready nodes (each half takes one
+        pair's room, so counting the room is packing it)."""
+        node = self.nodes[node_id]
+        if not node.ready or node.jobs or not node.halves:
+            return False
+        per_node = self.config.pairs_per_node
+        room = sum(
+            per_node - other.used()
+            for i, other in self.nodes.items()
+            if i != node_id and other.role == node.role and other.ready
+        )
+        return room >= len(node.halves)
+
+    def plan_consolidation(self, now: float) -> None:
+        """After every change: when each node that could be consolidated will be, from its
+        clock (see ``_Node``); a node that no longer could is not."""
+        delay = self.config.consolidation
+        assert delay is not None
+        for node_id, node in self.nodes.items():
+            if not self.movable(node_id):
+                node.fits_since = None
+                node.consolidate_at = math.inf
+                continue
+            if node.fits_since is None:
+                node.fits_since = now
+            due = max(node.fits_since + delay, node.changed_at + self.config.node_idle, now)
+            if due != node.consolidate_at:
+                node.consolidate_at = due
+                self.push(due, _NODE_CONSOLIDATE, node_id)
+
+    def consolidate(self, node_id: int, now: float) -> bool:
+        """Karpenter deletes the node and evicts its halves (the listener sees them gone),
+        if it still could; one node at a time, as its room may be what another counted on.
+        Returns whether it did."""
+        if not self.movable(node_id):
+            return False
+        for name in list(self.nodes[node_id].halves):
+            self.drop_half(name, now)
+        self.remove_node(node_id, now)
+        return True
+
     def pool_room(self, role: Role, ready: bool) -> list[int]:
         per_node = self.config.pairs_per_node
         return [
@@ -501,8 +581,8 @@ class _Run:
     # --- halves ---------------------------------------------------------------------------
 
     def add_half(self, slot: str, role: Role, now: float, delay: list[float]) -> None:
-        """A new half of ``slot``: on a ready node of its pool with room (the fullest
-        first), else one launching with room, else a new node; ``delay`` holds the draw
+        """A new half of ``slot``: on a ready node of its pool with room (``free_room``),
+        else one launching with room, else a new node; ``delay`` holds the draw
         shared by the nodes this create or repair launches (drawn on first need)."""
         ttl = self.config.params.ttl
         name = f"{slot}{'r' if role is Role.RUNNER else 'w'}"
@@ -562,15 +642,20 @@ class _Run:
         node = self.nodes.get(half.node)  # gone only at the end of the run
         if node is not None:
             node.halves.discard(name)  # a launching node launches for less
+            node.changed_at = now
         return half.node
 
     # --- jobs -----------------------------------------------------------------------------
 
     def free_room(self, role: Role) -> int | None:
-        """A ready node of the pool with room beyond its halves and jobs (the fullest
-        first), if any."""
+        """A ready node of the pool with room beyond its halves and jobs, if any: the
+        fullest first, or with ``spread`` the emptiest (the oldest of equals)."""
         roomy = self.pool_room(role, ready=True)
-        return max(roomy, key=lambda i: self.nodes[i].used()) if roomy else None
+        if not roomy:
+            return None
+        if self.config.spread:
+            return min(roomy, key=lambda i: (self.nodes[i].used(), i))
+        return max(roomy, key=lambda i: self.nodes[i].used())
 
     def admitting(self) -> str | None:
         """A Running pair's slot: the header has room for one more job."""
@@ -600,11 +685,17 @@ class _Run:
             node = self.nodes[node_id]
             node.jobs += 1
             node.expires_at = math.inf
+            node.changed_at = now
         job = self.queue.jobs[index]
         self.queue.waits.append(now - job.queued_at)
         self.running_jobs += 1
         self.started += 1
-        self.runner_pods[index] = job.job or f"job-{index}"
+        runner = job.job or f"job-{index}"
+        self.runner_pods[index] = runner
+        self.job_pods[index] = (
+            RealPod(name=runner, phase=PodPhase.RUNNING, bound=True),
+            RealPod(name=job_pod_name(runner), phase=PodPhase.RUNNING, bound=True),
+        )
         self.assigned.append((now, job.queued_at))
         self.job_nodes[index] = (runner_node, workflow_node)
         self.busy += self.clipped(now, now + (job.duration or 0.0))
@@ -688,8 +779,14 @@ class _Run:
             commit=True,
         )
         params = self.params(max(0, size), now)
+        # The jobs' own pods, as the view shows them: a runner pod and its workflow pod,
+        # both bound and Running (without them every lone placeholder-workflow would look
+        # reserved for a runner still waiting for its workflow pod).
+        pods = self.job_pods.values()
         observed = Observed(
             placeholders=tuple(half.pod for half in self.halves.values()),
+            runner_pods=tuple(runner for runner, _ in pods),
+            workflow_pods=tuple(workflow for _, workflow in pods),
             active_runners=self.running_jobs,
         )
         # The as-of correction, as the monitor: a job starts here when it is assigned.
@@ -779,9 +876,11 @@ def simulate_clusters(
             if kind == _JOB_END:
                 run.running_jobs -= 1
                 del run.runner_pods[arg]
+                del run.job_pods[arg]
                 runner_node, workflow_node = run.job_nodes.pop(arg)
-                run.nodes[runner_node].jobs -= 1
-                run.nodes[workflow_node].jobs -= 1
+                for node_id in (runner_node, workflow_node):
+                    run.nodes[node_id].jobs -= 1
+                    run.nodes[node_id].changed_at = now
                 remaining -= 1
                 if config.handover and queue.queued():
                     queue.waiting_head += 1  # the oldest waiting job takes the room
@@ -796,6 +895,7 @@ def simulate_clusters(
                 if node is None:
                     continue
                 node.ready = True
+                node.changed_at = now
                 for name in list(node.halves):
                     run.set_running(run.halves[name], now)
                     changed[cluster] = True
@@ -804,6 +904,10 @@ def simulate_clusters(
                 node = run.nodes.get(arg)
                 if node is not None and node.expires_at == now:
                     run.remove_node(arg, now)
+            elif kind == _NODE_CONSOLIDATE:
+                node = run.nodes.get(arg)
+                if node is not None and node.consolidate_at == now and run.consolidate(arg, now):
+                    changed[cluster] = True
             elif kind == _DEMAND_READ:
                 seen = queue.queued()
                 if ahead is not None and config.lookahead > 0:
@@ -846,6 +950,9 @@ def simulate_clusters(
                 for other in got - {cluster}:
                     changed[other] = True
                 run.push(now + run.config.recalculate_interval, _PASS, run.passes)
+        for run in clusters:
+            if run.config.consolidation is not None:
+                run.plan_consolidation(now)
         for cluster, run in enumerate(clusters):
             if changed[cluster] and not run.poked:
                 # The reconcile trigger coalesces a burst of changes into one pass.

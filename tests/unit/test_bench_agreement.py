@@ -352,3 +352,18 @@ def test_the_launch_overhead_is_what_pairs_that_needed_a_node_took_beyond_it() -
     plain = launch_delays(SMOKE, Knobs(launch_overhead=0.0), nodes, random.Random(3))
     slower = launch_delays(SMOKE, Knobs(launch_overhead=40.0), nodes, rng)
     assert [b - a for a, b in zip(plain, slower, strict=True)] == pytest.approx([40.0] * 100)
+
+
+def test_with_consolidate_karpenter_moves_placeholders_off_half_empty_nodes() -> None:
+    """The NodePools consolidate WhenEmptyOrUnderutilized: with ``consolidate`` a node
+    holding only placeholders goes once they fit elsewhere, after what an empty node takes
+    beyond consolidateAfter (30 s in SMOKE), and pods go to the emptiest node, as the
+    default kube-scheduler scores nodes. Off by default: empty nodes only, the fullest."""
+    seed = SMOKE.seeds[0]
+    plain = mapping(SMOKE, "ours_warm", seed, 100.0, Knobs(node_idle=48.0))
+    assert all(sim.consolidation is None and not sim.spread for sim in plain.sims)
+    moved = mapping(SMOKE, "ours_warm", seed, 100.0, Knobs(node_idle=48.0, consolidate=True))
+    assert all(sim.consolidation == 18.0 and sim.spread for sim in moved.sims)
+    # An empty node kept no longer than consolidateAfter: the move as soon as it is possible.
+    quick = mapping(SMOKE, "ours_warm", seed, 100.0, Knobs(node_idle=20.0, consolidate=True))
+    assert all(sim.consolidation == 0.0 for sim in quick.sims)
