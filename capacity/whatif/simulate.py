@@ -398,8 +398,8 @@ class _Run:
     config: SimConfig
     pool: WarmPool
     arrivals: warm_pool.ArrivalCounter = field(default_factory=warm_pool.ArrivalCounter)
-    runner_pods: dict[int, str] = field(default_factory=dict)  # job → its runner pod
-    job_pods: dict[int, tuple[RealPod, RealPod]] = field(default_factory=dict)  # → its pods
+    # job → its runner pod and its workflow pod, as the view shows them
+    job_pods: dict[int, tuple[RealPod, RealPod]] = field(default_factory=dict)
     # (assigned at, queued at) of the jobs started here, the latest: the as-of correction
     assigned: deque[tuple[float, float]] = field(
         default_factory=lambda: deque(maxlen=policy.ASSIGNMENTS_KEPT)
@@ -691,7 +691,6 @@ class _Run:
         self.running_jobs += 1
         self.started += 1
         runner = job.job or f"job-{index}"
-        self.runner_pods[index] = runner
         self.job_pods[index] = (
             RealPod(name=runner, phase=PodPhase.RUNNING, bound=True),
             RealPod(name=job_pod_name(runner), phase=PodPhase.RUNNING, bound=True),
@@ -769,20 +768,20 @@ class _Run:
     def reconcile(self, now: float) -> None:
         self.passes += 1
         demand = policy.resolve_demand(self.hud, now, self.params(0, now))
+        pods = self.job_pods.values()
         size = warm_pool.drive(
             self.pool,
             self.arrivals,
             now,
             queued=demand.queued,
             read_at=warm_pool.read_at(demand, now),
-            runners=self.runner_pods.values(),
+            runners=[runner.name for runner, _ in pods],
             commit=True,
         )
         params = self.params(max(0, size), now)
         # The jobs' own pods, as the view shows them: a runner pod and its workflow pod,
         # both bound and Running (without them every lone placeholder-workflow would look
         # reserved for a runner still waiting for its workflow pod).
-        pods = self.job_pods.values()
         observed = Observed(
             placeholders=tuple(half.pod for half in self.halves.values()),
             runner_pods=tuple(runner for runner, _ in pods),
@@ -875,7 +874,6 @@ def simulate_clusters(
             config = run.config
             if kind == _JOB_END:
                 run.running_jobs -= 1
-                del run.runner_pods[arg]
                 del run.job_pods[arg]
                 runner_node, workflow_node = run.job_nodes.pop(arg)
                 for node_id in (runner_node, workflow_node):
