@@ -483,6 +483,13 @@ class _StateSeries:
             "Pending for two launch times while the other ran); 0 when not backing off.",
             plan.stall_backoff,
         )
+        yield self._one(
+            "gha_capacity_slow_start_pairs",
+            "After a stall's back-off: the new pairs that may be in flight with their stalled "
+            "half Pending (one, doubled per pair made since whose half ran); 0 when not "
+            "ramping.",
+            plan.slow_start,
+        )
         yield self._family(
             "gha_capacity_pairs",
             "Placeholder pairs by state (running: both halves Running; broken: lone halves).",

@@ -116,6 +116,7 @@ from capacity.model import (
     Repair,
     Role,
     Sides,
+    SlowStart,
     StallCause,
 )
 from capacity.nodepools import NodePool, PoolMemory
@@ -611,6 +612,10 @@ def plan(
         memory, slots.stalled_roles, live, params, now
     )
     backing_off = 0.0 if stalled_at is None else max(0.0, stalled_at + backoff - now)
+    first = _next_slot(observed, memory)
+    ramp = _slow_start(memory, stalled_at, backoff, live, params, now, first)  # 2
+    if stalled_at is None and ramp is None:
+        backoff = 0.0  # over, and so is its ramp: the next stall starts afresh
     _cap_runner_halves(  # 3
         slots.complete, slots.lone_runners, slots.lone_workflows, observed, params, delete
     )
@@ -645,12 +650,12 @@ def plan(
         pool_room=pool_room,
         backing_off=backing_off > 0,
         short=short,
+        ramp_room=_ramp_room(ramp, live, delete, params),
     )
     if repairs:  # a repaired half is in a pair again: no longer aged as left over
         slots_repaired = {r.slot for r in repairs}
         repaired = {p.name for p in leftovers if p.slot in slots_repaired}
         lone_since = tuple(entry for entry in lone_since if entry[0] not in repaired)
-    first = _next_slot(observed, memory)
     # A confirmed shortage has a half of its role Pending: that one asks the cloud, no probe.
     probes = _probe(stalled_role, live, blocked, str(first + count), delete)
     after = count_sides(observed, params, excluding=delete.reasons)
@@ -672,6 +677,7 @@ def plan(
         stalls=tuple(slots.stalls),
         short_roles=tuple(sorted(short, key=lambda r: r.value)),
         held_by_shortage=blocked if short else 0,
+        slow_start=0 if ramp is None else _ramp_allowance(ramp, params),
     )
     return result, Memory(
         desired_window=window,
@@ -682,6 +688,7 @@ def plan(
         stalled_at=stalled_at,
         stalled_role=stalled_role,
         probe_slots=() if stalled_at is None else probe_slots + tuple(p.slot for p in probes),
+        slow_start=ramp,
     )
 
 
@@ -735,7 +742,9 @@ def _stall_backoff(
     starts one of `stall_timeout` (about two launches: Karpenter, too, stops offering a type
     it could not launch for a few minutes), doubled per stall that follows, up to
     `ready_timeout`; a half of the stalled role created after the last stall reaching
-    Running (a probe, or a pair's) shows the type launches again and clears it. A stall on
+    Running (a probe, or a pair's) shows the type launches again and ends it (its length is
+    kept through the slow start that follows, so a stall then backs off twice as long). A
+    stall on
     the pools' word backs off as long as one on time alone: the word says the type is short
     now, not when it comes back. A probe (``memory.probe_slots``) clears it however old its
     creationTimestamp (whole seconds) says it is."""
@@ -757,8 +766,75 @@ def _stall_backoff(
         and (memory.stalled_role is None or p.role == memory.stalled_role)
         for p in live
     ):
-        return 0.0, None, None
+        return memory.backoff, None, None  # the length stays while the slow start lasts
     return memory.backoff, since, memory.stalled_role
+
+
+def _slow_start(
+    memory: Memory,
+    stalled_at: float | None,
+    backoff: float,
+    live: Iterable[Placeholder],
+    params: Params,
+    now: float,
+    first: int,
+) -> SlowStart | None:
+    """Step 2's ramp once a back-off ends (a half of the stalled role ran, or its time ran
+    out): the pairs in flight whose stalled half is still Pending start at one and double
+    for each pair made since whose half of that role has run, until `max_pending_pairs`
+    allows no more or `ready_timeout` has passed.
+
+    The back-off ends on one half of the stalled role running, and that half may have
+    found room on a node that was already there (a finished job's workflow pod's, say)
+    while the cloud still has no node of the type. Ended at once, the next pass made a
+    pair per queued job, and each held a node for the half the cloud can give until it was
+    released as stalled again, a launch later (seen in the outcome benchmark: eight pairs
+    made and refused two seconds later). Ramped, a wrong end costs one pair; a real one a
+    launch or two before the full rate, while the pairs already wanted are repaired."""
+    if stalled_at is not None and now < stalled_at + backoff:
+        return None  # backing off (or stalled this pass): no pair is made anyway
+    ramp = memory.slow_start
+    if ramp is None:
+        if memory.stalled_at is None or memory.stalled_role is None:
+            return None
+        ramp = SlowStart(since=now, role=memory.stalled_role, first_slot=first)
+    elif now - ramp.since > params.ready_timeout:
+        return None
+    ran = {
+        p.slot
+        for p in live
+        if p.role == ramp.role and is_ready(p, params) and _slot_from(p.slot, ramp.first_slot)
+    }
+    confirmed = ramp.confirmed + tuple(sorted(ran - set(ramp.confirmed)))
+    ramp = replace(ramp, confirmed=confirmed)
+    return None if _ramp_allowance(ramp, params) >= params.max_pending_pairs else ramp
+
+
+def _slot_from(slot: str, first: int) -> bool:
+    return slot.isascii() and slot.isdigit() and int(slot) >= first
+
+
+def _ramp_allowance(ramp: SlowStart, params: Params) -> int:
+    """The pairs a slow start lets be in flight with their stalled half Pending."""
+    return min(params.max_pending_pairs, 2 ** min(len(ramp.confirmed), 30))
+
+
+def _ramp_room(
+    ramp: SlowStart | None, live: Iterable[Placeholder], delete: _Deletes, params: Params
+) -> int | None:
+    """New pairs a slow start still admits: its allowance less the pairs made during it
+    whose stalled half is Pending (kept by this pass). None: not ramping."""
+    if ramp is None:
+        return None
+    waiting = {
+        p.slot
+        for p in live
+        if p.role == ramp.role
+        and p.phase == PodPhase.PENDING
+        and p.name not in delete.reasons
+        and _slot_from(p.slot, ramp.first_slot)
+    }
+    return max(0, _ramp_allowance(ramp, params) - len(waiting))
 
 
 def _probe(
@@ -978,6 +1054,7 @@ def _new_halves_and_pairs(
     pool_room: int | None,
     backing_off: bool,
     short: frozenset[Role] = frozenset(),
+    ramp_room: int | None = None,
 ) -> tuple[list[Repair], int, int, int]:
     """Step 9: (repairs, new pairs, pairs held back by the pools' room, pairs held back by a
     stall's back-off or a confirmed shortage: wanted and admitted otherwise). Lone runner
@@ -987,7 +1064,10 @@ def _new_halves_and_pairs(
     as a new pair does) and to new pairs (`_new_pairs`). Nothing during a stall back-off.
     During a confirmed shortage (``short``) only the repairs that launch no node for a half
     the cloud can give: a lone runner half gets its workflow half unless runner halves are
-    short (if workflow halves are, the new one waits Pending for the node, costing none)."""
+    short (if workflow halves are, the new one waits Pending for the node, costing none).
+    During a slow start (``ramp_room``: the new pairs it still admits) fewer new pairs; the
+    repairs are not held back, since each completes a half that already has its node or
+    adds the stalled half to one that has."""
     repairs: list[Repair] = []
     if not backing_off and Role.RUNNER not in short:
         want = max(0, min(desired - kept.fresh, params.max_pending_pairs - kept.pending))
@@ -1005,7 +1085,10 @@ def _new_halves_and_pairs(
         return repairs, 0, held, count
     workflows = [p for p in leftovers if p.role == Role.WORKFLOW]
     more, waiting = _repairs(workflows, observed, count, params, now, delete)
-    return repairs + more, count - len(more) - waiting, held, 0
+    new = count - len(more) - waiting
+    if ramp_room is not None:
+        new = min(new, ramp_room)
+    return repairs + more, new, held, 0
 
 
 def _repairs(

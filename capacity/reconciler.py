@@ -192,6 +192,7 @@ class Reconciler:
         self.published: int | None = None
         self.passes = 0
         self._short: tuple[Role, ...] = ()  # the halves last seen short (logged on change)
+        self._slow_start = 0  # the last slow start's allowance (logged on change)
         # Rises: at most one read per confirm_interval (loop time), each within
         # confirm_timeout; a rise not published yet is retried at _rise_retry_at.
         self.confirm_interval = confirm_interval
@@ -356,6 +357,12 @@ class Reconciler:
                 extra={"short": short, "held": plan.held_by_shortage},
             )
             self._short = plan.short_roles
+        if plan.slow_start != self._slow_start:
+            log.info(
+                "slow start" if plan.slow_start else "slow start over",
+                extra={"in_flight": plan.slow_start},
+            )
+            self._slow_start = plan.slow_start
         for cause in plan.stalls:
             # cloud: the Pending half's pools said they cannot launch a node; time: no word
             self.metrics.record_stall(cause)

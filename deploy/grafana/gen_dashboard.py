@@ -351,10 +351,12 @@ def capacity() -> list[PanelBuilder]:
             "without). While it is above 0 the queue is left to other clusters serving the "
             "same labels instead of holding nodes for halves that cannot become capacity; "
             "one placeholder of the stalled half alone (a probe, counted here by role) keeps "
-            "asking for its node and ends the back-off as soon as it runs. Held: pairs not "
-            "made during a confirmed shortage (a half its pools refused still Pending a "
-            "minute on), before any pair has stalled.",
+            "asking for its node and ends the back-off as soon as it runs. Slow start: "
+            "after the back-off, the new pairs allowed in flight (one, doubled per pair "
+            "whose stalled half ran). Held: pairs not made during a confirmed shortage (a "
+            "half its pools refused still Pending a minute on), before any pair has stalled.",
             by_name("gha_capacity_stall_backoff_seconds", "back-off", agg="max"),
+            by_name("gha_capacity_slow_start_pairs", "slow start", agg="max"),
             by_name("gha_capacity_shortage_held_pairs", "held", agg="sum"),
             increase_by("gha_capacity_probes_total", "role"),
         ),

@@ -759,7 +759,8 @@ def test_a_pair_whose_workflow_half_cannot_launch_is_released_and_backs_off() ->
     assert during.creates == ()
     assert during.stall_backoff == pytest.approx(41.0)
     resumed, memory = plan(after, demand(3), knobs, memory, 242.0)
-    assert len(resumed.creates) == 2  # the back-off is over: the type is tried again
+    # The back-off is over: the type is tried again, one pair first (the slow start).
+    assert (len(resumed.creates), resumed.slow_start) == (1, 1)
     # Those stall too: the back-off doubles.
     again = Observed(
         placeholders=tuple(p for slot in resumed.creates for p in _stalled_pair(int(slot), 242.0))
@@ -770,8 +771,10 @@ def test_a_pair_whose_workflow_half_cannot_launch_is_released_and_backs_off() ->
     # The cloud has the type again: a pair made after the stall runs, and the back-off ends.
     recovered = Observed(placeholders=tuple(pair(9, created=700.0)))
     cleared, memory = plan(recovered, demand(3), knobs, memory, 710.0)
-    assert (memory.backoff, memory.stalled_at, cleared.stall_backoff) == (0.0, None, 0.0)
-    assert len(cleared.creates) == 2
+    assert (memory.stalled_at, cleared.stall_backoff) == (None, 0.0)
+    # Ramped again, the back-off's length kept until the ramp is over (one more stall now
+    # backs off twice as long).
+    assert (len(cleared.creates), cleared.slow_start, memory.backoff) == (1, 1, 240.0)
 
 
 def test_without_observed_launches_only_the_ready_timeout_applies() -> None:

@@ -32,6 +32,7 @@ NAMES = {
     "gha_capacity_advertised": "gauge",
     "gha_capacity_desired_pairs": "gauge",
     "gha_capacity_stall_backoff_seconds": "gauge",
+    "gha_capacity_slow_start_pairs": "gauge",
     "gha_capacity_shortage_held_pairs": "gauge",
     "gha_capacity_pairs": "gauge",
     "gha_capacity_placeholder_pods": "gauge",

@@ -6,10 +6,11 @@ into a pair. The policy on its own, then through the reconciler on the in-memory
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 
-from capacity.model import DeleteReason, Memory, Observed, Repair, Role, StallCause
+from capacity.model import DeleteReason, Memory, Observed, PodPhase, Repair, Role, StallCause
 from capacity.policy import plan
 from tests.support.memory_cluster import MemoryCluster
 from tests.unit.capacity.test_launch_failures import (
@@ -53,16 +54,91 @@ def test_a_stall_makes_one_probe_of_the_half_the_cloud_could_not_give(short: Rol
     assert (same.creates, same.probes) == ((), ())
 
 
-def test_a_running_probe_ends_the_back_off_and_is_repaired_with_the_pairs_wanted() -> None:
+def test_a_running_probe_ends_the_back_off_and_is_repaired_then_pairs_ramp_up() -> None:
+    """The back-off is over, but the probe may have run in room an old node had (a finished
+    job's): the pairs still wanted start one at a time, and each pair made since whose
+    stalled half runs doubles what may be in flight (a slow start)."""
     _, memory, probe = _stall(Role.WORKFLOW)
     ran = Observed(placeholders=(ph(probe.slot, Role.WORKFLOW, R, created=121.0),))
-    result, memory = plan(ran, demand(3), KNOBS, memory, 180.0)  # within the back-off
+    result, memory = plan(ran, demand(5), KNOBS, memory, 180.0)  # within the back-off
     assert result.stall_backoff == 0.0
     assert memory.stalled_at is None
     assert memory.stalled_role is None
     assert result.repairs == (Repair(probe.slot, Role.RUNNER),)
-    assert len(result.creates) == 2  # the other two pairs wanted, at once
+    assert result.slow_start == 1
+    (first,) = result.creates  # one new pair of the four still wanted
     assert result.deletes == ()
+    later = apply_plan(ran, result, KNOBS, 180.0)
+    # Its workflow half still waits for its node: nothing more, however many are wanted.
+    waiting, memory = plan(later, demand(5), KNOBS, memory, 200.0)
+    assert (waiting.creates, waiting.repairs, waiting.slow_start) == ((), (), 1)
+    # It runs: two may be in flight now.
+    ran_too = _set_phase(later, first, R)
+    grown, memory = plan(ran_too, demand(5), KNOBS, memory, 230.0)
+    assert grown.slow_start == 2
+    assert len(grown.creates) == 2
+    same, _ = plan(apply_plan(ran_too, grown, KNOBS, 230.0), demand(5), KNOBS, memory, 230.0)
+    assert (same.creates, same.repairs, same.deletes) == ((), (), ())
+
+
+def _set_phase(observed: Observed, slot: str, phase: PodPhase) -> Observed:
+    return Observed(
+        placeholders=tuple(
+            replace(p, phase=phase, node_name="node-a") if p.slot == slot else p
+            for p in observed.placeholders
+        )
+    )
+
+
+def test_a_slow_start_pair_refused_again_costs_one_node_and_backs_off_longer() -> None:
+    """The capped-8 case: the probe ran in a finished job's room while the type was still
+    out. One pair is made, not a batch; its workflow half is refused, it stalls, and the
+    back-off is doubled: no ramp while backing off."""
+    _, memory, probe = _stall(Role.WORKFLOW)
+    ran = Observed(placeholders=(ph(probe.slot, Role.WORKFLOW, R, created=121.0),))
+    result, memory = plan(ran, demand(8), KNOBS, memory, 180.0)
+    (made,) = result.creates
+    after = apply_plan(ran, result, KNOBS, 180.0)
+    stuck = _set_phase(after, probe.slot, R)  # the repaired runner half runs
+    stuck = Observed(
+        placeholders=tuple(
+            replace(p, phase=R, node_name="node-b")
+            if p.slot == made and p.role == Role.RUNNER
+            else p
+            for p in stuck.placeholders
+        )
+    )
+    stalled, memory = plan(stuck, demand(8), KNOBS, memory, 301.0)  # 121 s Pending
+    assert stalled.stalls == (StallCause.TIME,)
+    assert stalled.creates == ()
+    assert stalled.slow_start == 0
+    assert memory.slow_start is None
+    assert memory.backoff == pytest.approx(240.0)  # doubled
+
+
+def test_a_slow_start_ends_at_the_in_flight_cap_or_after_the_ready_timeout() -> None:
+    knobs = params(stall_timeout=120.0, ready_timeout=300.0, max_pending_pairs=4)
+    observed = Observed(placeholders=pair(1, R, P, created=0.0))
+    _, memory = plan(observed, demand(6), knobs, Memory(), 100.0)
+    result, memory = plan(observed, demand(6), knobs, memory, 121.0)
+    (probe,) = result.probes
+    ran = Observed(placeholders=(ph(probe.slot, Role.WORKFLOW, R, created=121.0),))
+    result, ramping = plan(ran, demand(6), knobs, memory, 150.0)
+    assert ramping.slow_start is not None
+    # Nothing ran since and no pair was wanted: the ramp is forgotten after ready_timeout.
+    idle, forgotten = plan(ran, demand(0), knobs, ramping, 451.0)
+    assert (idle.slow_start, forgotten.slow_start) == (0, None)
+    # Two of its pairs run: 2 ** 2 = 4 = max_pending_pairs, the ramp is over.
+    made = apply_plan(ran, result, knobs, 150.0)
+    (slot,) = result.creates
+    both = Observed(
+        placeholders=(
+            *_set_phase(made, slot, R).placeholders,
+            *pair(int(slot) + 1, R, R, created=160.0),
+        )
+    )
+    done, over = plan(both, demand(6), knobs, ramping, 200.0)
+    assert (done.slow_start, over.slow_start) == (0, None)
 
 
 def test_no_probe_when_no_pair_is_wanted_or_one_is_already_asking() -> None:
@@ -116,6 +192,9 @@ async def test_through_the_reconciler_a_probe_is_made_counted_and_not_a_launch_s
         cleared = await scene.reconciler.reconcile_once()
         assert cleared.stall_backoff == 0.0
         assert cleared.repairs == (Repair(made.slot, Role.RUNNER),)
+        assert cleared.slow_start == 1
+        ramp = {"name": RUNNER_SET, "namespace": NS}
+        assert scene.registry.get_sample_value("gha_capacity_slow_start_pairs", ramp) == 1
         await scene.settle()
         (repaired,) = scene.placeholders(Role.RUNNER)
         scene.clock.now = NOW + 170
@@ -128,6 +207,8 @@ async def test_through_the_reconciler_a_probe_is_made_counted_and_not_a_launch_s
     assert sample("gha_capacity_probes_total", labels) == 1
     lines = [r for r in caplog.records if r.getMessage() == "placeholder probe created"]
     assert [r.__dict__["role"] for r in lines] == [Role.WORKFLOW.value]
+    ramps = [r for r in caplog.records if r.getMessage() == "slow start"]
+    assert [r.__dict__["in_flight"] for r in ramps] == [1]
 
 
 def test_a_probe_clears_the_back_off_though_its_timestamp_is_older_than_the_stall() -> None:
