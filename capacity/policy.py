@@ -816,7 +816,7 @@ def _slot_from(slot: str, first: int) -> bool:
 
 def _ramp_allowance(ramp: SlowStart, params: Params) -> int:
     """The pairs a slow start lets be in flight with their stalled half Pending."""
-    return min(params.max_pending_pairs, 2 ** min(len(ramp.confirmed), 30))
+    return min(params.max_pending_pairs, 1 << min(len(ramp.confirmed), 30))
 
 
 def _ramp_room(
