@@ -485,7 +485,7 @@ class _StateSeries:
         )
         yield self._one(
             "gha_capacity_slow_start_pairs",
-            "After a stall's back-off: the new pairs that may be in flight with their stalled "
+            "After a stall's back-off or a confirmed shortage: the new pairs that may be in flight with their stalled "
             "half Pending (one, doubled per pair made since whose half ran); 0 when not "
             "ramping.",
             plan.slow_start,

@@ -315,15 +315,17 @@ class Plan:
     # the halves whose pools are short, confirmed (policy._short_roles): no new pairs
     short_roles: tuple[Role, ...] = ()
     held_by_shortage: int = 0  # pairs wanted and otherwise admitted, not created meanwhile
-    # after a stall's back-off, the pairs that may be in flight (slow start); 0: not ramping
+    # after a back-off or a confirmed shortage, the new pairs that may be in flight (slow
+    # start); 0: not ramping
     slow_start: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
 class SlowStart:
-    """The ramp after a stall's back-off ends (policy `_slow_start`): since when, the half
-    the stall was on, the first slot id made during it, and the slots made since whose half
-    of that role has run (each doubles the pairs allowed in flight)."""
+    """The ramp after a stall's back-off or a confirmed shortage ends (policy `_slow_start`):
+    since when, the half the cloud could not give, the first slot id made during it, and
+    the slots made since whose half of that role has run (each doubles the pairs allowed in
+    flight)."""
 
     since: float
     role: Role
@@ -356,5 +358,7 @@ class Memory:
     # The probes' slots since the last stall, while they live (a pod's creationTimestamp has
     # whole seconds, so a probe made in the stall's pass cannot be told by its age).
     probe_slots: tuple[str, ...] = ()
-    # After the back-off ends: new pairs in flight are ramped up, not made all at once.
+    # After the back-off or a confirmed shortage ends: new pairs in flight are ramped up,
+    # not made all at once; the halves short in the last pass, to see a shortage end.
     slow_start: SlowStart | None = None
+    short_roles: tuple[Role, ...] = ()

@@ -77,7 +77,9 @@ The plan, in order:
    stall back-off (step 2), only a probe when no half of the stalled role is Pending. Once
    the probe runs it is a lone half, repaired like any other; and (e) none during a
    confirmed shortage (`_short_roles`: the pools of a half said they cannot launch a node,
-   and a half they refused is still Pending `SIGNAL_STALL_FLOOR` after its creation).
+   and a half they refused is still Pending `SIGNAL_STALL_FLOOR` after its creation);
+   and (f) after either of those holds ends, in a slow start (`_slow_start`): one new pair
+   in flight with that half Pending, doubled per pair made since whose half ran.
 
 Slot ids are decimal strings chosen by the policy: above every numeric slot observed and above
 `Memory.next_slot`, so ids are not reused while a process lives and never collide with a pod
@@ -613,9 +615,6 @@ def plan(
     )
     backing_off = 0.0 if stalled_at is None else max(0.0, stalled_at + backoff - now)
     first = _next_slot(observed, memory)
-    ramp = _slow_start(memory, stalled_at, backoff, live, params, now, first)  # 2
-    if stalled_at is None and ramp is None:
-        backoff = 0.0  # over, and so is its ramp: the next stall starts afresh
     _cap_runner_halves(  # 3
         slots.complete, slots.lone_runners, slots.lone_workflows, observed, params, delete
     )
@@ -638,6 +637,9 @@ def plan(
     )
     # After every deletion of this pass: a half it deletes asks the cloud for nothing more.
     short = _short_roles((p for p in live if p.name not in delete.reasons), params, now)
+    ramp = _slow_start(memory, (stalled_at, backoff, stalled_role), short, live, params, now, first)
+    if stalled_at is None and ramp is None:
+        backoff = 0.0  # over, and so is its ramp: the next stall starts afresh
     repairs, count, held, blocked = _new_halves_and_pairs(  # 9
         desired,
         counts,
@@ -689,6 +691,7 @@ def plan(
         stalled_role=stalled_role,
         probe_slots=() if stalled_at is None else probe_slots + tuple(p.slot for p in probes),
         slow_start=ramp,
+        short_roles=tuple(sorted(short, key=lambda r: r.value)),
     )
 
 
@@ -772,32 +775,42 @@ def _stall_backoff(
 
 def _slow_start(
     memory: Memory,
-    stalled_at: float | None,
-    backoff: float,
+    stall: tuple[float | None, float, Role | None],
+    short: frozenset[Role],
     live: Iterable[Placeholder],
     params: Params,
     now: float,
     first: int,
 ) -> SlowStart | None:
-    """Step 2's ramp once a back-off ends (a half of the stalled role ran, or its time ran
-    out): the pairs in flight whose stalled half is still Pending start at one and double
-    for each pair made since whose half of that role has run, until `max_pending_pairs`
-    allows no more or `ready_timeout` has passed.
+    """The ramp once new pairs are no longer held for a half the cloud could not give (a
+    stall's back-off ended: a half of the stalled role ran, or its time ran out; or a
+    confirmed shortage is over: no half refused is still Pending): the new pairs in flight
+    whose half of that role is still Pending start at one and double for each pair made
+    since whose half of that role has run, until `max_pending_pairs` allows no more or
+    `ready_timeout` has passed. ``stall``: step 2's (last stall, back-off length, role).
 
-    The back-off ends on one half of the stalled role running, and that half may have
-    found room on a node that was already there (a finished job's workflow pod's, say)
-    while the cloud still has no node of the type. Ended at once, the next pass made a
-    pair per queued job, and each held a node for the half the cloud can give until it was
-    released as stalled again, a launch later (seen in the outcome benchmark: eight pairs
-    made and refused two seconds later). Ramped, a wrong end costs one pair; a real one a
-    launch or two before the full rate, while the pairs already wanted are repaired."""
-    if stalled_at is not None and now < stalled_at + backoff:
-        return None  # backing off (or stalled this pass): no pair is made anyway
+    Both holds end on one half of the role running or leaving, and that half may have found
+    room on a node that was already there (a finished job's workflow pod's, say) while the
+    cloud still has no node of the type. Ended at once, the next pass made a pair per
+    queued job, and each held a node for the half the cloud can give until it was released
+    as stalled again, a launch later (seen in the outcome benchmark: eight pairs made and
+    refused two seconds later). Ramped, a wrong end costs one pair; a real one a launch or
+    two before the full rate, while the pairs already wanted are repaired."""
+    stalled_at, backoff, stalled_role = stall
+    if short or (stalled_at is not None and now < stalled_at + backoff):
+        return None  # held (or stalled this pass): no pair is made anyway
     ramp = memory.slow_start
     if ramp is None:
-        if memory.stalled_at is None or memory.stalled_role is None:
+        # A back-off run out (or none at all), or one ended by this pass.
+        role = stalled_role if stalled_at is not None else None
+        if role is None and memory.stalled_at is not None:
+            role = memory.stalled_role
+        if role is None and memory.short_roles:
+            # Two halves short at once: the workflow half is the scarce one (as for a stall).
+            role = Role.WORKFLOW if Role.WORKFLOW in memory.short_roles else Role.RUNNER
+        if role is None:
             return None
-        ramp = SlowStart(since=now, role=memory.stalled_role, first_slot=first)
+        ramp = SlowStart(since=now, role=role, first_slot=first)
     elif now - ramp.since > params.ready_timeout:
         return None
     ran = {

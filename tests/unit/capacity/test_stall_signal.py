@@ -182,17 +182,26 @@ def test_no_hold_without_a_confirmed_shortage(
     assert result.held_by_shortage == 0
 
 
-def test_the_hold_ends_when_the_refused_half_runs() -> None:
-    params = knobs(cannot_launch_at={W: 5.0})
+def test_the_hold_ends_when_the_refused_half_runs_and_pairs_come_back_one_first() -> None:
+    """The refused half may have run in a finished job's room on an old node while the type
+    is still out: after the hold, one new pair, then two once its workflow half runs."""
+    params = knobs(cannot_launch_at={W: 5.0}, max_pending_pairs=8)
     held, memory = plan(
-        Observed(placeholders=pair(1, R, P, created=0.0)), queued(3), params, Memory(), 70.0
+        Observed(placeholders=pair(1, R, P, created=0.0)), queued(4), params, Memory(), 70.0
     )
     assert held.creates == ()
-    ran, _ = plan(
-        Observed(placeholders=pair(1, R, R, created=0.0)), queued(3), params, memory, 75.0
+    assert memory.short_roles == (W,)
+    ran, memory = plan(
+        Observed(placeholders=pair(1, R, R, created=0.0)), queued(4), params, memory, 75.0
     )
-    assert len(ran.creates) == 2
     assert ran.short_roles == ()
+    assert (ran.creates, ran.slow_start) == (("2",), 1)
+    waiting = Observed(placeholders=(*pair(1, R, R, created=0.0), *pair(2, R, P, created=75.0)))
+    again, memory = plan(waiting, queued(4), params, memory, 90.0)
+    assert again.creates == ()
+    grown = Observed(placeholders=(*pair(1, R, R, created=0.0), *pair(2, R, R, created=75.0)))
+    more, memory = plan(grown, queued(4), params, memory, 120.0)
+    assert (len(more.creates), more.slow_start) == (2, 2)
 
 
 def test_karpenters_word_on_the_pending_half_confirms_the_shortage_at_once() -> None:
