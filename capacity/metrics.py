@@ -485,9 +485,9 @@ class _StateSeries:
         )
         yield self._one(
             "gha_capacity_slow_start_pairs",
-            "After a stall's back-off or a confirmed shortage: the new pairs that may be in flight with their stalled "
-            "half Pending (one, doubled per pair made since whose half ran); 0 when not "
-            "ramping.",
+            "After a stall's back-off or a confirmed shortage: the new pairs that may be in "
+            "flight with their short half Pending (one, doubled per pair made since whose "
+            "half ran); 0 when not ramping.",
             plan.slow_start,
         )
         yield self._family(
