@@ -542,8 +542,13 @@ def _slide(
     return tuple(kept)
 
 
+def _slot_number(slot: str) -> int | None:
+    """A slot id as the number the policy gave it; None for one it did not (not decimal)."""
+    return int(slot) if slot.isascii() and slot.isdigit() else None
+
+
 def _next_slot(observed: Observed, memory: Memory) -> int:
-    numeric = [int(p.slot) for p in observed.placeholders if p.slot.isascii() and p.slot.isdigit()]
+    numeric = [n for p in observed.placeholders if (n := _slot_number(p.slot)) is not None]
     return max([memory.next_slot, *(n + 1 for n in numeric)])
 
 
@@ -637,6 +642,7 @@ def plan(
     )
     # After every deletion of this pass: a half it deletes asks the cloud for nothing more.
     short = _short_roles((p for p in live if p.name not in delete.reasons), params, now)
+    short_roles = tuple(sorted(short, key=lambda r: r.value))
     ramp = _slow_start(memory, (stalled_at, backoff, stalled_role), short, live, params, now, first)
     if stalled_at is None and ramp is None:
         backoff = 0.0  # over, and so is its ramp: the next stall starts afresh
@@ -677,7 +683,7 @@ def plan(
         held_by_nodepools=held,
         stall_backoff=backing_off,
         stalls=tuple(slots.stalls),
-        short_roles=tuple(sorted(short, key=lambda r: r.value)),
+        short_roles=short_roles,
         held_by_shortage=blocked if short else 0,
         slow_start=0 if ramp is None else _ramp_allowance(ramp, params),
     )
@@ -691,7 +697,7 @@ def plan(
         stalled_role=stalled_role,
         probe_slots=() if stalled_at is None else probe_slots + tuple(p.slot for p in probes),
         slow_start=ramp,
-        short_roles=tuple(sorted(short, key=lambda r: r.value)),
+        short_roles=short_roles,
     )
 
 
@@ -757,9 +763,7 @@ def _stall_backoff(
     if stalled and first is not None:
         longest = max(first, params.ready_timeout)
         backoff = first if memory.backoff <= 0 else 2 * memory.backoff
-        # Two halves short at once (both pools out): the workflow half is the scarce one.
-        role = Role.WORKFLOW if Role.WORKFLOW in stalled else Role.RUNNER
-        return min(backoff, longest), now, role
+        return min(backoff, longest), now, _scarcer(stalled)
     since = memory.stalled_at
     # Strictly after: a half already there when the stall was seen says nothing new (and
     # a pass repeated on the same view must not clear what the first one set).
@@ -771,6 +775,12 @@ def _stall_backoff(
     ):
         return memory.backoff, None, None  # the length stays while the slow start lasts
     return memory.backoff, since, memory.stalled_role
+
+
+def _scarcer(roles: Iterable[Role]) -> Role:
+    """The half a hold is about, of those short: with both pools out, the workflow half is
+    the scarce one."""
+    return Role.WORKFLOW if Role.WORKFLOW in roles else Role.RUNNER
 
 
 def _slow_start(
@@ -806,8 +816,7 @@ def _slow_start(
         if role is None and memory.stalled_at is not None:
             role = memory.stalled_role
         if role is None and memory.short_roles:
-            # Two halves short at once: the workflow half is the scarce one (as for a stall).
-            role = Role.WORKFLOW if Role.WORKFLOW in memory.short_roles else Role.RUNNER
+            role = _scarcer(memory.short_roles)
         if role is None:
             return None
         ramp = SlowStart(since=now, role=role, first_slot=first)
@@ -824,7 +833,7 @@ def _slow_start(
 
 
 def _slot_from(slot: str, first: int) -> bool:
-    return slot.isascii() and slot.isdigit() and int(slot) >= first
+    return (n := _slot_number(slot)) is not None and n >= first
 
 
 def _ramp_allowance(ramp: SlowStart, params: Params) -> int:
