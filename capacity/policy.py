@@ -732,9 +732,16 @@ def _short_roles(live: Iterable[Placeholder], params: Params, now: float) -> fro
         for p in pending
         if (own := _own_refusal(p, params)) is not None and now - own <= window
     }
+    # A half made this very instant has not waited at all, whatever the floor (0 with a
+    # ready timeout of 0): it must not confirm a shortage in the pass after the one that
+    # made it at the same time, or planning twice would not give the same memory.
     for role, said in params.cannot_launch_at.items():
         if now - said <= window and any(
-            p.role == role and p.created_at <= said and now - p.created_at >= floor for p in pending
+            p.role == role
+            and p.created_at <= said
+            and now - p.created_at >= floor
+            and now > p.created_at
+            for p in pending
         ):
             short.add(role)
     return frozenset(short)
