@@ -84,7 +84,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from capacity.settings import HUD_READ_INTERVAL
+from capacity.settings import HUD_READ_INTERVAL, parse_duration
 from capacity.whatif.optimum import optimum
 from capacity.whatif.synth import SynthSpec, generate
 from tools import node_occupancy
@@ -1089,6 +1089,23 @@ def reference(config: Config, seed_plan: SeedPlan) -> dict[str, Any]:
         },
         "busy_slot_seconds": round(best.busy, 1),
         "spare_slot_seconds": round(best.spare, 1),
+        "priced": priced_reference(config, spans),
+    }
+
+
+def priced_reference(config: Config, spans: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    """The same bound with each launch priced as this cluster charges it: the mean launch
+    delay as lead time, plus Karpenter's ``consolidateAfter`` as the empty tail a released
+    node is paid for before it goes. Still perfect packing and foresight: what the best
+    policy could hold here, not a floor no policy can reach (the bound above is that)."""
+    lead = statistics.fmean(config.launch_delay)
+    tail = parse_duration(config.consolidate_after)
+    priced = optimum(spans, lead=lead, launch_cost=tail)
+    return {
+        "lead_s": lead,
+        "tail_s": tail,
+        "launches": priced.launches,
+        "node_seconds": {"total": round(2 * (priced.busy + priced.spare) / SLOTS_PER_NODE, 1)},
     }
 
 

@@ -19,7 +19,10 @@ def _variant(p90: float, node_s: float, failed: int = 0) -> dict[str, Any]:
 def _seed(**variants: tuple[float, float, int]) -> dict[str, Any]:
     return {
         "variants": {name: _variant(*figures) for name, figures in variants.items()},
-        "reference": {"node_seconds": {"total": 10_000.0}},
+        "reference": {
+            "node_seconds": {"total": 10_000.0},
+            "priced": {"node_seconds": {"total": 11_000.0}},
+        },
     }
 
 
@@ -66,6 +69,10 @@ def test_each_goal_counts_the_seeds_that_meet_it() -> None:
     # Seed 1: the adaptive pool holds ×1.35 the optimum; seed 4: every variant ≤ ×1.2.
     assert [ok for _, _, ok in bound] == [False, True]
     assert "adaptive ×1.35" in bound[0][1]
+    priced = next(v for k, v in rows.items() if k.startswith("(launches priced"))
+    # 13,500 / 11,000 = ×1.23 in seed 1 (met); 12,000 / 11,000 in seed 4; seed 6 has none.
+    assert [ok for _, _, ok in priced[0]] == [True, True]
+    assert "adaptive ×1.23 (stock minRunners 0 ×1.09)" in priced[0][0][1]
     adaptive, met = rows["adaptive"]
     assert (met, len(adaptive)) == (1, 2)
 
