@@ -1417,27 +1417,50 @@ def _draw(
 
 
 def _draw_summary(seeds: Mapping[str, Any], config: Config, path: Path) -> None:
+    def point(own: Mapping[str, Any]) -> tuple[Any, Any]:
+        # An old run has no headline wait: its own (failed left out), as it was drawn.
+        wait = WAIT if WAIT in own else WORKFLOW_RAN
+        return _get(own, ("node_seconds", "total")), _get(own, (wait, "p90"))
+
+    scatter_by_variant(
+        seeds,
+        {variant: HEADERS[variant] for variant in config.variants},
+        point,
+        path,
+        labels=(
+            "node-seconds in the window (all pools)",
+            "p90 queue → workflow Running or failed (s)",
+            "The trade-off: one point per variant and seed",
+        ),
+    )
+
+
+def scatter_by_variant(
+    seeds: Mapping[str, Any],
+    variants: Mapping[str, str],
+    point: Callable[[Mapping[str, Any]], tuple[Any, Any]],
+    path: Path,
+    labels: tuple[str, str, str],
+) -> None:
+    """One marker per variant (``variants``: name → legend), one point per seed: ``point``
+    reads (cost, wait) from a variant's figures (either None: no point). ``labels``: the x
+    axis, the y axis, the title."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 6))
     markers = "osD^vP"
-    for index, variant in enumerate(config.variants):
+    for index, (variant, legend) in enumerate(variants.items()):
         xs, ys = [], []
         for figures in seeds.values():
             own = figures["variants"].get(variant)
-            if own is None:
-                continue
-            x = _get(own, ("node_seconds", "total"))
-            # An old run has no headline wait: its own (failed left out), as it was drawn.
-            y = _get(own, (WAIT, "p90"))
-            if WAIT not in own:
-                y = _get(own, (WORKFLOW_RAN, "p90"))
+            x, y = (None, None) if own is None else point(own)
             if x is not None and y is not None:
                 xs.append(x)
                 ys.append(y)
-        ax.scatter(xs, ys, marker=markers[index % len(markers)], s=60, label=HEADERS[variant])
-    ax.set_xlabel("node-seconds in the window (all pools)")
-    ax.set_ylabel("p90 queue → workflow Running or failed (s)")
-    ax.set_title("The trade-off: one point per variant and seed", fontsize=12)
+        ax.scatter(xs, ys, marker=markers[index % len(markers)], s=60, label=legend)
+    xlabel, ylabel, title = labels
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=12)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=10, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=90)

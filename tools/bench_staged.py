@@ -772,28 +772,25 @@ def report(document: Mapping[str, Any]) -> str:
 
 
 def _draw_summary(seeds: Mapping[str, Any], variants: Sequence[str], path: Path) -> None:
-    from tools.bench_outcomes import _pyplot
+    from tools.bench_outcomes import scatter_by_variant
 
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(10, 6))
-    markers = "osD^v"
-    for index, variant in enumerate(variants):
-        xs, ys = [], []
-        for figures in seeds.values():
-            own = figures["variants"].get(variant)
-            x = None if own is None else _get(own, ("staged", "shard_node_seconds", "gpu"))
-            y = None if own is None else _get(own, ("staged", "shard_wait_s", "p90"))
-            if x is not None and y is not None:
-                xs.append(x)
-                ys.append(y)
-        ax.scatter(xs, ys, marker=markers[index % len(markers)], s=60, label=HEADERS[variant])
-    ax.set_xlabel("GPU node-seconds in the window (the shards' workflow pool)")
-    ax.set_ylabel("shards' p90 queue → workflow Running or failed (s)")
-    ax.set_title("Staged CI: one point per variant and seed", fontsize=12)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=10, frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    def point(own: Mapping[str, Any]) -> tuple[Any, Any]:
+        return (
+            _get(own, ("staged", "shard_node_seconds", "gpu")),
+            _get(own, ("staged", "shard_wait_s", "p90")),
+        )
+
+    scatter_by_variant(
+        seeds,
+        {variant: HEADERS[variant] for variant in variants},
+        point,
+        path,
+        labels=(
+            "GPU node-seconds in the window (the shards' workflow pool)",
+            "shards' p90 queue → workflow Running or failed (s)",
+            "Staged CI: one point per variant and seed",
+        ),
+    )
 
 
 def merge_into(documents: Sequence[Mapping[str, Any]], out: Path) -> int:
