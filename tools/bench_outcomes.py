@@ -1143,6 +1143,7 @@ def config_of(document: Mapping[str, Any]) -> Config:
                 demand_hold=described.get("demand_hold", "downscale_delay"),
                 nodepools=described.get("nodepools_enabled", False),
                 refused_ttl=recorded_refused_ttl(described),
+                warm=int(described.get("N", known.warm)),
             )
     raise ValueError("config: the saved run matches neither FULL nor SMOKE; cannot re-plan it")
 
@@ -1490,6 +1491,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     run_cmd.add_argument("--workdir", type=Path, default=None)
     run_cmd.add_argument(
+        "--warm",
+        type=int,
+        default=None,
+        metavar="N",
+        help="minRunners, pause pods and warm pool pairs per cluster (default 2); runs with "
+        "another N are their own table (merge refuses to mix them)",
+    )
+    run_cmd.add_argument(
         "--nodepools",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -1551,6 +1560,10 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(config, variants=tuple(args.variants))
     if args.nodepools is not None:
         config = replace(config, nodepools=args.nodepools)
+    if args.warm is not None:
+        if args.warm < 0:
+            parser.error(f"--warm: must be 0 or more, got {args.warm}")
+        config = replace(config, warm=args.warm)
     workdir = args.workdir or new_workdir("capacity-listener-outcomes")
 
     document = asyncio.run(benchmark(workdir, args.out, config))

@@ -24,6 +24,7 @@ from tools.bench_outcomes import (
     _pause_seconds,
     _placeholder_seconds,
     config_of,
+    main,
     merge,
     peak_in_flight,
     plan,
@@ -228,11 +229,18 @@ def test_the_priced_reference_charges_the_mean_launch_and_the_consolidation_tail
 
 
 def test_saved_runs_are_re_planned_with_their_configuration() -> None:
-    document = {"config": replace(SMOKE, seeds=(2, 3)).describe(), "seeds": {}}
+    document = {"config": replace(SMOKE, seeds=(2, 3), warm=6).describe(), "seeds": {}}
     assert config_of(document).seeds == (2, 3)
+    assert config_of(document).warm == 6  # a run with another N is re-planned with its own
     document["config"]["node_provisioning_delay_s"] = [1.0, 2.0]
     with pytest.raises(ValueError, match="matches neither"):
         config_of(document)
+
+
+def test_a_negative_warm_pool_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--smoke", "--warm", "-1"])
+    assert "--warm: must be 0 or more, got -1" in capsys.readouterr().err
 
 
 def test_summary_and_table_carry_the_reference_column() -> None:
