@@ -204,30 +204,6 @@ def test_a_seed_plan_is_repeatable_and_its_shortage_falls_in_the_arrivals() -> N
     assert plan(FULL, 4).shortage != first.shortage
 
 
-def test_reference_is_the_optimum_in_slot_seconds_halved_per_pool() -> None:
-    config = replace(SMOKE, launch_delay=(30.0, 90.0))
-    seed_plan = SeedPlan(1, (Arrival(0.0, 100.0), Arrival(10.0, 100.0)), (0.0, 0.0))
-    bound = reference(config, seed_plan)
-    # Two slots, each launched once (30 s lead) and busy 100 s: 260 slot-seconds.
-    assert bound["busy_slot_seconds"] == 200.0
-    assert bound["spare_slot_seconds"] == 60.0
-    assert bound["node_seconds"] == {"runner": 130.0, "workflow": 130.0, "total": 260.0}
-
-
-def test_the_priced_reference_charges_the_mean_launch_and_the_consolidation_tail() -> None:
-    config = replace(SMOKE, launch_delay=(30.0, 90.0), consolidate_after="30s")
-    # One slot: busy 0–100 s and 250–350 s. The 150 s gap is longer than a launch priced at
-    # 60 s + 30 s, so the slot is released and launched again: 2 × 90 + 200 slot-seconds.
-    seed_plan = SeedPlan(1, (Arrival(0.0, 100.0), Arrival(250.0, 100.0)), (0.0, 0.0))
-    priced = reference(config, seed_plan)["priced"]
-    assert (priced["lead_s"], priced["tail_s"], priced["launches"]) == (60.0, 30.0, 2)
-    assert priced["node_seconds"] == {"total": 380.0}  # 380 slot-s, halved, in two pools
-    # A gap shorter than the priced launch is held instead: 60 s, one launch.
-    held = reference(config, SeedPlan(1, (Arrival(0.0, 100.0), Arrival(160.0, 100.0)), (0, 0)))
-    assert held["priced"]["launches"] == 1
-    assert held["priced"]["node_seconds"] == {"total": 90.0 + 60.0 + 200.0}
-
-
 def test_saved_runs_are_re_planned_with_their_configuration() -> None:
     document = {"config": replace(SMOKE, seeds=(2, 3), warm=6).describe(), "seeds": {}}
     assert config_of(document).seeds == (2, 3)

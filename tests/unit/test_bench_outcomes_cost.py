@@ -1,14 +1,25 @@
 """Node-seconds per succeeded job in the outcome benchmark's summary and table
 (tools/bench_outcomes.py): a job the prepare-job timeout failed held its runner's node but
 never ran its workflow pod, so a variant that fails jobs holds fewer node-seconds for less
-work; the cost of the work done is the total over the jobs that succeeded."""
+work; the cost of the work done is the total over the jobs that succeeded. And the offline
+optimum the costs are measured against, as a bound and priced as the cluster charges a
+launch."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
-from tools.bench_outcomes import REFERENCE, SMOKE, SeedPlan, plan, reference, summarize, table
+from tools.bench_outcomes import (
+    REFERENCE,
+    SMOKE,
+    Arrival,
+    SeedPlan,
+    plan,
+    reference,
+    summarize,
+    table,
+)
 
 
 def _variant(succeeded: int, total: float) -> dict[str, Any]:
@@ -56,3 +67,27 @@ def test_the_bound_counts_every_job_as_succeeded() -> None:
     summary = summarize({"2": {"variants": {}, "reference": bound}}, config)
     per_job = summary[REFERENCE]["node_seconds_per_succeeded_job"]["value"]["median"]
     assert per_job == round(bound["node_seconds"]["total"] / len(seed_plan.arrivals), 1)
+
+
+def test_reference_is_the_optimum_in_slot_seconds_halved_per_pool() -> None:
+    config = replace(SMOKE, launch_delay=(30.0, 90.0))
+    seed_plan = SeedPlan(1, (Arrival(0.0, 100.0), Arrival(10.0, 100.0)), (0.0, 0.0))
+    bound = reference(config, seed_plan)
+    # Two slots, each launched once (30 s lead) and busy 100 s: 260 slot-seconds.
+    assert bound["busy_slot_seconds"] == 200.0
+    assert bound["spare_slot_seconds"] == 60.0
+    assert bound["node_seconds"] == {"runner": 130.0, "workflow": 130.0, "total": 260.0}
+
+
+def test_the_priced_reference_charges_the_mean_launch_and_the_consolidation_tail() -> None:
+    config = replace(SMOKE, launch_delay=(30.0, 90.0), consolidate_after="30s")
+    # One slot: busy 0–100 s and 250–350 s. The 150 s gap is longer than a launch priced at
+    # 60 s + 30 s, so the slot is released and launched again: 2 × 90 + 200 slot-seconds.
+    seed_plan = SeedPlan(1, (Arrival(0.0, 100.0), Arrival(250.0, 100.0)), (0.0, 0.0))
+    priced = reference(config, seed_plan)["priced"]
+    assert (priced["lead_s"], priced["tail_s"], priced["launches"]) == (60.0, 30.0, 2)
+    assert priced["node_seconds"] == {"total": 380.0}  # 380 slot-s, halved, in two pools
+    # A gap shorter than the priced launch is held instead: 60 s, one launch.
+    held = reference(config, SeedPlan(1, (Arrival(0.0, 100.0), Arrival(160.0, 100.0)), (0, 0)))
+    assert held["priced"]["launches"] == 1
+    assert held["priced"]["node_seconds"] == {"total": 90.0 + 60.0 + 200.0}
