@@ -8,7 +8,8 @@
 #   slow:  every other directory of tests/ (chart: helm lint/template with the pinned Helm;
 #          integration, e2e, conformance, image, and any
 #          tier added later), each its own pytest run, all run even if one fails;
-#          integration on TEST_WORKERS (default 2) pytest-xdist workers.
+#          integration and e2e on TEST_WORKERS (default 2) pytest-xdist workers, their
+#          tests marked `alone` after them on one.
 #
 # Ends with one line per tier: name, wall seconds, result. Exit 1 if any tier failed.
 set -uo pipefail
@@ -64,23 +65,27 @@ for dir in tests/*/; do
     *) ls "$dir"test_*.py >/dev/null 2>&1 && others+=("$name") ;;
   esac
 done
-# The integration tier waits mostly on the control plane and Karpenter (launch delays,
-# consolidation, reconcile ticks): its files run on several pytest-xdist workers, each with
-# its own local control plane and Karpenter; --dist loadfile keeps a file's tests, which share
-# fixtures, on one worker. TEST_WORKERS=1 runs them one at a time. The e2e tier stays on one
-# worker: its fault soak judges every poll's header against the pods listed within 2 s, and
-# beside a second worker one run saw a header above confirmed capacity for under a second
-# (docs/soak.md, "Known"); a check that fails with the machine's load is not a gate.
+# The integration and e2e tiers wait mostly on the control plane and Karpenter (launch
+# delays, consolidation, reconcile ticks): their files run on several pytest-xdist workers,
+# each with its own local control plane and Karpenter; --dist loadfile keeps a file's tests,
+# which share fixtures, on one worker. TEST_WORKERS=1 runs them one at a time. Tests marked
+# `alone` run afterwards on one worker with nothing beside them: the fault soak judges every
+# poll's header against the pods listed within 2 s, and beside a second worker one run saw a
+# header above confirmed capacity for under a second (docs/soak.md, "Known").
 workers=${TEST_WORKERS:-2}
-spread=" integration "
+spread=" integration e2e "
 for name in "${ordered[@]}" "${others[@]}"; do
   [ -d "tests/$name" ] || continue
-  extra=()
   if [[ "$spread" == *" $name "* && "$workers" -gt 1 ]]; then
-    extra=(-n "$workers" --dist loadfile)
+    # --durations: the slowest tests of each tier, where a shorter CI has to start.
+    tier "$name" "$VENV/bin/pytest" "tests/$name" -q --durations=10 -m "not alone" \
+      -n "$workers" --dist loadfile
+    # Exit 5: no test of the tier is marked `alone`.
+    tier "$name-alone" bash -c '"$@"; rc=$?; [ "$rc" -eq 5 ] && exit 0; exit "$rc"' _ \
+      "$VENV/bin/pytest" "tests/$name" -q --durations=10 -m alone
+  else
+    tier "$name" "$VENV/bin/pytest" "tests/$name" -q --durations=10
   fi
-  # --durations: the slowest tests of each tier, where a shorter CI has to start.
-  tier "$name" "$VENV/bin/pytest" "tests/$name" -q --durations=10 "${extra[@]}"
 done
 
 summary
