@@ -1,9 +1,11 @@
 """Demand sources: where the monitor reads how many jobs are queued for its scale set.
 
-Two sources sit behind one interface (`DemandReader.read`), chosen by `demand.source`:
+Three sources sit behind one interface (`DemandReader.read`), chosen by `demand.source`:
 
 - ``hud``: PyTorch's HUD queued-jobs API (`capacity.hud`);
-- ``github``: GitHub's REST API, with the listener's own credentials (`capacity.github_demand`).
+- ``github``: GitHub's REST API, with the listener's own credentials (`capacity.github_demand`);
+- ``webhook``: the cluster's webhook receiver, fed by GitHub's `workflow_job` deliveries
+  (`capacity.webhook_demand`).
 
 A read never raises: it returns a `Reading` whose `outcome` the pure policy folds into the
 fallback state (`capacity.policy.record_demand`: hold the last good value, then the floor), and
@@ -36,7 +38,7 @@ from capacity.stages import QueuedJob, RunningParent
 class Reading:
     """One read of a demand source."""
 
-    source: str  # "hud" or "github"
+    source: str  # "hud", "github" or "webhook"
     outcome: DemandOutcome  # what the policy uses: result, queued, aged
     # HUD: one outcome per HTTP request (one, or two with sharding), for the request metrics.
     requests: tuple[DemandOutcome, ...] = ()
@@ -54,6 +56,9 @@ class Reading:
     # GitHub: the queued jobs it counted (run attempt, job id, queued at), from the same job
     # lists, for the stage model to link children to the parents that ended before them.
     queued_jobs: tuple[QueuedJob, ...] = ()
+    # GitHub: every repository was read in this reading, none in part, so a queued job it
+    # does not list is not queued (the webhook receiver's reconcile drops such jobs).
+    complete: bool = False
 
 
 class DemandReader(Protocol):
@@ -142,14 +147,19 @@ def build_reader(
     """The configured source, or None when there is none. ValueError (one line) when the
     GitHub source is selected but no GitHub access was given.
 
-    ``hud_client`` is what HUD is read with: the composition root passes one built with the
-    same proxy rules as every GitHub call (Go's NO_PROXY semantics, which httpx's own
-    environment handling does not match), and closes it; without one, HUD gets a plain
-    client of its own."""
+    ``hud_client`` is what HUD and the webhook receiver are read with: the composition root
+    passes one built with the same proxy rules as every GitHub call (Go's NO_PROXY
+    semantics, which httpx's own environment handling does not match), and closes it;
+    without one, the source gets a plain client of its own."""
     source = settings.demand_source
     if source == "hud":
         # The token is in the settings already (load_capacity_settings, HUD_API_TOKEN).
         return HudDemand(settings.hud, labels, settings.demand, client=hud_client)
+    if source == "webhook":
+        # Here, not at the top: the webhook source's module builds on this one's Reading.
+        from capacity.webhook_demand import WebhookDemand
+
+        return WebhookDemand(settings.webhook, labels, settings.demand, client=hud_client)
     if source == "github":
         if github is None:
             raise ValueError("demand.source: 'github' needs the listener's GitHub credentials")

@@ -185,7 +185,7 @@ class GitHubDemand(DemandReader):
     def __init__(
         self,
         settings: GitHubDemandSettings,
-        labels: Sequence[str],
+        labels: Sequence[str] | None,
         *,
         client: Client,
         token: TokenSource,
@@ -195,7 +195,8 @@ class GitHubDemand(DemandReader):
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._settings = settings
-        self._labels = tuple(labels)
+        # None: every queued job with labels (the webhook receiver's reconcile).
+        self._labels = None if labels is None else tuple(labels)
         self._client = client
         self._token = token
         self._scope = GitHubScope(scope.api_url.rstrip("/"), scope.owner, scope.repository)
@@ -400,7 +401,10 @@ class GitHubDemand(DemandReader):
             if job.get("status") != "queued":
                 continue
             labels = job.get("labels")
-            if not isinstance(labels, list) or not label_match(map(str, labels), self._labels):
+            if not isinstance(labels, list) or not labels:
+                continue
+            names = tuple(map(str, labels))
+            if self._labels is not None and not label_match(names, self._labels):
                 continue
             created = _epoch(job.get("created_at"))
             job_id = _int(job.get("id"))
@@ -411,6 +415,7 @@ class GitHubDemand(DemandReader):
                     # tell it from the same job in the next reading).
                     job_id=job_id if job_id is not None else -1,
                     queued_at=created if created is not None else self._clock(),
+                    labels=names,
                 )
             )
         return _Jobs(tuple(queued), tuple(running))
@@ -572,6 +577,7 @@ class GitHubDemand(DemandReader):
             running_truncated=sum(map(len, self._running.values())) > MAX_RUNNING,
             running_partial=bool(self._partial),
             queued_jobs=tuple(job for jobs in self._jobs.values() for job in jobs),
+            complete=visited == len(self._repos) and not self._partial,
         )
 
     def _running_now(self) -> tuple[RunningParent, ...]:

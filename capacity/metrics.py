@@ -75,7 +75,9 @@ _AGE_BUCKETS = (1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 300, 600)
 _LAUNCH_BUCKETS = (1, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600)
 _ASSIGN_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 # Where the demand value a pass plans with came from a read (the floor and "off" did not).
-_READ_SOURCES: Final = frozenset({DemandSource.HUD, DemandSource.GITHUB, DemandSource.STALE})
+_READ_SOURCES: Final = frozenset(
+    {DemandSource.HUD, DemandSource.GITHUB, DemandSource.WEBHOOK, DemandSource.STALE}
+)
 
 
 @dataclass(slots=True)

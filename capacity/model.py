@@ -124,6 +124,7 @@ class DemandSource(StrEnum):
 
     HUD = "hud"  # the latest HUD request succeeded
     GITHUB = "github"  # the latest pass over GitHub's REST API succeeded
+    WEBHOOK = "webhook"  # the latest read of the cluster's webhook receiver succeeded
     STALE = "stale"  # the source is failing; holding the last good value
     FLOOR = "floor"  # failing for too long (or never answered): the failure floor
     DISABLED = "disabled"  # no demand source configured: queued is 0

@@ -60,6 +60,9 @@ DEFAULT_HUD_URL = "https://hud.pytorch.org/api/clickhouse/queued_jobs_aggregate"
 REFERENCE = "deploy/config/REFERENCE.md"
 # The default HUD read interval: a reading as fresh as this costs HUD two small queries.
 HUD_READ_INTERVAL = 10.0
+# The receiver answers from memory in the cluster: a read a second keeps the demand step
+# about a second for little cost.
+WEBHOOK_READ_INTERVAL = 1.0
 
 
 @dataclass(frozen=True)
@@ -243,7 +246,27 @@ class HudSettings(BaseModel):
         return None
 
 
-DemandSourceName = Literal["hud", "github", "none"]
+class WebhookDemandSettings(BaseModel):
+    """The cluster's webhook receiver (`ghalistener webhook-receiver`) as the demand source:
+    the queue it keeps from GitHub's `workflow_job` deliveries, read over the cluster network."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # The receiver's reads port (the companion chart's Service sets it).
+    url: str = ""
+    timeout: PositiveDuration = 2.0
+    stale_after: Duration = 300.0
+    failure_base_capacity: int = Field(default=1, ge=0)
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if value and (not re.match(r"^https?://[^/\s]+", value) or any(c.isspace() for c in value)):
+            raise ValueError(f"invalid URL {value!r} (needs http:// or https://)")
+        return value.rstrip("/")
+
+
+DemandSourceName = Literal["hud", "github", "webhook", "none"]
 
 
 class DemandSettings(BaseModel):
@@ -559,6 +582,7 @@ class CapacitySettings(BaseSettings):
     hud: HudSettings = Field(default_factory=HudSettings)
     demand: DemandSettings = Field(default_factory=DemandSettings)
     github: GitHubDemandSettings = Field(default_factory=GitHubDemandSettings)
+    webhook: WebhookDemandSettings = Field(default_factory=WebhookDemandSettings)
     nodepools: NodePoolSettings = Field(default_factory=NodePoolSettings)
     warm_pool: WarmPoolSettings = Field(default_factory=WarmPoolSettings)
     cluster_autoscaler: ClusterAutoscalerSettings = Field(default_factory=ClusterAutoscalerSettings)
@@ -577,6 +601,8 @@ class CapacitySettings(BaseSettings):
             return self.demand.interval
         if self.demand_source == "hud":
             return min(HUD_READ_INTERVAL, self.recalculate_interval)
+        if self.demand_source == "webhook":
+            return WEBHOOK_READ_INTERVAL
         return self.recalculate_interval
 
     @property
@@ -633,7 +659,9 @@ class CapacitySettings(BaseSettings):
                 f"demand.cluster_index: {demand.cluster_index} must be less than "
                 f"demand.cluster_count ({demand.cluster_count})"
             )
-        if demand.source in ("github", "none") and self.hud.enabled:
+        if self.demand_source == "webhook" and not self.webhook.url:
+            problems.append("webhook.url: required with demand.source 'webhook'")
+        if demand.source in ("github", "webhook", "none") and self.hud.enabled:
             problems.append(
                 f"demand.source: {demand.source!r} but hud.enabled is true (choose one source)"
             )
@@ -883,6 +911,14 @@ def _demand_params(settings: CapacitySettings) -> dict[str, Any]:
             "demand_stale_after": settings.github.stale_after,
             "demand_failure_base_capacity": settings.github.failure_base_capacity,
             "demand_live": DemandSource.GITHUB,
+            **shard,
+        }
+    if source == "webhook":
+        return {
+            "demand_enabled": True,
+            "demand_stale_after": settings.webhook.stale_after,
+            "demand_failure_base_capacity": settings.webhook.failure_base_capacity,
+            "demand_live": DemandSource.WEBHOOK,
             **shard,
         }
     return {

@@ -77,6 +77,7 @@ class QueuedJob:
     run: str
     job_id: int
     queued_at: float
+    labels: tuple[str, ...] = ()  # its `runs-on` labels, as GitHub gave them
 
 
 def parent_name(parent: RunningParent) -> str:

@@ -495,7 +495,9 @@ class ArrivalCounter:
 def read_at(demand: Demand, now: float) -> float | None:
     """When the demand value in use was read, while the source is live (None otherwise);
     rounded so that one read gives one value at every pass."""
-    if demand.source not in (DemandSource.HUD, DemandSource.GITHUB) or demand.age is None:
+    if demand.source not in (DemandSource.HUD, DemandSource.GITHUB, DemandSource.WEBHOOK) or (
+        demand.age is None
+    ):
         return None
     return round(now - demand.age, 3)
 

@@ -90,7 +90,8 @@ DESCRIPTIONS: dict[str, str] = {
     "hud.parameters.orgs": "Organisations to count; empty: HUD's default.",
     "hud.parameters.repo": "Repository to count (`owner/name`); empty: all.",
     "demand": "Where queued jobs are read from, and demand sharding between clusters (below).",
-    "demand.source": "`hud`, `github` (GitHub's REST API with the listener's credentials) "
+    "demand.source": "`hud`, `github` (GitHub's REST API with the listener's credentials), "
+    "`webhook` (the cluster's webhook receiver, fed by GitHub's `workflow_job` deliveries) "
     "or `none`. Unset: `hud` when `hud.enabled`, else `none`.",
     "demand.cluster_index": "This cluster's index among the clusters serving the same labels "
     "(0 … `cluster_count` − 1). Lower indexes take the remainder of an uneven split.",
@@ -99,7 +100,8 @@ DESCRIPTIONS: dict[str, str] = {
     "demand.aged_after": "Jobs queued longer than this are claimed by every cluster, so a "
     "down or full cluster's share is picked up. Whole minutes with HUD.",
     "demand.interval": "How often the demand source is read. Unset: 10 s for HUD (at most "
-    "`recalculate_interval`), `recalculate_interval` for GitHub's REST API (its rate limit).",
+    "`recalculate_interval`), 1 s for the webhook receiver, `recalculate_interval` for "
+    "GitHub's REST API (its rate limit).",
     "demand.hold": "How long pairs made for queued jobs are held once the queue stops asking "
     "for them. Unset (auto): the p90 of this listener's recent pair launch times (create → "
     "both halves Running), within [30 s, `downscale_delay`]; `downscale_delay` until 8 "
@@ -120,6 +122,15 @@ DESCRIPTIONS: dict[str, str] = {
     "value this long, then fall back to the floor.",
     "github.failure_base_capacity": "The floor while the source is failing: desired pairs = "
     "`proactive_capacity` + this.",
+    "webhook": "The webhook receiver as the demand source (below); used when "
+    "`demand.source` is `webhook`.",
+    "webhook.url": "The receiver's reads port, e.g. `http://capacity-webhook.arc-systems"
+    ".svc:8081` (the companion chart sets it). Required with `demand.source: webhook`.",
+    "webhook.timeout": "Deadline of one read.",
+    "webhook.stale_after": "While the receiver fails, or answers that it has not reconciled "
+    "with GitHub, keep the last good value this long, then fall back to the floor.",
+    "webhook.failure_base_capacity": "The floor while the receiver is failing: desired pairs "
+    "= `proactive_capacity` + this.",
     "nodepools": "Karpenter NodePool limits (below): create no pair the pools' remaining "
     "`limits` cannot hold.",
     "nodepools.enabled": "Read the NodePools the placeholders can land on (a watch; needs "

@@ -238,9 +238,10 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
                     report=report or (lambda _allowed: None),
                 )
 
-            # HUD is read through the same proxy rules as GitHub (Go's NO_PROXY semantics),
-            # with the system trust store: the GHES root CA is not HUD's.
-            if capacity_settings.demand_source == "hud":
+            # HUD and the webhook receiver are read through the same proxy rules as GitHub
+            # (Go's NO_PROXY semantics), with the system trust store: the GHES root CA is
+            # neither's.
+            if capacity_settings.demand_source in ("hud", "webhook"):
                 hud_client = await stack.enter_async_context(
                     make_client(user_agent=product_user_agent())
                 )

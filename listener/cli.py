@@ -133,6 +133,10 @@ def main() -> None:
     signals.install_early()
     if sys.argv[1:2] == ["rbac"]:
         sys.exit(rbac_command(sys.argv[2:]))
+    if sys.argv[1:2] == ["webhook-receiver"]:
+        from listener import receiver_main
+
+        sys.exit(receiver_main.cli(sys.argv[2:], os.environ))
     if sys.argv[1:2] == ["whatif"]:
         from listener import whatif  # the what-if tools: none of their imports is needed else
 

@@ -29,6 +29,7 @@ STRING_SAMPLES = {
     "listener_role": "arc-cpu-7b5c8d9f-listener",
     "placeholder_image": "registry.example.com/pause:3",
     "hud.url": "https://hud.example.com/api/queued",
+    "webhook.url": "http://receiver.example:8081",
     "hud.parameters.repo": "my-org/my-repo",
     "warm_pool.profile_timezone": "Europe/Berlin",
     "cluster_autoscaler.status_namespace": "autoscaling",

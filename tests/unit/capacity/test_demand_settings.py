@@ -92,7 +92,8 @@ ERRORS = {
     ),
     "unknown-source": (
         {"CAPACITY_DEMAND__SOURCE": "keda"},
-        "capacity setting demand.source: input should be 'hud', 'github' or 'none' (got 'keda')",
+        "capacity setting demand.source: input should be 'hud', 'github', 'webhook' or 'none' "
+        "(got 'keda')",
     ),
     "two-sources": (
         {"CAPACITY_DEMAND__SOURCE": "github", "CAPACITY_HUD__ENABLED": "true"},

@@ -549,7 +549,10 @@ async def test_queued_jobs_are_reported_with_their_run_attempt_and_id(
         first = await reader.read()
         second = await reader.read()  # 304s: the same jobs, taken from what was kept
     assert result(first) == (DemandResult.OK, 2, 0)
-    expected = (QueuedJob("7#2", 71, T0 - 60), QueuedJob("7#2", -1, T0 - 60))
+    expected = (
+        QueuedJob("7#2", 71, T0 - 60, labels=("linux",)),
+        QueuedJob("7#2", -1, T0 - 60, labels=("linux",)),
+    )
     assert first.queued_jobs == second.queued_jobs == expected
 
 

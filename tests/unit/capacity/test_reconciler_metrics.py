@@ -184,7 +184,7 @@ def test_a_recorded_pass() -> None:
     sources = {
         s.value: value(registry, "gha_capacity_demand_source", source=s.value) for s in DemandSource
     }
-    assert sources == {"hud": 0, "github": 0, "stale": 0, "floor": 1, "disabled": 0}
+    assert sources == {"hud": 0, "github": 0, "webhook": 0, "stale": 0, "floor": 1, "disabled": 0}
     # On the floor there are no figures from the source: only what is claimed.
     parts = {p: value(registry, "gha_capacity_demand_jobs", part=p) for p in DEMAND_PARTS}
     assert parts == {
