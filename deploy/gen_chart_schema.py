@@ -52,6 +52,7 @@ STRING_RULES: dict[str, dict[str, Any]] = {
     "listener_role": _DNS_SUBDOMAIN,
     "placeholder_image": {"pattern": r"^\S+$"},
     "hud.url": {"pattern": r"^https?://[^/\s]+\S*$"},
+    "webhook.url": {"pattern": r"^(https?://[^/\s]+\S*)?$"},
     "github.repositories[]": {"pattern": capacity_settings._REPOSITORY.pattern},
     "nodepools.runner[]": _DNS_SUBDOMAIN,
     "nodepools.workflow[]": _DNS_SUBDOMAIN,
@@ -299,6 +300,34 @@ def render() -> str:
                 "The HUD token Secret in the controller namespace (created by you).",
                 secretName={**_DNS_SUBDOMAIN, "type": "string"},
                 secretKey={"type": "string", "pattern": r"^[-._a-zA-Z0-9]+$"},
+            ),
+            "webhook": _section(
+                "The webhook receiver (one per cluster) that scale sets naming no demand "
+                "source read.",
+                enabled=_flag("Run it."),
+                secretName={**_DNS_SUBDOMAIN, "type": "string"},
+                secretKey={"type": "string", "pattern": r"^[-._a-zA-Z0-9]+$"},
+                secret={"type": "string", "description": "Written into the Secret if set."},
+                githubConfigUrl={"type": "string", "pattern": r"^(https?://[^/\s]+\S*)?$"},
+                githubConfigSecret={
+                    "type": "string",
+                    "pattern": r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$",
+                    "maxLength": 253,
+                },
+                repositories={
+                    "type": "array",
+                    "items": {"type": "string", "pattern": capacity_settings._REPOSITORY.pattern},
+                },
+                reconcileInterval={"type": "number", "exclusiveMinimum": 0},
+                resources={"type": "object"},
+                ingress=_section(
+                    "An Ingress for the deliveries port's /webhook.",
+                    enabled=_flag("Create it."),
+                    className={"type": "string"},
+                    host={"type": "string"},
+                    annotations={"type": "object", "additionalProperties": {"type": "string"}},
+                    tls={"type": "array"},
+                ),
             ),
             "test": _section("The helm test pod.", image={"type": "string", "pattern": r"^\S+$"}),
             "scaleSets": {

@@ -284,6 +284,8 @@ def _with(path: str, value: Any) -> dict[str, Any]:
         ("image", {"registery": "ghcr.io"}, "registery"),
         ("imagePullSecrets", [{"nam": "x"}], "nam"),
         ("monitoring", {"podMonitor": {"enable": True}}, "enable"),
+        ("webhook", {"enable": True}, "enable"),
+        ("webhook", {"githubConfigUrl": "github.com/acme"}, "githubConfigUrl"),
         ("scaleSets.arc-cpu.maxRunners", -1, "maxRunners"),
         ("scaleSets.arc-cpu.runnerPod", {"resource": {}}, "resource"),
         ("scaleSets.arc-cpu.workVolumeClaim", {"storageClass": "x"}, "storageClass"),
