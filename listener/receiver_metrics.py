@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from base.exposition import GoStyleCollector
 from capacity.webhook_queue import JobQueue
 
 DELIVERY_RESULTS = (
@@ -32,30 +33,41 @@ class ReceiverMetrics:
             "gha_receiver_deliveries",
             "Webhook deliveries by what they did (changed the queue, or why not).",
             ["result"],
-            registry=registry,
+            registry=None,
         )
         self._reads = Counter(
-            "gha_receiver_reads", "Demand reads served to listeners.", ["result"], registry=registry
+            "gha_receiver_reads", "Demand reads served to listeners.", ["result"], registry=None
         )
         self._reconciles = Counter(
             "gha_receiver_reconciles",
             "Reconciles with GitHub's REST API by result (partial: not every repository read).",
             ["result"],
-            registry=registry,
+            registry=None,
         )
         self._healed = Counter(
             "gha_receiver_reconciled_jobs",
             "Jobs a reconcile added (a lost queued delivery) or dropped (a lost start).",
             ["change"],
-            registry=registry,
+            registry=None,
         )
-        self._jobs = Gauge(
-            "gha_receiver_jobs", "Jobs held by status.", ["status"], registry=registry
-        )
+        self._jobs = Gauge("gha_receiver_jobs", "Jobs held by status.", ["status"], registry=None)
         self._last = Gauge(
             "gha_receiver_last_reconcile_timestamp_seconds",
             "When the last good reconcile ended (0: none since the start).",
-            registry=registry,
+            registry=None,
+        )
+        # One collector for all: no `_created` series, as on the listener's page.
+        registry.register(
+            GoStyleCollector(
+                [
+                    self._deliveries,
+                    self._reads,
+                    self._reconciles,
+                    self._healed,
+                    self._jobs,
+                    self._last,
+                ]
+            )
         )
         for result in DELIVERY_RESULTS:
             self._deliveries.labels(result)

@@ -343,6 +343,7 @@ class Site:
         hud: bool = False,
         hud_floor: int = 2,
         github: bool = False,
+        webhook: str = "",
         **overrides: Any,
     ) -> dict[str, Any]:
         """Capacity settings YAML for this site (capacity on), tuned for fast tests."""
@@ -377,6 +378,13 @@ class Site:
             settings["demand"] = {"source": "github"}
             settings["github"] = {
                 "timeout": "2s",
+                "stale_after": "5s",
+                "failure_base_capacity": hud_floor,
+            }
+        if webhook:  # the webhook receiver at this reads URL
+            settings["demand"] = {"source": "webhook"}
+            settings["webhook"] = {
+                "url": webhook,
                 "stale_after": "5s",
                 "failure_base_capacity": hud_floor,
             }

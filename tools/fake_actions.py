@@ -388,6 +388,8 @@ class FakeActions(LoopbackFake):
         self._runner_ids = itertools.count(1)
         self._closing = False
         self._changed = asyncio.Event()  # set on every state change, for wait_until
+        # Called with each job and its new state (queued included): GitHub's webhooks.
+        self.observers: list[Callable[[FakeJob, JobState], None]] = []
         self._sweeper: asyncio.Task[None] | None = None
 
         self._recorder = RecordingFaultMiddleware(ROUTES)
@@ -482,6 +484,8 @@ class FakeActions(LoopbackFake):
             )
             job.history.append((now - queued_ago, JobState.QUEUED))
             self.jobs[request_id] = job
+            for observe in self.observers:
+                observe(job, JobState.QUEUED)
             if self._assign_rng is not None:
                 order = sorted(self.scale_sets)
                 self._assign_rng.shuffle(order)
@@ -711,6 +715,8 @@ class FakeActions(LoopbackFake):
         job.state = state
         job.history.append((self.clock(), state))
         self._changed.set()
+        for observe in self.observers:
+            observe(job, state)
 
     def _emit(self, scale_set: FakeScaleSet, job: FakeJob, message_type: str) -> None:
         message: dict[str, Any] = {

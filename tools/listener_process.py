@@ -250,6 +250,66 @@ class ListenerProcess:
             return response.text
 
 
+class ReceiverProcess(ListenerProcess):
+    """``ghalistener webhook-receiver`` as a subprocess, on two free loopback ports.
+    ``github_config_url`` and ``token`` turn on its reconcile with (the fake of) GitHub."""
+
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        *,
+        secret: str,
+        github_config_url: str = "",
+        token: str = "",
+        reconcile_interval: float = 300.0,
+    ) -> None:
+        super().__init__(name, workdir, {}, kubeconfig=Path(os.devnull))
+        self.secret = secret
+        self.github_config_url = github_config_url
+        self.token = token
+        self.reconcile_interval = reconcile_interval
+        self.deliveries_port = free_port()
+        self.reads_port = free_port()
+
+    @property
+    def metrics_url(self) -> str | None:
+        return f"{self.reads_url}/metrics"
+
+    @property
+    def deliveries_url(self) -> str:
+        return f"http://127.0.0.1:{self.deliveries_port}/webhook"
+
+    @property
+    def reads_url(self) -> str:
+        return f"http://127.0.0.1:{self.reads_port}"
+
+    def start(self) -> ReceiverProcess:
+        argv = [
+            *LISTENER_COMMAND,
+            "webhook-receiver",
+            f"--deliveries-addr=127.0.0.1:{self.deliveries_port}",
+            f"--reads-addr=127.0.0.1:{self.reads_port}",
+            f"--reconcile-interval={self.reconcile_interval:g}",
+            "--log-format=text",
+        ]
+        if self.github_config_url:
+            argv.append(f"--github-config-url={self.github_config_url}")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "WEBHOOK_"))}
+        env.update(
+            {
+                "WEBHOOK_SECRET": self.secret,
+                "NO_PROXY": "127.0.0.1,localhost",
+                "no_proxy": "127.0.0.1,localhost",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        if self.token:
+            env["GITHUB_TOKEN"] = self.token
+        self.launch(argv, env=env, preexec_fn=_die_with_parent)
+        return self
+
+
 def _proc_status_kib(pid: int, key: str) -> int | None:
     try:
         with open(f"/proc/{pid}/status") as fh:

@@ -17,7 +17,7 @@ from listener.receiver import MAX_BODY, MAX_FAILURES, Freshness, deliveries_app,
 from listener.receiver_metrics import ReceiverMetrics
 from listener.server import Health, build_app
 from tests.support.fake_clock import FakeClock
-from tests.support.webhooks import delivery, workflow_job
+from tools.fake_webhooks import delivery, workflow_job
 
 SECRET = "hook-secret-for-tests"
 LABELS = ["self-hosted", "linux"]
