@@ -7,7 +7,7 @@ CLUSTER := $(PY) -m tools.localcluster
 .PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
         typecheck check coverage lint-only cluster-build cluster-up cluster-down cluster-status \
         bench bench-outcomes clean conformance-build test-conformance chart-package bench-footprint \
-        test-cluster-autoscaler test-arc test-chart soak
+        test-cluster-autoscaler test-arc test-chart soak bench-receiver
 
 help:
 	@echo "make demo          run the local demo (builds the local cluster on first use)"
@@ -18,6 +18,7 @@ help:
 	@echo "make cluster-up    start a local control plane in the background; cluster-down stops it"
 	@echo "make bench         run the benchmarks (prints JSON)"
 	@echo "make chart-package package charts/capacity-listener into dist/ (chart = image version)"
+	@echo "make bench-receiver  the webhook receiver: deliveries/s, RSS at 10k/100k jobs, reads/s (prints JSON)"
 	@echo "make bench-footprint  RSS of one listener beside ARC's Go listener (prints JSON)"
 	@echo "make bench-outcomes  the outcome benchmark: JSON + figures into OUTCOMES_DIR (OUTCOMES_FAMILY=capped|roomy|staged)"
 	@echo "make soak          the fault soak: SEED=1 (or \"1 2 3\") DURATION=240; JSON invariants"
@@ -125,6 +126,10 @@ chart-package: venv
 	  --values charts/capacity-listener/ci/example-values.yaml
 	$(CLUSTER) helm -- package charts/capacity-listener --version $(VERSION) \
 	  --app-version $(VERSION) --destination dist
+
+# The webhook receiver alone: no cluster, one process (prints JSON).
+bench-receiver: venv
+	$(PY) -m tools.bench_receiver
 
 # RSS of one listener beside ARC's Go listener, idle and at 100 / 1,000 pairs (prints JSON).
 bench-footprint: venv cluster-build conformance-build
