@@ -104,16 +104,12 @@ def manifests(
                 "resourceNames": [listener],
                 "verbs": ["get"],
             },
-            # The adaptive warm pool's hour-of-week profile and the predictive pool's stage
-            # model (capacity.monitor's profile_config_map, stage_model_config_map): read at
-            # start, written every few minutes. Creating them cannot be narrowed to a name.
+            # The predictive pool's stage model (capacity.monitor's stage_model_config_map):
+            # read at start, written every few minutes. Creating it cannot be narrowed to a name.
             {
                 "apiGroups": [""],
                 "resources": ["configmaps"],
-                "resourceNames": [
-                    f"capacity-warm-pool-{scale_set}",
-                    f"capacity-stage-model-{scale_set}",
-                ],
+                "resourceNames": [f"capacity-stage-model-{scale_set}"],
                 "verbs": ["get", "patch"],
             },
             _rule("", "configmaps", "create"),

@@ -184,7 +184,7 @@ async def _get_config_map(listener: Listener) -> None:
 async def _create_config_map(listener: Listener) -> None:
     created = await as_listener(
         listener.kube.create_config_map(
-            listener.namespace, listener.unique("profile"), {"k": "v"}, {}
+            listener.namespace, listener.unique("stage-model"), {"k": "v"}, {}
         ),
         "create configmap",
     )
@@ -193,7 +193,7 @@ async def _create_config_map(listener: Listener) -> None:
 
 async def _patch_config_map(listener: Listener) -> None:
     # The ConfigMap exists (the admin made it): only the patch itself is under test.
-    name = listener.unique("existing-profile")
+    name = listener.unique("existing-stage-model")
     assert await Kube(listener.admin).create_config_map(listener.namespace, name, {}, {})
     patched = await as_listener(
         listener.kube.patch_config_map(listener.namespace, name, {"k": "v"}), "patch configmap"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from capacity.monitor import profile_config_map, stage_model_config_map
+from capacity.monitor import stage_model_config_map
 from listener.rbac import chart_config_url, fnv1a_32, listener_name, manifests, safe_encode
 
 
@@ -104,14 +104,13 @@ def test_manifests_bind_exactly_the_listener_and_narrow_by_name() -> None:
     assert by_resource["ephemeralrunnersets"]["verbs"] == ["list", "watch"]
     assert by_resource["roles"]["resourceNames"] == ["arc-cpu-85f786b5-listener"]
     assert by_resource["roles"]["verbs"] == ["get"]
-    # The warm pool's profile and the stage model: get and patch on their two ConfigMaps,
-    # create unnarrowed.
+    # The stage model: get and patch on its one ConfigMap, create unnarrowed.
     config_maps = [rule for rule in role["rules"] if rule["resources"] == ["configmaps"]]
     assert config_maps == [
         {
             "apiGroups": [""],
             "resources": ["configmaps"],
-            "resourceNames": [profile_config_map("arc-cpu"), stage_model_config_map("arc-cpu")],
+            "resourceNames": [stage_model_config_map("arc-cpu")],
             "verbs": ["get", "patch"],
         },
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
