@@ -54,6 +54,29 @@ def test_scale_sets_naming_no_source_read_the_receiver(helm_bin: Path, tmp_path:
     }
 
 
+def test_without_a_receiver_a_bare_scale_set_reads_github(helm_bin: Path, tmp_path: Path) -> None:
+    """A bare install takes jobs: GitHub's REST API with the listener's own credentials, not
+    "no source"; a source named in the values (here `none`) is kept."""
+    chosen = scale_set()
+    chosen["capacity"] = {"enabled": True, "demand": {"source": "none"}}
+    off = scale_set(enabled=False)
+    docs = template(
+        helm_bin,
+        {"scaleSets": {"arc-bare": values()["scaleSets"]["arc-bare"], "arc-none": chosen,
+                       "arc-off": off}},
+        tmp_path,
+    )  # fmt: skip
+    bare = settings_of(docs, "arc-bare")
+    assert bare.demand_source == "github"
+    assert bare.github.failure_base_capacity == 1  # a failing read still wants one slot
+    assert settings_of(docs, "arc-none").demand_source == "none"
+    assert "demand" not in yaml.safe_load(
+        by_kind(docs, "ConfigMap")[f"{CONTROLLER_NAMESPACE}/capacity-listener-arc-off"]["data"][
+            "capacity.yaml"
+        ]
+    )  # capacity off: nothing added
+
+
 def test_the_receiver_runs_hardened_and_without_a_token(helm_bin: Path, tmp_path: Path) -> None:
     docs = template(helm_bin, values(), tmp_path)
     pod = by_kind(docs, "Deployment")[NAME]["spec"]["template"]["spec"]
