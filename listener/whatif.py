@@ -281,61 +281,20 @@ def _pool_factory(spec: str) -> Callable[[], WarmPool]:
     return factory  # type: ignore[no-any-return]
 
 
-def _shares(text: str) -> list[float]:
-    try:
-        shares = sorted({float(x) for x in text.split(",") if x})
-    except ValueError:
-        raise UsageError(f"--adaptive {text!r}: use target_ready values like 0.5,0.9") from None
-    if not shares or not all(0 < x < 1 for x in shares):
-        raise UsageError(f"--adaptive {text!r}: at least one target_ready, each in (0, 1)")
-    return shares
-
-
-def settings_pools(
-    capacity: CapacitySettings, targets: Sequence[float], ceilings: Sequence[int]
-) -> list[Setting]:
-    """The warm pools the capacity settings build, through the factory the monitor uses
-    (``to_warm_pool``): the one in force when it is scheduled or adaptive, and an adaptive
-    pool per (target_ready, max) from the settings' warm_pool block with those two replaced
-    (the rest of the block, a schedule floor included, as configured)."""
-    found: list[Setting] = []
+def settings_pools(capacity: CapacitySettings) -> list[Setting]:
+    """The warm pool the capacity settings build, through the factory the monitor uses
+    (``to_warm_pool``), when it is scheduled (a fixed one is among the fixed pools)."""
     mode = capacity.warm_pool.mode
-    if mode != "fixed":
-        found.append(
-            Setting(name=f"settings ({mode})", pool=functools.partial(to_warm_pool, capacity))
-        )
-    block = capacity.warm_pool.model_dump(exclude_unset=True)
-    for ceiling in ceilings or [capacity.warm_pool.max]:
-        for share in targets:
-            values = {**block, "mode": "adaptive", "target_ready": share, "max": ceiling}
-            try:
-                adaptive = capacity.model_copy(
-                    update={"warm_pool": type(capacity.warm_pool).model_validate(values)}
-                )
-            except ValueError as exc:
-                raise UsageError(f"--adaptive {share:g} --adaptive-max {ceiling}: {exc}") from None
-            problem = adaptive.warm_pool.problem(capacity.proactive_capacity)
-            if problem is not None:
-                raise UsageError(problem)
-            found.append(
-                Setting(
-                    name=f"adaptive {share:g} max {ceiling}",
-                    pool=functools.partial(to_warm_pool, adaptive),
-                    adaptive=(share, ceiling),
-                )
-            )
-    return found
+    if mode == "fixed":
+        return []
+    return [Setting(name=f"settings ({mode})", pool=functools.partial(to_warm_pool, capacity))]
 
 
 def _settings(args: argparse.Namespace) -> list[Setting]:
     settings = fixed_pools(_sizes(args.pools))
     if args.lookahead:
         settings += fixed_pools(_sizes(args.pools), lookahead=args.lookahead)
-    targets = _shares(args.adaptive) if args.adaptive else []
-    ceilings = _sizes(args.adaptive_max) if args.adaptive_max else []
-    if ceilings and not targets:
-        raise UsageError("--adaptive-max needs --adaptive (the target_ready values)")
-    settings += settings_pools(load_capacity_settings(os.environ), targets, ceilings)
+    settings += settings_pools(load_capacity_settings(os.environ))
     for spec in args.pool_factory or ():
         settings.append(Setting(name=spec, pool=_pool_factory(spec)))
     return settings
@@ -551,18 +510,6 @@ def _simulation_options(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="also each pool with demand counting later stages of runs under way due "
         "within this many seconds",
-    )
-    parser.add_argument(
-        "--adaptive",
-        default="",
-        help="also an adaptive pool per target_ready (e.g. 0.5,0.9,0.99), built from the "
-        "settings' warm_pool block as the listener builds it; a scheduled or adaptive pool "
-        "in force is always simulated",
-    )
-    parser.add_argument(
-        "--adaptive-max",
-        default="",
-        help="with --adaptive: each target at these warm_pool.max values (default: the setting's)",
     )
     parser.add_argument(
         "--pool-factory",

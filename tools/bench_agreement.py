@@ -17,12 +17,12 @@ How the benchmark maps onto the simulator (``model()`` is printed with the resul
   each with the listener's settings as the benchmark sets them (product defaults, demand
   sharded with ``cluster_index`` 0/1 of 2, ``max_runners`` per cluster) and its warm pool
   built as the listener builds it (``settings.to_warm_pool``): a fixed pool of N each, or
-  an adaptive pool each that learns from the jobs its cluster sees. A waiting job goes to a
-  cluster with a Running pair, asking the two in the order the benchmark's fake service
-  gave it (``assignment_order``: ``FakeActions(assign_seed=seed)`` shuffles the scale sets
-  once per job as it is queued, so the order is known; ``--rotation`` replays with the
-  simulator's rotation instead). Which site takes a job decides which site's nodes are
-  busy when the shortage comes, and whose room is handed over during it.
+  none (demand only). A waiting job goes to a cluster with a Running pair, asking the two
+  in the order the benchmark's fake service gave it (``assignment_order``:
+  ``FakeActions(assign_seed=seed)`` shuffles the scale sets once per job as it is queued,
+  so the order is known; ``--rotation`` replays with the simulator's rotation instead).
+  Which site takes a job decides which site's nodes are busy when the shortage comes, and
+  whose room is handed over during it.
 * **Nodes**: runner pods fit two to a runner node and workflow pods two to a workflow node
   (``bench_outcomes``' requests and instance types), so each simulated pool's node has
   room for two halves: runner and workflow node-seconds are compared pool by pool, the
@@ -125,7 +125,6 @@ from typing import Any
 from capacity.model import Role
 from capacity.settings import (
     CapacitySettings,
-    WarmPoolSettings,
     load_capacity_settings,
     to_params,
     to_warm_pool,
@@ -139,7 +138,7 @@ from tools.node_occupancy import REMOVAL
 TOLERANCE = 0.15  # the issue's goal: within 15 %
 CLUSTERS = 2  # bench_outcomes' two sites
 PAIRS_PER_NODE = 2  # two runner pods to a runner node, two workflow pods to a workflow node
-OURS = ("ours_demand", "ours_warm", "ours_adaptive")
+OURS = ("ours_demand", "ours_warm")
 DEFAULT_HUD_LAG = 30.0  # bench_outcomes' default, for runs that did not record theirs
 DEFAULT_CONSOLIDATE_AFTER = 30.0
 DEFAULT_PREPARE_TIMEOUT = 180.0  # FULL's; the smoke run's 90 s is not used here
@@ -289,9 +288,6 @@ def cluster_settings(variant: str, config: Config) -> CapacitySettings:
     settings = load_capacity_settings({})
     if variant == "ours_warm":
         return settings.model_copy(update={"proactive_capacity": config.warm})
-    if variant == "ours_adaptive":
-        block = WarmPoolSettings.model_validate({"mode": "adaptive"})
-        return settings.model_copy(update={"warm_pool": block})
     if variant == "ours_demand":
         return settings
     raise AgreementError(f"variant: {variant!r} is not one of ours ({', '.join(OURS)})")

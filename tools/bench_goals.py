@@ -10,9 +10,7 @@ platform team deciding whether to deploy wants to know in how many seeds it wins
   timeout, p90 wait ≤ 0.75 × stock's, node-seconds ≤ 1.05 × stock's;
 * **ours, warm pool N** against stock ``minRunners: N`` and pause pods: a shorter p90 than
   both, at no more node-seconds than either;
-* **every variant of ours** within 1.3 × the offline optimum's node-seconds;
-* **ours, adaptive** against ours, warm pool N (the fixed pool): shorter p90 (and its
-  node-seconds beside it, since the two pools do not cost the same).
+* **every variant of ours** within 1.3 × the offline optimum's node-seconds.
 
 The first two goals compare total node-seconds, as set. Total node-seconds flatter a variant
 that fails jobs: a job the prepare-job timeout failed held its runner's node until then but
@@ -151,7 +149,7 @@ def _warm_per_job(seed: Seed) -> tuple[str, bool]:
 
 
 def _within(seed: Seed, bound: Callable[[Seed], float]) -> tuple[str, bool]:
-    ours = [v for v in ("ours_demand", "ours_warm", "ours_adaptive") if v in seed["variants"]]
+    ours = [v for v in ("ours_demand", "ours_warm") if v in seed["variants"]]
     ratios = {v: _node_s(seed, v) / bound(seed) for v in ours}
     text = ", ".join(f"{v.removeprefix('ours_')} ×{r:.2f}" for v, r in ratios.items())
     if "stock_min0" in seed["variants"]:  # what the variant replaced, for scale (not a goal)
@@ -165,12 +163,6 @@ def _optimum_bound(seed: Seed) -> tuple[str, bool]:
 
 def _priced_bound(seed: Seed) -> tuple[str, bool]:
     return _within(seed, _priced_optimum)
-
-
-def _adaptive(seed: Seed) -> tuple[str, bool]:
-    p90 = _p90(seed, "ours_adaptive") / _p90(seed, "ours_warm")
-    node = _node_s(seed, "ours_adaptive") / _node_s(seed, "ours_warm")
-    return f"p90 ×{p90:.2f}, node-s ×{node:.2f} of the fixed pool", p90 < 1.0
 
 
 GOALS = (
@@ -202,7 +194,6 @@ GOALS = (
         _priced_bound,
         priced=True,
     ),
-    Goal("adaptive: shorter p90 than the fixed pool", ("ours_adaptive", "ours_warm"), _adaptive),
 )
 
 

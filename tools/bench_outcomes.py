@@ -31,9 +31,7 @@ on nodes that were already up, where stock's runner pods (0) waited 11-38 s:
   preempt, so Karpenter keeps N spare slots of each;
 * ``ours_demand``: our listener, ``proactive_capacity: 0`` (pairs for queued jobs, HUD demand
   sharded between the two clusters);
-* ``ours_warm``: the same with ``proactive_capacity: N``;
-* ``ours_adaptive``: the same with ``warm_pool: {mode: adaptive}`` at its defaults (it learns
-  the arrival rate from this scale set's own jobs during the run; no history before it).
+* ``ours_warm``: the same with ``proactive_capacity: N``.
 
 Trace families (``--family``): ``capped`` (the default) runs with ``maxRunners: 10`` per
 cluster, which the busy minutes of a trace exceed, so maxRunners holds every variant back
@@ -122,7 +120,6 @@ VARIANTS = (
     "stock_overprov",
     "ours_demand",
     "ours_warm",
-    "ours_adaptive",
 )
 HEADERS = {
     "stock_min0": "stock, minRunners 0",
@@ -130,7 +127,6 @@ HEADERS = {
     "stock_overprov": "stock + pause pods",
     "ours_demand": "ours, demand only",
     "ours_warm": "ours, warm pool N",
-    "ours_adaptive": "ours, adaptive",
 }
 # Runner pods fit two to a 2-CPU node; workflow pods two to a 4-CPU node, in either cluster.
 RUNNER_REQUESTS = {"cpu": "900m", "memory": "1Gi"}
@@ -596,8 +592,6 @@ def _capacity(site: Site, variant: str, index: int, config: Config) -> dict[str,
         proactive=config.warm if variant == "ours_warm" else 0,
         demand={"cluster_index": index, "cluster_count": len(SITE_NAMES)},
     )
-    if variant == "ours_adaptive":
-        settings["warm_pool"] = {"mode": "adaptive"}  # every knob at its default
     # Back to the product's defaults (capacity_settings is tuned for fast tests).
     for key in ("recalculate_interval", "placeholder_ready_timeout", "max_pending_pairs"):
         settings.pop(key, None)

@@ -1,6 +1,6 @@
 """The staged family's curve: the shards' p90 wait against the GPU pool's node-seconds, for
-every policy `ghalistener whatif simulate` replays (reactive, fixed pools, the adaptive pool,
-the predictive pool at three horizons) and OPT₀, on the generator's staged traces.
+every policy `ghalistener whatif simulate` replays (reactive, fixed pools, the predictive
+pool at three horizons) and OPT₀, on the generator's staged traces.
 
     python -m tools.bench_whatif_staged [--seeds 1 2 3 4 5] [--images docs/img]
 
@@ -74,7 +74,7 @@ def seed_points(seed: int, sigma: float, work: Path) -> dict[str, dict[str, floa
     _synth(1000 + seed, sigma, train)
     base = [str(trace), *SIM, "--predictive-train", str(train)]
     runs = [
-        ["--pools", "0,4,8", "--adaptive", "0.9", "--adaptive-max", "20", "--predictive"],
+        ["--pools", "0,4,8", "--predictive"],
         ["--pools", "0", "--predictive", "--predictive-horizon", "240"],
         ["--pools", "0", "--predictive", "--predictive-horizon", "360"],
     ]
@@ -125,7 +125,7 @@ def draw(summary: dict[str, dict[str, dict[str, float]]], path: Path) -> None:
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 6))
-    styles = {"fixed pools": ("s", "--"), "predictive": ("o", "-"), "adaptive": ("^", "")}
+    styles = {"fixed pools": ("s", "--"), "predictive": ("o", "-")}
     for color, (spread, points) in zip(("tab:blue", "tab:orange"), summary.items(), strict=False):
         families: dict[str, list[tuple[str, dict[str, float]]]] = {}
         for name, v in points.items():

@@ -1,6 +1,6 @@
 """Sweeps of warm-pool settings over a trace, and the cheapest setting that meets a target.
 
-A *setting* is a warm pool (a fixed size B, or any ``WarmPool`` factory such as an adaptive
+A *setting* is a warm pool (a fixed size B, or any ``WarmPool`` factory such as a scheduled
 pool) and a look-ahead horizon. ``sweep`` simulates each on one label set's jobs; the points
 (spare node-seconds, p90 queue time) are the wait-versus-cost curve. ``cheapest`` picks the
 setting with the fewest spare node-seconds whose p90 queue time is within the target.
@@ -26,15 +26,11 @@ class Setting:
     pool: Callable[[], WarmPool]
     lookahead: float = 0.0
     fixed: int | None = None  # the pool's size when it is a fixed pool
-    # An adaptive pool's (target_ready, max) when the sweep varies them.
-    adaptive: tuple[float, int] | None = None
 
     def describe(self) -> dict[str, object]:
         result: dict[str, object] = {"policy": self.name, "lookahead_seconds": self.lookahead}
         if self.fixed is not None:
             result["proactive_capacity"] = self.fixed
-        if self.adaptive is not None:
-            result["target_ready"], result["max"] = self.adaptive
         return result
 
 

@@ -5,8 +5,8 @@ simulated placeholders, the demand as the demand source would have reported it, 
 virtual time; its creates and deletes are applied to a simulated cluster. The warm pool on
 top of demand (``proactive_capacity``) comes from a ``WarmPool`` object each pass, driven by
 ``warm_pool.drive`` as the monitor drives it (the same arrival counter, on every reconcile
-pass), so a fixed pool, no pool (reactive), the scheduled and adaptive pools the settings
-build, and any other pool are compared on the same trace.
+pass), so a fixed pool, no pool (reactive), the scheduled pool the settings build, and any
+other pool are compared on the same trace.
 
 What is simulated, per label set (one scale set each; label sets do not share nodes):
 
@@ -222,8 +222,7 @@ class Outcome:
 
     @property
     def ready_share(self) -> float:
-        """The share of jobs that found a pair ready (waited under a second): what an
-        adaptive pool's ``target_ready`` aims at."""
+        """The share of jobs that found a pair ready (waited under a second)."""
         if not self.waits:
             return 1.0
         return bisect.bisect_left(self.waits, READY_WAIT) / len(self.waits)

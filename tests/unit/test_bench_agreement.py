@@ -136,9 +136,6 @@ def test_the_benchmark_s_parameters_map_onto_the_simulator() -> None:
     assert warm.until == SMOKE.spec.start + last + SMOKE.tail
     demand = mapping(SMOKE, "ours_demand", 2, last)
     assert [p.target(0.0) for p in demand.pools] == [0, 0]
-    adaptive = mapping(SMOKE, "ours_adaptive", 2, last)
-    assert len(adaptive.pools) == 2
-    assert adaptive.pools[0] is not adaptive.pools[1]  # each learns from its own jobs
     with pytest.raises(AgreementError, match="variant"):
         mapping(SMOKE, "stock_min0", 2, last)
 
@@ -203,7 +200,7 @@ def test_a_document_is_compared_seed_by_seed_and_variant_by_variant() -> None:
     document = _document({"ours_warm": _figures(1.0, 1000.0), "stock_min0": {}})
     report = compare(document, source="x.json")
     assert list(report.seeds[str(seed)]) == ["ours_warm"]
-    assert report.skipped == {f"{seed}/ours_demand": "not run", f"{seed}/ours_adaptive": "not run"}
+    assert report.skipped == {f"{seed}/ours_demand": "not run"}
     found = {row.metric: row for row in report.seeds[str(seed)]["ours_warm"]}
     # Runner and workflow node-seconds are each the simulated pool's, the total their sum
     # (site A's runner pool keeps launching in the shortage, its workflow pool does not).

@@ -33,10 +33,9 @@ DOCUMENT = {
         "1": _seed(
             stock_min0=(200.0, 12_000.0, 3),
             ours_demand=(100.0, 12_000.0, 0),
-            stock_minN=(150.0, 13_000.0, 2),
+            stock_minN=(150.0, 14_000.0, 2),
             stock_overprov=(120.0, 14_000.0, 1),
-            ours_warm=(90.0, 12_900.0, 0),
-            ours_adaptive=(80.0, 13_500.0, 0),
+            ours_warm=(90.0, 13_500.0, 0),
         ),
         # Misses it on cost (×1.06) and on a failed job; the warm pool is faster than both
         # stock pools but dearer than minRunners N.
@@ -46,7 +45,6 @@ DOCUMENT = {
             stock_minN=(150.0, 11_000.0, 2),
             stock_overprov=(120.0, 14_000.0, 1),
             ours_warm=(90.0, 11_500.0, 0),
-            ours_adaptive=(95.0, 12_000.0, 0),
         ),
         # A seed recorded before failed jobs counted in the waits: left out.
         "6": {
@@ -66,15 +64,13 @@ def test_each_goal_counts_the_seeds_that_meet_it() -> None:
     warm, met = rows["warm pool N"]
     assert [ok for _, _, ok in warm] == [True, False]
     bound, met = rows["every variant of ours ≤ 1.3 × the optimum's node-s"]
-    # Seed 1: the adaptive pool holds ×1.35 the optimum; seed 4: every variant ≤ ×1.2.
+    # Seed 1: the warm pool holds ×1.35 the optimum; seed 4: every variant ≤ ×1.2.
     assert [ok for _, _, ok in bound] == [False, True]
-    assert "adaptive ×1.35" in bound[0][1]
+    assert "warm ×1.35" in bound[0][1]
     priced = next(v for k, v in rows.items() if k.startswith("(launches priced"))
-    # 13,500 / 11,000 = ×1.23 in seed 1 (met); 12,000 / 11,000 in seed 4; seed 6 has none.
+    # 13,500 / 11,000 = ×1.23 in seed 1 (met); 11,500 / 11,000 in seed 4; seed 6 has none.
     assert [ok for _, _, ok in priced[0]] == [True, True]
-    assert "adaptive ×1.23 (stock minRunners 0 ×1.09)" in priced[0][0][1]
-    adaptive, met = rows["adaptive"]
-    assert (met, len(adaptive)) == (1, 2)
+    assert "warm ×1.23 (stock minRunners 0 ×1.09)" in priced[0][0][1]
 
 
 def test_per_succeeded_job_rows_charge_a_failed_job_as_work_not_done() -> None:

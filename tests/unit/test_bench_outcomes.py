@@ -147,7 +147,7 @@ def test_a_job_failed_by_the_timeout_waits_until_its_failure_in_the_headline() -
 
 
 def test_summary_is_median_and_range_over_seeds_and_ratios_per_seed() -> None:
-    config = replace(SMOKE, variants=("stock_min0", "ours_warm", "ours_adaptive"))
+    config = replace(SMOKE, variants=("stock_min0", "ours_warm", "ours_demand"))
     seeds = {
         "1": {
             "variants": {

@@ -105,11 +105,10 @@ def test_simulate_sweeps_pools_lookahead_and_pool_objects(
     assert result["model"]["policy"]["downscale_delay"] == 300.0  # the settings' default
 
 
-def test_simulate_sweeps_the_adaptive_pool_the_settings_build(
+def test_simulate_adds_the_scheduled_pool_the_settings_build(
     trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A scheduled pool in force is simulated as configured, and each --adaptive target is
-    # that warm_pool block turned adaptive (the schedule stays its floor).
+    # A scheduled pool in force is simulated as configured, beside the fixed pools.
     config = tmp_path / "capacity.yaml"
     config.write_text(
         "warm_pool:\n  mode: scheduled\n  schedule:\n"
@@ -117,18 +116,13 @@ def test_simulate_sweeps_the_adaptive_pool_the_settings_build(
     )
     monkeypatch.setenv("CAPACITY_CONFIG_FILE", str(config))
     argv = ["simulate", str(trace), "--label-set", "linux-cpu", "--pools", "0"]
-    assert whatif.main([*argv, "--adaptive", "0.5,0.95", "--adaptive-max", "20"]) == 0
+    assert whatif.main(argv) == 0
     curve = json.loads(capsys.readouterr().out)["label_sets"]["linux-cpu"]["curve"]
-    assert [p["policy"] for p in curve] == [
-        "reactive",
-        "settings (scheduled)",
-        "adaptive 0.5 max 20",
-        "adaptive 0.95 max 20",
-    ]
-    low, high = curve[2], curve[3]
-    assert (low["target_ready"], low["max"]) == (0.5, 20)
-    assert 0 <= low["ready_share"] <= high["ready_share"] <= 1
-    assert low["spare_node_seconds"] <= high["spare_node_seconds"]
+    assert [p["policy"] for p in curve] == ["reactive", "settings (scheduled)"]
+    reactive, scheduled = curve
+    # The floor of one pair around the clock costs idle node time the reactive policy spares.
+    assert reactive["spare_node_seconds"] < scheduled["spare_node_seconds"]
+    assert reactive["ready_share"] <= scheduled["ready_share"]
 
 
 def test_recommend_names_the_cheapest_setting_or_why_none(
@@ -153,11 +147,6 @@ def test_recommend_names_the_cheapest_setting_or_why_none(
         (["--label-set", "arm"], "Error: --label-set arm: not in the trace"),
         (["--pool-factory", "nowhere:thing"], "Error: --pool-factory 'nowhere:thing': not found\n"),
         (["--lead-jitter", "2"], "Error: --lead-jitter 2.0: must be in [0, 1]\n"),
-        (
-            ["--adaptive", "1.5"],
-            "Error: --adaptive '1.5': at least one target_ready, each in (0, 1)\n",
-        ),
-        (["--adaptive-max", "5"], "Error: --adaptive-max needs --adaptive"),
     ],
 )
 def test_bad_options_are_one_line(
