@@ -1,7 +1,7 @@
 """State a listener keeps across restarts in a ConfigMap of the placeholder namespace.
 
-What a warm pool learns (the adaptive pool's hour-of-week profile, the predictive pool's
-stage model) took hours or days of traffic to learn; a restart should not start it over.
+What a warm pool learns (the predictive pool's stage model) took hours or days of traffic
+to learn; a restart should not start it over.
 ``keep`` reads it once at start and writes it every ``interval()`` seconds, as one JSON
 value under one key. Every failure is logged and counted (``gha_capacity_kube_errors``)
 and never fatal: without the ConfigMap (no RBAC rule, an apiserver outage, a value that

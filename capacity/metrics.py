@@ -36,7 +36,6 @@ from capacity import policy
 from capacity.model import Demand, DemandResult, DemandSource, Observed, Plan, PodPhase, Role
 from capacity.node_groups import NodeGroup
 from capacity.nodepools import NodePool
-from capacity.warm_pool import Estimate
 
 if TYPE_CHECKING:
     from capacity.demand import Reading
@@ -53,8 +52,7 @@ CREATE_EXISTS: Final = "exists"
 DEMAND_PARTS: Final = ("total", "aged", "fresh", "share", "claimed", "started", "planned")
 GITHUB_CALL_RESULTS: Final = ("ok", "not_modified", "rate_limited", "error")
 NODEPOOL_STATES: Final = ("off", "starting", "watching", "forbidden", "absent")
-WARM_POOL_MODES: Final = ("fixed", "scheduled", "adaptive")
-WARM_POOL_ESTIMATES: Final = ("fast", "profile")
+WARM_POOL_MODES: Final = ("fixed", "scheduled")
 # The node-group reader: unreadable is a ConfigMap without CA's structured status.
 NODE_GROUP_STATES: Final = ("off", "starting", "watching", "forbidden", "absent", "unreadable")
 # The reader of Karpenter's insufficient-capacity Events (capacity.launch_failures).
@@ -100,7 +98,6 @@ class State:
     nodepool_room: int | None = None
     warm_pool_mode: str | None = None
     warm_pool_target: int = 0
-    warm_pool_estimates: tuple[Estimate, Estimate] | None = None
     predictive_pairs: int | None = None  # None: the predictive pool is off
     predictive_expected: dict[str, float] = field(default_factory=dict)  # per workflow
     node_group_state: str | None = None
@@ -160,11 +157,8 @@ class CapacityMetrics:
     def record_warm_pool_mode(self, mode: str) -> None:
         self.state.warm_pool_mode = mode
 
-    def record_warm_pool(self, target: int, estimates: tuple[Estimate, Estimate] | None) -> None:
-        """The target, and (adaptive only) the fast and profile estimates."""
+    def record_warm_pool(self, target: int) -> None:
         self.state.warm_pool_target = target
-        if estimates is not None:
-            self.state.warm_pool_estimates = estimates
 
     def record_predictive_pairs(self, pairs: int, expected: Mapping[str, float]) -> None:
         """The predictive pool (settings warm_pool.predictive): the pairs it holds for
@@ -634,10 +628,10 @@ class _StateSeries:
         )
 
     def _warm_pool(self, s: State) -> Iterator[Metric]:
-        """The warm pool (settings warm_pool): its mode, target and (adaptive) estimate."""
+        """The warm pool (settings warm_pool): its mode and target."""
         yield self._family(
             "gha_capacity_warm_pool_mode",
-            "The warm pool's mode (1 for the configured one): fixed, scheduled, adaptive.",
+            "The warm pool's mode (1 for the configured one): fixed, scheduled.",
             _one_hot(WARM_POOL_MODES, s.warm_pool_mode),
             "mode",
         )
@@ -646,20 +640,6 @@ class _StateSeries:
             "Pairs the warm pool holds beyond the queued jobs at the last pass (in place of "
             "proactive capacity).",
             s.warm_pool_target,
-        )
-        estimates = dict(zip(WARM_POOL_ESTIMATES, s.warm_pool_estimates or (), strict=False))
-        yield self._family(
-            "gha_capacity_warm_pool_batch_rate",
-            "Adaptive warm pool: estimated job batches (workflow runs' fan-outs) per second, "
-            "by estimate (fast: recent minutes; profile: this hour of the week).",
-            {(name,): e.rate for name, e in estimates.items()},
-            "estimate",
-        )
-        yield self._family(
-            "gha_capacity_warm_pool_batch_size",
-            "Adaptive warm pool: estimated mean jobs per batch, by estimate (fast, profile).",
-            {(name,): e.mean_size for name, e in estimates.items()},
-            "estimate",
         )
 
     def _predictive(self, s: State) -> Iterator[Metric]:

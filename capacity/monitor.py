@@ -80,24 +80,17 @@ from capacity.view import View
 log = logging.getLogger("capacity.monitor")
 
 SHUTDOWN_BUDGET = 10.0
-# The adaptive warm pool's hour-of-week profile is kept in a ConfigMap of the placeholder
-# namespace, read at start and written this often (a restart loses at most this much).
-PROFILE_SAVE_INTERVAL = 300.0
-PROFILE_KEY = "profile.json"
-STAGE_MODEL_KEY = "model.json"  # the predictive pool's stage model, kept the same way
-
-
-def profile_config_map(scale_set_name: str) -> str:
-    """The ConfigMap that keeps a scale set's warm-pool profile (``ghalistener rbac`` grants
-    get and patch on exactly this name). Named after the scale set, not its runner set: ARC
-    0.14 generates the runner set's name and replaces it when the runner spec changes, which
-    would both lose the profile and miss the Role's resourceNames."""
-    return f"capacity-warm-pool-{scale_set_name}"
+# The predictive pool's stage model is kept in a ConfigMap of the placeholder namespace,
+# read at start and written this often (a restart loses at most this much).
+STAGE_MODEL_SAVE_INTERVAL = 300.0
+STAGE_MODEL_KEY = "model.json"
 
 
 def stage_model_config_map(scale_set_name: str) -> str:
-    """The ConfigMap that keeps a scale set's stage model (predictive warm pool), named like
-    the profile's for the same reasons."""
+    """The ConfigMap that keeps a scale set's stage model (predictive warm pool;
+    ``ghalistener rbac`` grants get and patch on exactly this name). Named after the scale
+    set, not its runner set: ARC 0.14 generates the runner set's name and replaces it when the
+    runner spec changes, which would both lose the model and miss the Role's resourceNames."""
     return f"capacity-stage-model-{scale_set_name}"
 
 
@@ -307,7 +300,7 @@ class CapacityMonitor:
 
     def _warm_target(self, now: float, demand: Demand, observed: Observed, commit: bool) -> int:
         """Pairs to hold beyond demand. A committed pass (the reconcile loop) feeds the pool
-        the arrivals it saw and records the estimate; the signal path only asks."""
+        the arrivals it saw and records the target; the signal path only asks."""
         pool = self.warm_pool
         if isinstance(pool, PredictivePool):
             # Unset horizon and hold follow the launches this listener observes.
@@ -323,9 +316,7 @@ class CapacityMonitor:
             commit=commit,
         )
         if commit:
-            adaptive = self._adaptive()
-            estimates = adaptive.estimates(now) if adaptive is not None else None
-            self.metrics.record_warm_pool(target, estimates)
+            self.metrics.record_warm_pool(target)
             if isinstance(pool, PredictivePool) and self.stage_feed is not None:
                 found = pool.expected(now)
                 self.stage_feed.count(found)
@@ -335,12 +326,6 @@ class CapacityMonitor:
                     by_workflow[e.workflow] = by_workflow.get(e.workflow, 0.0) + e.count
                 self.metrics.record_predictive_pairs(pairs, by_workflow)
         return target
-
-    def _adaptive(self) -> warm_pool.AdaptivePool | None:
-        """The adaptive pool, alone or as the predictive pool's base."""
-        pool = self.warm_pool
-        base = pool.base if isinstance(pool, PredictivePool) else pool
-        return base if isinstance(base, warm_pool.AdaptivePool) else None
 
     def _pool_room(self, observed: Observed, commit: bool) -> int | None:
         """New pairs admitted by NodePool limits and full node groups (None: no cap)."""
@@ -444,29 +429,11 @@ class CapacityMonitor:
                 self.view.poke()
             await asyncio.sleep(interval * self._rng.uniform(0.9, 1.1))
 
-    async def _profile_loop(self) -> None:
-        """Adaptive pool only: load the hour-of-week profile kept by the previous process,
-        then keep it every PROFILE_SAVE_INTERVAL. A failure is logged and counted; the pool
-        then learns from scratch (its floor and fast estimate do not need the profile)."""
-        pool = self._adaptive()
-        if pool is None:
-            return
-        await kept.keep(
-            self.kube,
-            self.metrics,
-            namespace=self.placeholder_namespace,
-            name=profile_config_map(self.scale_set_name),
-            key=PROFILE_KEY,
-            what="warm pool's profile",
-            load=pool.load_profile,
-            dump=pool.profile_data,
-            interval=lambda: PROFILE_SAVE_INTERVAL,
-        )
-
     async def _stage_model_loop(self) -> None:
-        """Predictive pool only: the stage model, kept like the adaptive profile (a failure
-        is logged and counted; the model then learns from scratch and predicts nothing until
-        its parents have been seen `min_runs` times)."""
+        """Predictive pool only: load the stage model kept by the previous process, then keep
+        it every STAGE_MODEL_SAVE_INTERVAL (a failure is logged and counted; the model then
+        learns from scratch and predicts nothing until its parents have been seen `min_runs`
+        times)."""
         feed = self.stage_feed
         if feed is None:
             return
@@ -489,7 +456,7 @@ class CapacityMonitor:
             what="stage model",
             load=load,
             dump=model.to_dict,
-            interval=lambda: PROFILE_SAVE_INTERVAL,
+            interval=lambda: STAGE_MODEL_SAVE_INTERVAL,
         )
 
     async def resolve_owner(self) -> specs.OwnerRef | None:
@@ -545,7 +512,6 @@ class CapacityMonitor:
                     tg.create_task(self.reconciler.signal_loop(), name="capacity-signal"),
                     tg.create_task(self.reconciler.reconcile_loop(), name="capacity-reconcile"),
                     tg.create_task(self._hud_loop(), name="capacity-hud"),
-                    tg.create_task(self._profile_loop(), name="capacity-warm-profile"),
                     tg.create_task(self._stage_model_loop(), name="capacity-stage-model"),
                 ]
                 if self.nodepools is not None:

@@ -363,15 +363,21 @@ class NodePoolSettings(BaseModel):
 
 # --- warm pool (docs/capacity-model.md §10) ------------------------------------------------
 
-WarmPoolMode = Literal["fixed", "scheduled", "adaptive"]
-_ADAPTIVE_ONLY = (
-    "target_ready",
-    "max",
-    "lead_time",
-    "launch_cost",
-    "fast_window",
-    "profile_timezone",
-)
+WarmPoolMode = Literal["fixed", "scheduled"]
+# A configuration written for the adaptive pool, which is gone, is refused with what to use
+# instead rather than as an unknown value or setting.
+_ADAPTIVE_REPLACEMENT = "use mode: fixed (proactive_capacity pairs) or scheduled"
+_REMOVED_SETTINGS = {
+    f"warm_pool.{name}": f"removed with warm_pool.mode adaptive; {_ADAPTIVE_REPLACEMENT}"
+    for name in (
+        "target_ready",
+        "max",
+        "lead_time",
+        "launch_cost",
+        "fast_window",
+        "profile_timezone",
+    )
+}
 
 
 class WarmWindow(BaseModel):
@@ -423,53 +429,29 @@ class PredictiveSettings(BaseModel):
 class WarmPoolSettings(BaseModel):
     """Pairs held beyond the queued jobs. `fixed`: `proactive_capacity` pairs. `scheduled`:
     the largest `floor` of the `schedule` windows active now, `proactive_capacity` outside
-    them. `adaptive`: enough pairs for `target_ready` of the jobs arriving within one
-    `lead_time` to find one ready (at most `max`), learned from this scale set's arrivals,
-    over the schedule (if any) as a floor; idle pairs are kept `lead_time + launch_cost`."""
+    them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode: WarmPoolMode = "fixed"
     schedule: list[WarmWindow] = Field(default_factory=list)
-    target_ready: float = Field(default=0.9, ge=0, lt=1)  # share of jobs finding a pair ready
-    max: int = Field(default=10, ge=0)  # ceiling of the adaptive part
-    lead_time: PositiveDuration = 60.0  # node launch plus runner registration
-    launch_cost: Duration = 60.0  # a launch's cost in seconds of an idle pair
-    fast_window: PositiveDuration = 600.0  # time constant of the fast arrival estimate
-    profile_timezone: str = "UTC"  # hours of the hour-of-week profile
     # Off by default. On: the pool above is the base, predicted children come on top.
     predictive: PredictiveSettings = Field(default_factory=PredictiveSettings)
 
-    @field_validator("profile_timezone")
+    @field_validator("mode", mode="before")
     @classmethod
-    def _check_zone(cls, value: str) -> str:
-        warm_pool.zone(value)
+    def _check_removed_mode(cls, value: object) -> object:
+        if value == "adaptive":
+            raise ValueError(f"adaptive was removed; {_ADAPTIVE_REPLACEMENT}")
         return value
 
-    def problem(self, proactive_capacity: int) -> str | None:
+    def problem(self) -> str | None:
         """The first contradiction, as `field: why` (checked with the other settings)."""
         if self.mode == "scheduled" and not self.schedule:
             return "warm_pool.schedule: required when warm_pool.mode is scheduled"
         if self.mode == "fixed" and self.schedule:
             return "warm_pool.schedule: set, but warm_pool.mode is fixed"
-        predictive = self.predictive.problem()
-        if predictive is not None:
-            return predictive
-        if self.mode != "adaptive":
-            for name in _ADAPTIVE_ONLY:
-                if name in self.model_fields_set:
-                    return (
-                        f"warm_pool.{name}: set, but warm_pool.mode is {self.mode} (only "
-                        f"adaptive uses it)"
-                    )
-            return None
-        floors = [proactive_capacity, *(w.floor for w in self.schedule)]
-        if max(floors) > self.max:
-            return (
-                f"warm_pool.max: {self.max} is below a floor ({max(floors)}: proactive_capacity "
-                f"or a schedule window), so it could never apply"
-            )
-        return None
+        return self.predictive.problem()
 
 
 def to_warm_pool(settings: CapacitySettings) -> warm_pool.WarmPool:
@@ -478,20 +460,7 @@ def to_warm_pool(settings: CapacitySettings) -> warm_pool.WarmPool:
     if pool.mode == "fixed":
         return warm_pool.FixedPool(settings.proactive_capacity)
     windows = [warm_pool.parse_window(w.window, w.floor) for w in pool.schedule]
-    scheduled = warm_pool.ScheduledPool(windows, default=settings.proactive_capacity)
-    if pool.mode == "scheduled":
-        return scheduled
-    config = warm_pool.AdaptiveConfig(
-        target_ready=pool.target_ready,
-        ceiling=pool.max,
-        lead_time=pool.lead_time,
-        launch_cost=pool.launch_cost,
-        fast_window=pool.fast_window,
-        # The parts of one batch show up at most one demand read apart.
-        batch_window=settings.recalculate_interval,
-        profile_zone=warm_pool.zone(pool.profile_timezone),
-    )
-    return warm_pool.AdaptivePool(config, floor=scheduled)
+    return warm_pool.ScheduledPool(windows, default=settings.proactive_capacity)
 
 
 class ClusterAutoscalerSettings(BaseModel):
@@ -670,7 +639,7 @@ class CapacitySettings(BaseSettings):
                 f"demand.aged_after: HUD counts queue time in whole minutes, got "
                 f"{demand.aged_after:g}s"
             )
-        warm = self.warm_pool.problem(self.proactive_capacity)
+        warm = self.warm_pool.problem()
         if warm is not None:
             problems.append(warm)
         pools = self.nodepools
@@ -755,7 +724,8 @@ def _error_texts(error: ErrorDetails) -> list[tuple[str, str]]:
     elif kind == "missing":
         problem = "is required"
     elif kind == "extra_forbidden":
-        problem = "unknown setting"  # never echo the value: it may be a misplaced secret
+        # Never echo the value: it may be a misplaced secret.
+        problem = _REMOVED_SETTINGS.get(path, "unknown setting")
     else:
         problem = f"{error['msg'][:1].lower()}{error['msg'][1:]} (got {error['input']!r})"
     if not path:  # model-level checks name their field themselves

@@ -19,7 +19,7 @@ would read them from the runs in progress) will queue on its label set within
   hold: keeping a pair longer than a launch costs more than launching again). The policy
   then keeps the pairs its own hold (``downscale_delay``) before deleting them.
 
-The target is that sum plus an optional ``base`` pool's target (a fixed or adaptive pool
+The target is that sum plus an optional ``base`` pool's target (a fixed or scheduled pool
 for the jobs no parent announces), so it composes with the existing pools without
 changing the policy.
 

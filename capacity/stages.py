@@ -26,7 +26,7 @@ pairs. A parent seen fewer than ``min_runs`` times, or a model older than ``max_
 predicts nothing.
 
 The model is a small JSON dict (``to_dict``/``from_dict``), bounded in size (parents,
-samples, label sets), so it can be kept in a ConfigMap like the adaptive pool's profile.
+samples, label sets), so it can be kept in a ConfigMap (``capacity.kept``).
 
 PURE: no I/O, no clock; time is passed in.
 """

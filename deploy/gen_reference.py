@@ -36,7 +36,7 @@ DESCRIPTIONS: dict[str, str] = {
     "and advertises `maxRunners`.",
     "proactive_capacity": "Placeholder pairs kept ready on top of the queued jobs, so jobs "
     "start without waiting for a node. Costs idle nodes. The warm pool of `warm_pool.mode: "
-    "fixed`; with `scheduled` or `adaptive`, the floor outside the schedule's windows.",
+    "fixed`; with `scheduled`, the floor outside the schedule's windows.",
     "recalculate_interval": "Period of the fallback reconcile pass (watch events trigger "
     "passes in between), and of the demand reads from GitHub's REST API unless "
     "`demand.interval` is set.",
@@ -110,7 +110,8 @@ DESCRIPTIONS: dict[str, str] = {
     "github.repositories": "Repositories to read (`name` under the scale set's owner, or "
     "`owner/name`). Empty: the scale set's repository, or all of its organization's. "
     "Required for an enterprise scale set.",
-    "github.max_calls_per_interval": "REST calls per `recalculate_interval`, 304s included. "
+    "github.max_calls_per_interval": "REST calls per read of the source, 304s included; one "
+    "read every `demand.interval` (for this source `recalculate_interval` unless set). "
     "Repositories not reached keep their last counts and go first next time.",
     "github.in_progress_runs": "Also read the jobs of runs already in progress (they can "
     "still hold queued jobs, e.g. the rest of a matrix). Off: half the run-list calls.",
@@ -148,26 +149,11 @@ DESCRIPTIONS: dict[str, str] = {
     "time alone). Empty: not read.",
     "warm_pool": "Pairs held beyond the queued jobs (below; docs/capacity-model.md §10).",
     "warm_pool.mode": "`fixed`: `proactive_capacity` pairs. `scheduled`: the largest floor of "
-    "the `schedule` windows active now, `proactive_capacity` outside them. `adaptive`: enough "
-    "pairs for `target_ready` of the jobs arriving within one `lead_time` (learned from this "
-    "scale set's arrivals), over the schedule as a floor.",
+    "the `schedule` windows active now, `proactive_capacity` outside them.",
     "warm_pool.schedule": 'Windows with their own floor, e.g. `[{window: "Mon-Fri 08:00-18:00 '
     'Europe/Berlin", floor: 6}]`: days Mon..Sun (ranges, commas), wall-clock times '
     "00:00..24:00 (an end before the start runs past midnight), an IANA time zone "
     "(daylight saving time followed). Overlapping windows: the largest floor.",
-    "warm_pool.target_ready": "Adaptive: the share of jobs that should find a pair ready "
-    "(the fill rate over one lead time). Higher costs more idle pairs.",
-    "warm_pool.max": "Adaptive: the most pairs the adaptive part holds (a floor is not "
-    "capped; a floor above it is an error).",
-    "warm_pool.lead_time": "Adaptive: node launch plus runner registration, the time a pair "
-    "takes to become ready; the pool covers the jobs arriving within it.",
-    "warm_pool.launch_cost": "Adaptive: what launching a node costs, in seconds of an idle "
-    "pair. Pairs are kept `lead_time + launch_cost` (the break-even time) after they were "
-    "last wanted.",
-    "warm_pool.fast_window": "Adaptive: time constant of the fast arrival estimate (how "
-    "quickly a surge is followed and forgotten).",
-    "warm_pool.profile_timezone": "Adaptive: the time zone of the hour-of-week profile "
-    "(working hours move with daylight saving time).",
     "warm_pool.predictive": "Pairs ahead of a fan-out (below; off by default): on top of "
     "the pool `mode` describes, pairs for the children the jobs running now will queue on "
     "this scale set soon, from a stage model learned online. Needs `demand.source: github`; "
@@ -232,6 +218,12 @@ LISTENER_ENV: dict[str, tuple[str, str]] = {
         "LISTENER_SHUTDOWN_GRACE",
         "The pod's terminationGracePeriodSeconds: after SIGTERM the placeholder clean-up (at "
         "most half, at most 10 s) and then the session DELETE share it, less 2 s to exit.",
+    ),
+    "settings_check_interval": (
+        "LISTENER_SETTINGS_CHECK_INTERVAL",
+        "Seconds between two looks at the settings file (`CAPACITY_CONFIG_FILE`): when it "
+        "holds other valid settings the listener exits cleanly and ARC's controller recreates "
+        "it with them; settings that do not load are logged and ignored. 0: never.",
     ),
     "kube_outage_timeout": (
         "LISTENER_KUBE_OUTAGE_TIMEOUT",

@@ -612,47 +612,27 @@ def nodepools() -> list[PanelBuilder]:
 
 
 def warm_pool() -> list[PanelBuilder]:
-    """The warm pool (settings warm_pool): target, the adaptive pool's estimate, and the
-    predictive pool's pairs against the children that came."""
+    """The warm pool (settings warm_pool): target and mode, and the predictive pool's pairs
+    against the children that came."""
     return [
         timeseries(
             "Warm pool: target vs queued",
-            "Pairs held beyond the queued jobs (the warm pool's target: proactive_capacity, "
-            "the schedule's floor, or the adaptive pool's cover of one lead time) next to the "
-            "queued jobs they come on top of.",
+            "Pairs held beyond the queued jobs (the warm pool's target: proactive_capacity or "
+            "the schedule's floor, plus the predictive pool's pairs) next to the queued jobs "
+            "they come on top of.",
             by_name("gha_capacity_warm_pool_target", "target"),
             by_name("gha_capacity_queued_jobs", "queued"),
-            width=8,
+            width=16,
         ),
         timeseries(
             "Warm pool mode",
-            "1 for the configured warm_pool.mode: fixed (proactive_capacity), scheduled "
-            "(time windows) or adaptive (follows the arrivals).",
+            "1 for the configured warm_pool.mode: fixed (proactive_capacity) or scheduled "
+            "(time windows).",
             Query(
                 f"max by (name, mode) (gha_capacity_warm_pool_mode{{{SEL}}}) == 1",
                 "{{name}} {{mode}}",
             ),
-            width=4,
-        ),
-        timeseries(
-            "Adaptive: job batches per minute",
-            "The adaptive pool's estimate of workflow-run batches arriving per minute: fast "
-            "(the last minutes, for surges) and profile (this hour of the week). The pool "
-            "covers the larger.",
-            Query(
-                f"60 * max by (name, estimate) (gha_capacity_warm_pool_batch_rate{{{SEL}}})",
-                "{{name}} {{estimate}}",
-            ),
-            width=6,
-        ),
-        timeseries(
-            "Adaptive: jobs per batch",
-            "The adaptive pool's estimate of the mean jobs per batch (a matrix or fan-out).",
-            Query(
-                f"max by (name, estimate) (gha_capacity_warm_pool_batch_size{{{SEL}}})",
-                "{{name}} {{estimate}}",
-            ),
-            width=6,
+            width=8,
         ),
         timeseries(
             "Predictive: pairs for predicted children vs children arrived",

@@ -77,10 +77,6 @@ NO_DATA_EXPECTED = {
     "Pairs held back by NodePool limits": "NodePool limits are off in this scenario",
     "NodePool headroom by resource": "NodePool limits are off in this scenario",
     "NodePool reader state": "NodePool limits are off in this scenario",
-    # The adaptive warm pool is off here (a fixed pool); tests/e2e/test_karpenter_warm_pool.py
-    # runs it and tests/unit/capacity/test_monitor_logic.py reads these series.
-    "Adaptive: job batches per minute": "the adaptive warm pool is off in this scenario",
-    "Adaptive: jobs per batch": "the adaptive warm pool is off in this scenario",
     # The predictive warm pool needs the GitHub demand source (this scenario reads HUD);
     # tests/unit/capacity/test_monitor_predictive.py reads these series.
     "Predictive: pairs for predicted children vs children arrived": "the predictive warm "

@@ -18,7 +18,7 @@ def test_metric_list_has_arc_series_and_capacity_family() -> None:
     assert arc <= families.keys()
     assert {"gha_available_jobs", "gha_acquired_jobs"} <= families.keys()
     capacity = {name for name in families if name.startswith("gha_capacity_")}
-    assert len(capacity) == 50, sorted(capacity)
+    assert len(capacity) == 48, sorted(capacity)
     for name in capacity:
         assert {"name", "namespace"} <= families[name].labels, name
 

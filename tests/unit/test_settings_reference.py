@@ -31,7 +31,6 @@ STRING_SAMPLES = {
     "hud.url": "https://hud.example.com/api/queued",
     "webhook.url": "http://receiver.example:8081",
     "hud.parameters.repo": "my-org/my-repo",
-    "warm_pool.profile_timezone": "Europe/Berlin",
     "cluster_autoscaler.status_namespace": "autoscaling",
     "cluster_autoscaler.status_configmap": "ca-status",
     "nodepools.events_namespace": "karpenter-events",
@@ -39,8 +38,7 @@ STRING_SAMPLES = {
 
 
 # Settings that only hold together with another one (cluster_index < cluster_count; sharding
-# needs a demand source; the adaptive warm pool's knobs need its mode; the predictive pool
-# needs GitHub's source).
+# needs a demand source; the predictive pool needs GitHub's source).
 REFERENCE_CONTEXT: dict[str, dict[str, str]] = {
     "demand.cluster_index": {
         "CAPACITY_DEMAND__CLUSTER_COUNT": "4",
@@ -50,10 +48,6 @@ REFERENCE_CONTEXT: dict[str, dict[str, str]] = {
     "nodepools.runner": {"CAPACITY_NODEPOOLS__ENABLED": "true"},
     "nodepools.workflow": {"CAPACITY_NODEPOOLS__ENABLED": "true"},
     "nodepools.events_namespace": {"CAPACITY_NODEPOOLS__ENABLED": "true"},
-    **{
-        f"warm_pool.{name}": {"CAPACITY_WARM_POOL__MODE": "adaptive"}
-        for name in ("max", "lead_time", "launch_cost", "fast_window", "profile_timezone")
-    },
     "cluster_autoscaler.runner": {"CAPACITY_CLUSTER_AUTOSCALER__ENABLED": "true"},
     "cluster_autoscaler.workflow": {"CAPACITY_CLUSTER_AUTOSCALER__ENABLED": "true"},
     # The predictive pool needs the one source that reports running jobs; its knobs need it on.

@@ -14,17 +14,13 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from base.kube import KubeError, Resource
-from capacity import monitor as monitor_module
 from capacity.contract import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, LABEL_ROLE
 from capacity.demand import GitHubReaderFactory
 from capacity.model import Role
-from capacity.monitor import PROFILE_KEY, profile_config_map
 from capacity.pods import RUNNER_POD_LABEL, SCALE_SET_LABEL
 from capacity.settings import CapacitySettings, NodePoolSettings, Resources
-from capacity.warm_pool import AdaptivePool, FixedPool, _Sums
+from capacity.warm_pool import FixedPool
 from tests.support.fake_clock import FakeClock
 from tests.support.memory_cluster import MemoryCluster
 from tests.support.monitor_scene import RecordedMonitor, ScaleSet
@@ -619,77 +615,3 @@ async def test_scheduled_floor_rises_at_the_window_start_and_pairs_follow() -> N
         assert warm_target(scene) == 3
         mode = {"name": RUNNER_SET, "namespace": NS, "mode": "scheduled"}
         assert scene.registry.get_sample_value("gha_capacity_warm_pool_mode", mode) == 1
-
-
-async def test_adaptive_pool_grows_after_a_burst_of_arrivals() -> None:
-    scene = start(proactive=0, warm_pool={"mode": "adaptive", "max": 8})
-    async with Running(scene):
-        for i in range(4):  # two quiet minutes
-            scene.clock.now = NOW + 30 * i
-            await scene.reconciler.reconcile_once()
-        assert scene.placeholders() == []
-        # A workflow run's matrix: six jobs get runner pods between two passes.
-        for i in range(6):
-            scene.cluster.add(Resource.pods(NS), runner_pod(f"{SCALE_SET}-runner-{i}"))
-        await scene.settle()
-        scene.clock.now = NOW + 120
-        plan = await scene.reconciler.reconcile_once()
-        target = warm_target(scene)
-        assert target is not None
-        assert 1 <= target <= 8
-        # Pairs beyond demand stay within max_runners (10) less the six real runners.
-        assert len(plan.creates) == min(target, 10 - 6)
-        labels = {"name": RUNNER_SET, "namespace": NS, "estimate": "fast"}
-        assert scene.registry.get_sample_value("gha_capacity_warm_pool_batch_size", labels) == 6
-        assert (
-            scene.registry.get_sample_value("gha_capacity_warm_pool_batch_rate", labels) or 0
-        ) > 0
-
-
-async def _run_profile_loop(scene: Scene) -> None:
-    task = asyncio.create_task(scene.monitor._profile_loop())
-    await scene.settle()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-
-
-async def test_adaptive_profile_survives_a_restart(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(monitor_module, "PROFILE_SAVE_INTERVAL", 0.0)
-    adaptive = {"mode": "adaptive", "max": 8}
-    first = start(proactive=0, warm_pool=adaptive)
-    pool = first.monitor.warm_pool
-    assert isinstance(pool, AdaptivePool)
-    for i in range(120):  # an hour with a batch of 4 every two minutes
-        pool.observe(NOW + 30 * i, 0, 4 if i % 4 == 0 else 0)
-    await _run_profile_loop(first)
-    key = (NS, profile_config_map(SCALE_SET))
-    assert PROFILE_KEY in first.cluster.config_maps[key]
-
-    second = start(first.cluster, proactive=0, warm_pool=adaptive)
-    restarted = second.monitor.warm_pool
-    assert isinstance(restarted, AdaptivePool)
-    assert restarted.profile == [_Sums() for _ in range(168)]
-    await _run_profile_loop(second)
-    assert restarted.profile == pool.profile
-    assert restarted.profile_week == pool.profile_week
-    _, profile = restarted.estimates(NOW + 1800)
-    assert profile.mean_size == 4
-
-
-async def test_unusable_profile_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(monitor_module, "PROFILE_SAVE_INTERVAL", 0.0)
-    cluster = MemoryCluster()
-    cluster.config_maps[(NS, profile_config_map(SCALE_SET))] = {PROFILE_KEY: "{not json"}
-    scene = start(cluster, proactive=0, warm_pool={"mode": "adaptive"})
-    cluster.fail_config_maps = [KubeError("patch configmaps", 403, "Forbidden")]
-    await _run_profile_loop(scene)
-    pool = scene.monitor.warm_pool
-    assert isinstance(pool, AdaptivePool)
-    assert pool.profile == [_Sums() for _ in range(168)]
-    labels = {"name": RUNNER_SET, "namespace": NS, "operation": "write configmaps"}
-    assert (
-        scene.registry.get_sample_value(
-            "gha_capacity_kube_errors_total", {**labels, "kind": "forbidden"}
-        )
-        == 1
-    )

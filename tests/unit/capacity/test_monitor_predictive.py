@@ -2,7 +2,7 @@
 loop feeding the stage model from scripted GitHub readings (a failed read holds the running
 set), pairs for the predicted children and their metrics, and the model kept in its
 ConfigMap across a restart (the unit half: the ConfigMap code path on the in-memory
-cluster, as the adaptive profile's tests do)."""
+cluster)."""
 
 from __future__ import annotations
 
@@ -17,16 +17,10 @@ from base.kube import KubeError
 from capacity import monitor as monitor_module
 from capacity.demand import DemandReader, Reading
 from capacity.model import DemandOutcome, DemandResult
-from capacity.monitor import (
-    PROFILE_KEY,
-    STAGE_MODEL_KEY,
-    profile_config_map,
-    stage_model_config_map,
-)
+from capacity.monitor import STAGE_MODEL_KEY, stage_model_config_map
 from capacity.stage_feed import StageFeed
 from capacity.stage_pool import PredictivePool
 from capacity.stages import QueuedJob, RunningParent, StageModel
-from capacity.warm_pool import AdaptivePool
 from tests.support.fake_clock import FakeClock
 from tests.support.memory_cluster import MemoryCluster
 from tests.unit.capacity.test_monitor_logic import (
@@ -195,7 +189,7 @@ async def _run_model_loop(scene: Scene) -> None:
 
 
 async def test_the_stage_model_survives_a_restart(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(monitor_module, "PROFILE_SAVE_INTERVAL", 0.0)
+    monkeypatch.setattr(monitor_module, "STAGE_MODEL_SAVE_INTERVAL", 0.0)
     first, _ = predictive_scene()
     teach(feed_of(first).model)
     await _run_model_loop(first)
@@ -218,7 +212,7 @@ async def test_the_stage_model_survives_a_restart(monkeypatch: pytest.MonkeyPatc
 
 
 async def test_an_unusable_stored_model_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(monitor_module, "PROFILE_SAVE_INTERVAL", 0.0)
+    monkeypatch.setattr(monitor_module, "STAGE_MODEL_SAVE_INTERVAL", 0.0)
     cluster = MemoryCluster()
     stored = json.dumps({"version": 1, "parents": [{"workflow": BUILD}]})
     cluster.config_maps[(NS, stage_model_config_map(SCALE_SET))] = {STAGE_MODEL_KEY: stored}
@@ -232,24 +226,3 @@ async def test_an_unusable_stored_model_is_ignored(monkeypatch: pytest.MonkeyPat
         )
         == 1
     )
-
-
-async def test_an_adaptive_base_keeps_its_profile_beside_the_model(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(monitor_module, "PROFILE_SAVE_INTERVAL", 0.0)
-    scene = start(
-        proactive=0,
-        github_demand=lambda settings, labels: ScriptedSource(),
-        demand={"source": "github"},
-        warm_pool={"mode": "adaptive", **PREDICTIVE},
-    )
-    pool = scene.monitor.warm_pool
-    assert isinstance(pool, PredictivePool)
-    assert isinstance(pool.base, AdaptivePool)
-    profile = asyncio.create_task(scene.monitor._profile_loop())
-    await _run_model_loop(scene)
-    profile.cancel()
-    await asyncio.gather(profile, return_exceptions=True)
-    assert PROFILE_KEY in scene.cluster.config_maps[(NS, profile_config_map(SCALE_SET))]
-    assert STAGE_MODEL_KEY in scene.cluster.config_maps[(NS, stage_model_config_map(SCALE_SET))]

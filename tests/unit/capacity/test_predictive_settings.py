@@ -38,13 +38,14 @@ def test_on_with_the_github_source_over_a_base_pool(tmp_path: Path) -> None:
         tmp_path,
         GITHUB + "proactive_capacity: 1\n"
         "warm_pool:\n"
-        "  mode: adaptive\n"
+        "  mode: scheduled\n"
+        "  schedule: [{window: 'Mon-Fri 08:00-18:00 UTC', floor: 2}]\n"
         "  predictive: {enabled: true, horizon: 6m, hold: 90s, count_quantile: 0.75}\n",
     )
     predictive = settings.warm_pool.predictive
     assert predictive.enabled
     assert (predictive.horizon, predictive.hold, predictive.count_quantile) == (360.0, 90.0, 0.75)
-    assert settings.warm_pool.mode == "adaptive"
+    assert settings.warm_pool.mode == "scheduled"
 
 
 def test_on_from_the_environment() -> None:

@@ -67,8 +67,6 @@ NAMES = {
     "gha_capacity_nodepool_state": "gauge",
     "gha_capacity_warm_pool_mode": "gauge",
     "gha_capacity_warm_pool_target": "gauge",
-    "gha_capacity_warm_pool_batch_rate": "gauge",
-    "gha_capacity_warm_pool_batch_size": "gauge",
     "gha_capacity_placeholders_on_deletion_candidates": "gauge",
     "gha_capacity_node_group_size": "gauge",
     "gha_capacity_node_group_headroom": "gauge",
@@ -102,8 +100,6 @@ FIRST_WRITTEN_WHEN_USED = {
     "gha_capacity_nodepool_held_pairs",
     "gha_capacity_nodepool_state",
     "gha_capacity_warm_pool_mode",  # set by the monitor, from its settings
-    "gha_capacity_warm_pool_batch_rate",  # the adaptive pool only
-    "gha_capacity_warm_pool_batch_size",
     # cluster-autoscaler: written by node checks and the node-group reader only.
     "gha_capacity_placeholders_on_deletion_candidates",
     "gha_capacity_node_group_size",

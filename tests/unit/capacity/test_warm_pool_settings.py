@@ -1,5 +1,5 @@
-"""The `warm_pool` settings: the three modes, how they sit with `proactive_capacity`, and the
-one-line errors naming the field."""
+"""The `warm_pool` settings: the two modes, how they sit with `proactive_capacity`, the
+one-line errors naming the field, and the refusal of an adaptive pool's settings."""
 
 from __future__ import annotations
 
@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from capacity.settings import CapacitySettingsError, load_capacity_settings, to_warm_pool
-from capacity.warm_pool import AdaptivePool, FixedPool, ScheduledPool
+from capacity.settings import (
+    REFERENCE,
+    CapacitySettingsError,
+    load_capacity_settings,
+    to_warm_pool,
+)
+from capacity.warm_pool import FixedPool, ScheduledPool
+from listener.cli import error_lines
+
+REPLACEMENT = "use mode: fixed (proactive_capacity pairs) or scheduled"
 
 
 def load(tmp_path: Path, text: str) -> object:
@@ -47,26 +55,51 @@ def test_scheduled_pool_uses_proactive_capacity_outside_its_windows(tmp_path: Pa
     assert pool.target(wednesday_noon + 8 * 3600) == 1
 
 
-def test_adaptive_pool_from_yaml(tmp_path: Path) -> None:
-    settings = load(
-        tmp_path,
-        "warm_pool:\n"
-        "  mode: adaptive\n"
-        "  target_ready: 0.95\n"
-        "  max: 12\n"
-        "  lead_time: 90s\n"
-        "  launch_cost: 30s\n"
-        "  profile_timezone: Europe/Berlin\n"
-        "  schedule:\n"
-        "    - {window: 'Mon-Fri 08:00-18:00 Europe/Berlin', floor: 2}\n",
+def test_the_adaptive_mode_is_refused_with_its_replacement(tmp_path: Path) -> None:
+    assert error(tmp_path, "warm_pool: {mode: adaptive}\n") == (
+        f"capacity setting warm_pool.mode: adaptive was removed; {REPLACEMENT}"
     )
-    pool = to_warm_pool(settings)  # type: ignore[arg-type]
-    assert isinstance(pool, AdaptivePool)
-    assert pool.config.target_ready == 0.95
-    assert pool.config.ceiling == 12
-    assert pool.config.hold == 120.0
-    assert pool.floor is not None
-    assert len(pool.floor.windows) == 1
+    with pytest.raises(CapacitySettingsError) as info:
+        load_capacity_settings({"CAPACITY_WARM_POOL__MODE": "adaptive"})
+    # What the listener prints at start-up: the one line, then the pointer to the reference.
+    assert error_lines(info.value) == [
+        f"Error: capacity setting warm_pool.mode: adaptive was removed; {REPLACEMENT} (from "
+        "environment CAPACITY_WARM_POOL__MODE)",
+        f"Error: every setting, its default and its variable: {REFERENCE}",
+    ]
+
+
+@pytest.mark.parametrize(
+    "name", ["target_ready", "max", "lead_time", "launch_cost", "fast_window", "profile_timezone"]
+)
+def test_an_adaptive_pool_setting_is_refused_by_name(tmp_path: Path, name: str) -> None:
+    # In the file and in the environment alike: one line naming the field, not "unknown".
+    line = f"capacity setting warm_pool.{name}: removed with warm_pool.mode adaptive; {REPLACEMENT}"
+    assert error(tmp_path, f"warm_pool: {{mode: scheduled, {name}: 1}}\n") == line
+    with pytest.raises(CapacitySettingsError) as info:
+        load_capacity_settings({f"CAPACITY_WARM_POOL__{name.upper()}": "1"})
+    (problem,) = info.value.problems
+    assert problem.text == line
+    assert problem.source == f"environment CAPACITY_WARM_POOL__{name.upper()}"
+
+
+def test_an_adaptive_block_gives_one_line_per_removed_setting(tmp_path: Path) -> None:
+    path = tmp_path / "capacity.yaml"
+    path.write_text("warm_pool:\n  mode: adaptive\n  target_ready: 0.95\n  max: 12\n")
+    with pytest.raises(CapacitySettingsError) as info:
+        load_capacity_settings({"CAPACITY_CONFIG_FILE": str(path)})
+    assert [p.text.split(":")[0] for p in info.value.problems] == [
+        "capacity setting warm_pool.mode",
+        "capacity setting warm_pool.target_ready",
+        "capacity setting warm_pool.max",
+    ]
+    assert all(REPLACEMENT in p.text for p in info.value.problems)
+
+
+def test_an_unknown_warm_pool_setting_is_still_unknown(tmp_path: Path) -> None:
+    assert error(tmp_path, "warm_pool: {ceiling: 3}\n") == (
+        "capacity setting warm_pool.ceiling: unknown setting"
+    )
 
 
 @pytest.mark.parametrize(
@@ -81,33 +114,14 @@ def test_adaptive_pool_from_yaml(tmp_path: Path) -> None:
             "capacity setting warm_pool.schedule: set, but warm_pool.mode is fixed",
         ),
         (
-            "warm_pool: {mode: scheduled, target_ready: 0.9, "
-            "schedule: [{window: 'Mon 08:00-09:00 UTC', floor: 1}]}\n",
-            "capacity setting warm_pool.target_ready: set, but warm_pool.mode is scheduled "
-            "(only adaptive uses it)",
-        ),
-        (
-            "proactive_capacity: 5\nwarm_pool: {mode: adaptive, max: 4}\n",
-            "capacity setting warm_pool.max: 4 is below a floor (5: proactive_capacity or a "
-            "schedule window), so it could never apply",
-        ),
-        (
             "warm_pool: {mode: scheduled, schedule: [{window: 'Mon-Fry 08:00-09:00 UTC', "
             "floor: 1}]}\n",
             "capacity setting warm_pool.schedule.0.window: invalid day 'mon-fry' (use Mon..Sun)",
         ),
         (
-            "warm_pool: {mode: adaptive, profile_timezone: Mars/Olympus}\n",
-            "capacity setting warm_pool.profile_timezone: unknown time zone 'Mars/Olympus'",
-        ),
-        (
             "warm_pool: {mode: elastic}\n",
-            "capacity setting warm_pool.mode: input should be 'fixed', 'scheduled' or "
-            "'adaptive' (got 'elastic')",
-        ),
-        (
-            "warm_pool: {mode: adaptive, target_ready: 1}\n",
-            "capacity setting warm_pool.target_ready: input should be less than 1 (got 1)",
+            "capacity setting warm_pool.mode: input should be 'fixed' or 'scheduled' (got "
+            "'elastic')",
         ),
     ],
 )
