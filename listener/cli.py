@@ -2,7 +2,9 @@
 
 ``ghalistener rbac --name … --namespace … --github-config-url …`` prints the least-privilege
 Role and RoleBinding for that scale set's listener instead (see ``listener.rbac``);
-``ghalistener whatif …`` imports job traces and replays them (see ``listener.whatif``).
+``ghalistener whatif …`` imports job traces and replays them (see ``listener.whatif``);
+``ghalistener overlay --values … --scale-set … --overlay …`` prints a team's own ARC values
+with the chart's overlay merged in (see ``listener.overlay``).
 
 Exit status 0 after a clean shutdown (SIGTERM), 1 on any error. A bad config prints ARC's
 own fatal line; other errors print ``Error: ...``. The ARC controller recreates
@@ -129,10 +131,88 @@ def rbac_command(argv: list[str]) -> int:
     return 0
 
 
+def _read_yaml_docs(path: str, flag: str) -> list[object]:
+    """The YAML documents of a file (``-``: standard input), or one line naming the flag."""
+    import yaml
+
+    from listener.overlay import OverlayError
+
+    try:
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        return list(yaml.safe_load_all(text))
+    except OSError as exc:
+        raise OverlayError(f"{flag} {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise OverlayError(f"{flag} {path}: not YAML: {' '.join(str(exc).split())}") from exc
+
+
+def overlay_command(argv: list[str]) -> int:
+    """``ghalistener overlay``: print the team's ARC values with the overlay merged in."""
+    import argparse
+
+    import yaml
+
+    from listener.overlay import OverlayError, check_team, find_overlay, merge
+
+    parser = argparse.ArgumentParser(
+        prog="ghalistener overlay",
+        description=(
+            "Merge the capacity listener's overlay for ARC's gha-runner-scale-set chart into "
+            "your own values for that chart, by container name, and print one static values "
+            "file: your runner image, env, volumes, sidecars and initContainers stay yours."
+        ),
+    )
+    parser.add_argument(
+        "--values", required=True, help="your own gha-runner-scale-set values file (- : stdin)"
+    )
+    parser.add_argument("--scale-set", required=True, help="the scale set's name in the chart")
+    parser.add_argument(
+        "--overlay",
+        required=True,
+        help=(
+            "the overlay: the chart's <scale set>-arc-values values.yaml, that ConfigMap, or "
+            "`helm template` output of the chart (- : stdin)"
+        ),
+    )
+    args = parser.parse_args(argv)
+    try:
+        if args.values == "-" and args.overlay == "-":
+            raise OverlayError("--values and --overlay cannot both be standard input")
+        team_docs = [d for d in _read_yaml_docs(args.values, "--values") if d is not None]
+        team = team_docs[0] if team_docs else {}  # an empty file: no values of your own
+        if len(team_docs) > 1 or not isinstance(team, dict):
+            raise OverlayError(f"--values {args.values}: expected one map of chart values")
+        check_team(team, args.scale_set)
+        ours = find_overlay(
+            _read_yaml_docs(args.overlay, "--overlay"), args.scale_set, yaml.safe_load
+        )
+        merged = merge(team, ours)
+    except OverlayError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    for path in merged.replaced:
+        print(f"ghalistener overlay: your {path} is replaced by the overlay's", file=sys.stderr)
+    name = args.scale_set
+    command = f"--values {args.values} --scale-set {name} --overlay {args.overlay}"
+    print(f"# Values for ARC's gha-runner-scale-set chart, scale set {name}: your values with")
+    print("# the capacity listener's overlay merged in. Generated: change an input and run")
+    print(f"#   ghalistener overlay {command}")
+    print(f"# again. Install: helm upgrade --install {name} <gha-runner-scale-set chart> \\")
+    print(f"#   --namespace <runner namespace> --values values-{name}.yaml\n")
+    print(yaml.safe_dump(merged.values, sort_keys=False, width=100), end="")
+    return 0
+
+
 def main() -> None:
     signals.install_early()
     if sys.argv[1:2] == ["rbac"]:
         sys.exit(rbac_command(sys.argv[2:]))
+    if sys.argv[1:2] == ["overlay"]:
+        sys.exit(overlay_command(sys.argv[2:]))
     if sys.argv[1:2] == ["webhook-receiver"]:
         from listener import receiver_main
 
