@@ -1,9 +1,10 @@
 {{/*
 The values overlay for ARC's gha-runner-scale-set chart, for one scale set: the only copy.
 configmaps.yaml writes it to the ConfigMap `<scale set>-arc-values` (key values.yaml), NOTES.txt
-prints the command that fetches it, and deploy/helm/values-capacity-*.yaml are this template
-rendered for ci/example-values.yaml (deploy/gen_overlays.py; tests/chart/test_overlays.py
-fails when they differ). So the ConfigMap names it mounts are the ones this chart creates, and
+prints the command that fetches it (`ghalistener overlay`, listener/overlay.py, merges it into
+a team's own values by the rules its docstring gives), and deploy/helm/values-capacity-*.yaml
+are this template rendered for ci/example-values.yaml (deploy/gen_overlays.py;
+tests/chart/test_overlays.py fails when they differ). So the ConfigMap names it mounts are the ones this chart creates, and
 the listener's settings (metrics, resources, securityContext) cannot drift between copies.
 Argument: a dict with root (the chart's context), name (the scale set) and set (its values).
 */}}
@@ -16,7 +17,14 @@ Argument: a dict with root (the chart's context), name (the scale set) and set (
 {{- $runner := $set.runnerPod | default dict -}}
 # Values overlay for ARC's `gha-runner-scale-set` chart: scale set {{ $name }}, whose listener
 # is the capacity-aware listener. Written by the capacity-listener chart (release
-# {{ $root.Release.Name }}, namespace {{ $controller }}); install ARC's scale set with it:
+# {{ $root.Release.Name }}, namespace {{ $controller }}). With values of your own for ARC's chart
+# (runner image, env, volumes, sidecars), merge it into them by container name instead of
+# passing both to Helm (Helm replaces lists): one static file, e.g. for a GitOps repository:
+#
+#   ghalistener overlay --values my-values.yaml --scale-set {{ $name }} \
+#     --overlay values-{{ $name }}.yaml > values-{{ $name }}.merged.yaml
+#
+# Without values of your own, install ARC's scale set with this file as it is:
 #
 #   helm upgrade --install {{ $name }} \
 #     oci://ghcr.io/actions/actions-runner-controller-charts/gha-runner-scale-set \
@@ -190,6 +198,9 @@ template:
     {{- end }}
     containers:
       - name: runner
+        # ARC's stock runner, for a scale set without values of its own: the merge keeps your
+        # runner container's image, command, args and resources (and nodeSelector and
+        # tolerations above) and adds only the env and volumeMounts below.
         image: ghcr.io/actions/actions-runner:latest
         command: ["/home/runner/run.sh"]
         env:
