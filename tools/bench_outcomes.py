@@ -1551,6 +1551,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds:
         config = replace(config, seeds=tuple(args.seeds))
     if args.variants:
+        # A name that is no variant would run as demand only and fail at its first report.
+        unknown = sorted(set(args.variants) - set(VARIANTS))
+        if unknown:
+            parser.error(f"--variants: {', '.join(unknown)} not one of {', '.join(VARIANTS)}")
         config = replace(config, variants=tuple(args.variants))
     if args.nodepools is not None:
         config = replace(config, nodepools=args.nodepools)

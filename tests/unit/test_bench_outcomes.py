@@ -219,6 +219,12 @@ def test_a_negative_warm_pool_is_refused_by_name(capsys: pytest.CaptureFixture[s
     assert "--warm: must be 0 or more, got -1" in capsys.readouterr().err
 
 
+def test_an_unknown_variant_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--smoke", "--variants", "ours_warm", "ours_adaptive"])
+    assert "--variants: ours_adaptive not one of stock_min0, " in capsys.readouterr().err
+
+
 def test_summary_and_table_carry_the_reference_column() -> None:
     config = replace(SMOKE, variants=("stock_min0",))
     bound = reference(config, plan(config, 2))
