@@ -7,7 +7,9 @@ conflict is waited out for a bounded time instead of crash-looping.
 
 Shutdown (SIGTERM from the kubelet, or SIGINT): the loop finishes the message it is handling,
 the capacity monitor and the HTTP server stop, then the session is deleted with its own short
-deadline. An unexpected error in any task ends the TaskGroup; the session is still deleted and
+deadline. A change of the mounted capacity settings stops it the same way
+(listener/settings_watch.py), so ARC's controller recreates it with them. An unexpected error
+in any task ends the TaskGroup; the session is still deleted and
 the process exits non-zero so the controller recreates the pod.
 
 Size: the one place that builds and wires everything; start-up and shutdown order are the
@@ -51,6 +53,7 @@ from listener.metrics import ListenerMetrics, PatchMetrics, RunnerGroupMetrics
 from listener.runner_group import check_runner_group
 from listener.scaler import KubePatcher, PatchRetry, Scaler
 from listener.server import Health, build_app, parse_addr, serve
+from listener.settings_watch import wait_for_change
 from listener.shutdown import DEFAULT_GRACE, ShutdownBudget
 
 if TYPE_CHECKING:
@@ -80,6 +83,7 @@ class Options:
     reissue_interval: float = 1.0
     kube_outage_timeout: float = 300.0
     shutdown_grace: float = DEFAULT_GRACE
+    settings_check_interval: float = 10.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Options:
@@ -107,6 +111,9 @@ class Options:
             reissue_interval=seconds("LISTENER_REISSUE_INTERVAL", cls.reissue_interval),
             kube_outage_timeout=seconds("LISTENER_KUBE_OUTAGE_TIMEOUT", cls.kube_outage_timeout),
             shutdown_grace=seconds("LISTENER_SHUTDOWN_GRACE", cls.shutdown_grace),
+            settings_check_interval=seconds(
+                "LISTENER_SETTINGS_CHECK_INTERVAL", cls.settings_check_interval
+            ),
         )
 
 
@@ -274,6 +281,10 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
                 probe_app = build_app(registry=None, metrics_endpoint="", health=health)
                 tg.create_task(_guard("probes", serve(probe_app, options.probe_addr, stop), stop))
             tg.create_task(_guard("listener", _listen(parts, capacity_settings, stop), stop))
+            if options.settings_check_interval > 0:
+                watch = _settings_watch(env, capacity_settings, options.settings_check_interval)
+                if watch is not None:
+                    tg.create_task(_guard("settings", _until(watch, stop), stop))
 
 
 def _same_port(probe_addr: str, metrics_addr: str) -> bool:
@@ -464,6 +475,31 @@ def _capacity_settings(env: Mapping[str, str]) -> CapacitySettings | None:
 
     settings = load_capacity_settings(env)
     return settings if settings.enabled else None
+
+
+async def _until(work: Awaitable[object], stop: asyncio.Event) -> None:
+    """``work`` until it ends or ``stop`` is set, whichever comes first."""
+    await run_until(work, stop.wait())
+
+
+def _settings_watch(
+    env: Mapping[str, str], running: CapacitySettings | None, interval: float
+) -> Awaitable[CapacitySettings] | None:
+    """Ends once the settings file holds other valid settings (listener/settings_watch.py):
+    the listener then stops and ARC's controller recreates it, which reads them. None
+    without a settings file (environment variables do not change under a running pod).
+    ``running``: the settings in force, None when the monitor is off (they are read again,
+    switched-off settings being a baseline too)."""
+    path = env.get("CAPACITY_CONFIG_FILE", "").strip()
+    if not path:
+        return None  # also keeps pydantic out of a stock listener
+    from capacity.settings import load_capacity_settings
+
+    if running is None:
+        running = load_capacity_settings(env)
+    return wait_for_change(
+        Path(path), running, lambda: load_capacity_settings(env), interval=interval
+    )
 
 
 async def main(env: Mapping[str, str]) -> None:
