@@ -36,7 +36,8 @@ from capacity import settings as capacity_settings  # noqa: E402
 OUTPUT = ROOT / "charts" / "capacity-listener" / "values.schema.json"
 
 # Settings the chart derives from the scale set's workflow pod template, so the two cannot
-# disagree: setting them under `capacity` is an error.
+# disagree: setting them under `capacity` is an error, which the chart's preflight template
+# reports naming the key to set instead (the schema's "not allowed" would not).
 DERIVED = {
     "workflow_resources": "workflowPod.resources.requests",
     "workflow_node_selector": "workflowPod.nodeSelector",
@@ -176,6 +177,12 @@ def render() -> str:
         "Capacity settings (deploy/config/REFERENCE.md), without "
         + ", ".join(f"{k} (from {v})" for k, v in DERIVED.items())
     )
+    # Let the derived keys through to templates/preflight.yaml, whose error names the key
+    # to set instead; they are no settings of the chart, so not among `properties`.
+    capacity["patternProperties"] = {
+        f"^{key}$": {"description": f"Not here: set {source} (the chart copies it)."}
+        for key, source in DERIVED.items()
+    }
     toleration = _model(capacity_settings.Toleration, "toleration.")
     workflow_pod = _section(
         "The workflow pod template of the runner-container hooks; its requests are what "
@@ -293,8 +300,15 @@ def render() -> str:
                 bindControllerNamespaceGroup=_flag(
                     "Also bind every ServiceAccount of the controller namespace (fallback)."
                 ),
-                nodeChecks=_flag("Create the node ClusterRole even if no scale set needs it."),
-                nodePools=_flag("Create the NodePool ClusterRole even if no scale set needs it."),
+                nodeChecks=_flag(
+                    "Force the node ClusterRole, bound to every scale set's listener. false "
+                    "does not turn it off: scale sets with capacity.node_checks get it anyway."
+                ),
+                nodePools=_flag(
+                    "Force the NodePool ClusterRole, bound to every scale set's listener. false "
+                    "does not turn it off: scale sets with capacity.nodepools.enabled (on "
+                    "unless set false) get it anyway."
+                ),
             ),
             "hud": _section(
                 "The HUD token Secret in the controller namespace (created by you).",
@@ -329,7 +343,16 @@ def render() -> str:
                     tls={"type": "array"},
                 ),
             ),
-            "test": _section("The helm test pod.", image={"type": "string", "pattern": r"^\S+$"}),
+            "test": _section(
+                "The helm test pods.",
+                image={"type": "string", "pattern": r"^\S+$"},
+                accountTimeout={
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Seconds to wait for ARC to create each listener "
+                    "ServiceAccount before the test fails naming it.",
+                },
+            ),
             "scaleSets": {
                 "type": "object",
                 "description": "Scale sets by AutoscalingRunnerSet name (at most 45 characters).",

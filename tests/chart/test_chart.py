@@ -31,6 +31,8 @@ from tests.support.helm_chart import (
     template_error,
 )
 
+_WAITER = "capacity-listener-account-wait"  # the helm test pod that waits for the accounts
+
 
 def test_helm_lint_passes_with_the_example_values(helm_bin: Path) -> None:
     result = helm(
@@ -244,10 +246,8 @@ def test_helm_test_pod_runs_as_the_listener_account(helm_bin: Path, tmp_path: Pa
     docs = template(helm_bin, example_values(), tmp_path)
     pods = {d["spec"]["serviceAccountName"]: d for d in docs if d["kind"] == "Pod"}
     cpu = listener_name("arc-cpu", "arc-runners", "", "https://github.com/my-org")
-    assert set(pods) == {
-        cpu,
-        listener_name("arc-gpu", "arc-runners", "gpu-runners", "https://github.com/my-org"),
-    }
+    gpu = listener_name("arc-gpu", "arc-runners", "gpu-runners", "https://github.com/my-org")
+    assert set(pods) == {cpu, gpu, _WAITER}
     assert pods[cpu]["metadata"]["annotations"]["helm.sh/hook"] == "test"
     checks = {tuple(c["command"][3:5]) for c in pods[cpu]["spec"]["containers"]}
     assert ("create", "pods") in checks
@@ -268,11 +268,6 @@ def _with(path: str, value: Any) -> dict[str, Any]:
     ("path", "value", "named"),
     [
         ("scaleSets.arc-cpu.capacity.proactive_capacty", 2, "proactive_capacty"),
-        (
-            "scaleSets.arc-cpu.capacity.workflow_resources",
-            {"requests": {"cpu": "1"}},
-            "workflow_resources",
-        ),
         ("scaleSets.arc-cpu.capacity.placeholder_ttl", "15 minutes", "placeholder_ttl"),
         ("scaleSets.arc-cpu.capacity.proactive_capacity", -1, "proactive_capacity"),
         ("scaleSets.arc-cpu.capacity.demand", {"source": "hub"}, "source"),
