@@ -1,6 +1,6 @@
 """Demand from GitHub's REST API: queued workflow jobs whose labels this scale set serves.
 
-For users without HUD. One read (every `recalculate_interval`) walks, as KEDA's github-runner
+For users without HUD. One read (every `demand.interval`) walks, as KEDA's github-runner
 scaler does:
 
 1. the repositories: `github.repositories`, else the scale set's own repository, else every
@@ -694,7 +694,7 @@ def reader_factory(
             client=client,
             token=token,
             scope=scope,
-            interval=settings.recalculate_interval,
+            interval=settings.demand_interval,  # how often reads come: the allowance per read
             demand=settings.demand,
         )
 
