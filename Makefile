@@ -7,7 +7,7 @@ CLUSTER := $(PY) -m tools.localcluster
 .PHONY: help venv demo test test-unit test-integration test-e2e test-image image lint \
         typecheck check coverage lint-only cluster-build cluster-up cluster-down cluster-status \
         bench bench-outcomes clean conformance-build test-conformance chart-package bench-footprint \
-        test-cluster-autoscaler test-arc test-chart soak bench-receiver
+        test-cluster-autoscaler test-arc test-chart soak bench-receiver bench-report
 
 help:
 	@echo "make demo          run the local demo (builds the local cluster on first use)"
@@ -21,6 +21,7 @@ help:
 	@echo "make bench-receiver  the webhook receiver: deliveries/s, RSS at 10k/100k jobs, reads/s (prints JSON)"
 	@echo "make bench-footprint  RSS of one listener beside ARC's Go listener (prints JSON)"
 	@echo "make bench-outcomes  the outcome benchmark: JSON + figures into OUTCOMES_DIR (OUTCOMES_FAMILY=capped|roomy|staged)"
+	@echo "make bench-report  docs/benchmarks.md and README.md's results block from the JSON in docs/img"
 	@echo "make soak          the fault soak: SEED=1 (or \"1 2 3\") DURATION=240; JSON invariants"
 
 $(VENV)/.installed: pyproject.toml
@@ -140,6 +141,11 @@ OUTCOMES_DIR ?= docs/img
 OUTCOMES_FAMILY ?= capped
 bench-outcomes: venv cluster-build
 	$(PY) -m tools.bench_outcomes run --family $(OUTCOMES_FAMILY) --out $(OUTCOMES_DIR)
+
+# docs/benchmarks.md and README.md's results block, generated from the committed JSON
+# (tools/bench_report.py names it); the summary figures drawn again.
+bench-report: venv
+	$(PY) -m tools.bench_report
 
 # The fault soak (docs/soak.md): seeded faults over two Karpenter sites, invariants as JSON.
 SEED ?= 1

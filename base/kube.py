@@ -15,10 +15,6 @@ listener's patches are retried by ``listener.scaler``, which reads ``KubeError.r
 The list+watch loop is the one place that reconnects, because a watch is a long-lived
 subscription: it re-watches from the last resourceVersion when a stream ends, relists on
 410 Gone, and backs off while the apiserver is unreachable.
-
-Size: the one owner of kubernetes-asyncio: transport, error classification, create/delete,
-and the list+watch informer with relist and reconnect. Keeping the library behind one module
-is the rule; the informer is most of the lines.
 """
 
 from __future__ import annotations

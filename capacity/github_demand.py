@@ -48,9 +48,6 @@ one read may make is kept as far as the read got; while any is, a reading says s
 (`Reading.running_partial`): a job missing from it may still be running. The queued jobs
 it counts are reported too (`Reading.queued_jobs`: run attempt, job id, creation time), so
 the stage model can link children to the parent that ended before them.
-
-Size: one demand source with its own budget, ETag cache and rate-limit pacing, all of which
-must agree on what a read costs; split only if a second REST source appears.
 """
 
 from __future__ import annotations

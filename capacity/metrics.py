@@ -15,9 +15,8 @@ Like the listener's page, no ``_created`` series are written: the metrics are cr
 unregistered and exposed through one collector that drops those samples (per registry, so
 prometheus_client's process-wide switch is left alone).
 
-Size: every series family of the monitor is declared here, once each, so the
-deploy/metrics.txt list, the dashboard and this file can be read against each other; the
-optional readers (NodePools, node groups) record through it rather than own series.
+The optional readers (NodePools, node groups) record through this module rather than own
+series.
 """
 
 from __future__ import annotations

@@ -38,9 +38,7 @@ carry an ownerReference to it (the garbage collector would delete them at once),
 ownership rests on the owner annotation alone, and deleting the runner set does not remove
 them: the next listener sweeps them, or they end at their TTL.
 
-Size: the one object the listener creates: the wiring of view, reconciler, demand poller,
-warm pool and metrics, the inputs the policy reads from them, the placeholder manifests and
-the loops that feed them are read together; what each part does lives in its own module.
+What each part does lives in its own module.
 """
 
 from __future__ import annotations

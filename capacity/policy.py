@@ -85,9 +85,6 @@ Slot ids are decimal strings chosen by the policy: above every numeric slot obse
 `Memory.next_slot`, so ids are not reused while a process lives and never collide with a pod
 that still exists. The plan is idempotent: applying it and planning again at the same `now`
 with the returned memory yields no creates and no deletes.
-
-Size: the whole pure decision (sides, advertised value, demand fallback, pair plan) in one
-place, so its invariants (checked by the Hypothesis properties) can be read together.
 """
 
 from __future__ import annotations

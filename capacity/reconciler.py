@@ -22,9 +22,6 @@ wait for that, or whose read failed, is tried again when the interval is over).
 Failures never end the loops: a failed call is logged and counted; a failed create stops the
 pass's remaining creates and holds new creates back with exponential backoff (a quota or RBAC
 problem must not become a create storm); the next pass retries.
-
-Size: the two loops share the published value, the expectations and the create gate; the
-rise confirmation and the passes both decide what is published, so they are read together.
 """
 
 from __future__ import annotations

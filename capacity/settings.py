@@ -11,8 +11,8 @@ field and where its value came from, then a line pointing to deploy/config/REFER
 CAPACITY_PLACEHOLDER_READY_TIMEOUT)`. Rules between settings (renew_before < placeholder_ttl
 ...) are checked once every value is valid on its own.
 
-Size: the settings model is also the documentation (deploy/config/REFERENCE.md is
-generated from it); each field carries its description and validation.
+The settings model is also the documentation: deploy/config/REFERENCE.md is generated from it,
+and each field carries its description and validation.
 """
 
 from __future__ import annotations

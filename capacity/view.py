@@ -30,10 +30,6 @@ order, but not in order with the others. A pod that takes a placeholder's room i
 after the placeholder is gone, yet its binding can reach this process first, and for a moment
 both count. ``read_pods`` lists the three at one revision instead: the reconciler confirms
 every rise of the advertised value with it.
-
-Size: the streams, their selectors, the one-revision read of the same selectors and the
-snapshot built from either are one contract with the policy's input; apart, the read could
-drift from what the watches select.
 """
 
 from __future__ import annotations

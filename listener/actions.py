@@ -22,9 +22,6 @@ on a refresh, a poll or an ack (it evicted the session; ARC exits).
 
 :meth:`ActionsClient.get_message` may be cancelled at any point (the loop abandons a poll when
 the advertised capacity changes); nothing is half-updated by that and the client stays usable.
-
-Size: one client for one service; every endpoint shares the session, token-refresh and
-error handling here, so splitting it would spread that one protocol over several files.
 """
 
 from __future__ import annotations

@@ -11,9 +11,6 @@ deadline. A change of the mounted capacity settings stops it the same way
 (listener/settings_watch.py), so ARC's controller recreates it with them. An unexpected error
 in any task ends the TaskGroup; the session is still deleted and
 the process exits non-zero so the controller recreates the pod.
-
-Size: the one place that builds and wires everything; start-up and shutdown order are the
-point of this module and read best in one file.
 """
 
 from __future__ import annotations

@@ -26,9 +26,8 @@ the vault (e.g. ``unsupported vault type: ...``).
 * With no ``vault_type``, credentials are always validated, even if ``vault_lookup_key`` is set
   (ARC skips the check in that case and then dereferences missing credentials).
 
-Size: ARC's config.json decoding (Go's encoding/json rules) and its validation, in ARC's
-order and words, including the Key Vault path; the messages are a compatibility surface
-operators alert on, so they stay next to the rules that produce them.
+The messages are a compatibility surface operators alert on, so they stay next to the rules
+that produce them.
 """
 
 from __future__ import annotations

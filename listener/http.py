@@ -12,9 +12,8 @@ Retry policy (:func:`send`): 5 attempts; waits 1, 2, 4, 8 s (capped at 30 s) or 
 exhaustion raises :class:`RetriesExhaustedError` instead of returning the last response.
 Deliberate difference: ``Retry-After`` is capped at ``RETRY_AFTER_MAX`` (Go does not cap it).
 
-Size: the retry policy and the two session-create waits (409 conflict, 404 gone) are the
-tenacity layer for HTTP calls, kept in one module so there is one; the client factory and
-Go's proxy rules, which were the rest, live in base/http.
+This module is the tenacity layer for HTTP calls; the client factory and Go's proxy rules live
+in base/http.
 """
 
 from __future__ import annotations

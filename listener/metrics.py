@@ -15,8 +15,7 @@ so the process-wide prometheus_client switch is left alone), no family without s
 (a Go vector with no children is not written at all), families sorted by name and series by
 label values, and bucket bounds spelled as Go spells them (``le="1"``, not ``le="1.0"``).
 
-Size: ARC's twelve series with their exact help texts, labels and buckets, the
-listenerMetrics allow-list and the Go-style exposition: one compatibility surface.
+ARC's series, help texts, labels and buckets are a compatibility surface.
 """
 
 from __future__ import annotations

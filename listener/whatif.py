@@ -13,8 +13,7 @@ Results are JSON on stdout (``--table``: a text table); errors are one line on s
 (``Error: …``, exit status 1). The policy's knobs are the listener's capacity settings
 (``CAPACITY_*``, ``CAPACITY_CONFIG_FILE``), so a simulation uses the settings in force.
 
-Size: one command-line front end of five subcommands sharing their trace, simulation and
-output options; the work itself is in capacity/whatif and listener/history.py.
+The work itself is in capacity/whatif and listener/history.py.
 """
 
 from __future__ import annotations

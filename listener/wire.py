@@ -17,9 +17,6 @@ dereference nil).
 
 Every failure is a :class:`WireError` whose one-line message names the offending field.
 Values of secret fields never appear in messages.
-
-Size: every Actions-service payload with its parser and its Go-compatible decoding rules;
-they share the decoding helpers and are read together when the wire changes.
 """
 
 from __future__ import annotations

@@ -30,10 +30,8 @@ the runner stand-in on the local control plane (docs/benchmarks.md, "Measured"):
 * ``footprint``: RSS of one listener idle, at 100 and at 1,000 pairs, beside ARC's Go
   listener (``bench_footprint``).
 
-Size: the catalogue ``make bench`` runs. The benchmarks share the ``Bench`` (control plane,
-work directory, fresh Stage per scenario) and a few measuring helpers, and each is one
-section of a few dozen lines; the counting proxy lives in tools/counting_proxy.py and
-the Karpenter trace in tools/bench_outcomes.py.
+The counting proxy lives in tools/counting_proxy.py and the Karpenter trace in
+tools/bench_outcomes.py.
 """
 
 from __future__ import annotations

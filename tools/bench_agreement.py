@@ -103,9 +103,6 @@ simulator; consolidation onto a node still launching); Karpenter's batching of p
 pods; the load of a shared machine on every step (beyond the launch delays, when
 measured); the prepare-job timeout (a job whose workflow pod is not Running in time fails
 on the cluster and has no wait; in the simulator it waits on).
-
-Size: the recorded config read back, the mapping onto the simulator and the comparison
-are one chain: a number that disagrees is traced through all three at once.
 """
 
 from __future__ import annotations

@@ -16,10 +16,6 @@
    the listener's poll re-issue comes on top).
 
 Options: ``--pairs``, ``--unrelated``, ``--idle-pairs``, ``--idle-seconds``, ``--no-cluster``.
-
-Size: one benchmark program of the monitor on its own: the four numbers above share the
-settings, the cluster set-up and the child process that is measured, and are printed as one
-JSON document.
 """
 
 from __future__ import annotations

@@ -58,9 +58,6 @@ What it does not model: image pulls and container start (kwok runs pods at once)
 beyond the drawn delay, spot interruptions, prices (node-seconds are counted, not priced),
 two label sets (the trace's two label sets are served by both clusters alike: every job is
 labelled ``linux``), GitHub's own queueing delays.
-
-Size: one benchmark: the trace, the variants, the measurements taken while they run, the
-figures computed from them and the pictures are read together when a number looks wrong.
 """
 
 from __future__ import annotations

@@ -50,9 +50,6 @@ cluster start to ``tail`` after the trace's last job would have ended with no wa
 
 What it does not model beyond the other families: the GitHub REST API's own latency (the fake
 answers at once), a build's logs or artefacts, a run cancelled because a newer push came.
-
-Size: one benchmark family: its trace-to-jobs mapping, the variants' setup, the loop that
-queues each stage after its parents and the staged figures are read together.
 """
 
 from __future__ import annotations

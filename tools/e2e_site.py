@@ -8,11 +8,6 @@ comes from tools/control_plane.py.
 
 Everything async runs on one event loop, the one serving the fakes. Blocking control-plane
 helpers (node create/delete wait with ``time.sleep``) are pushed to threads.
-
-Size: one file because Stage and Site are one object graph — a Site reads its Stage's fakes,
-client and cluster at every step, and the Stage sets up and tears down its Sites — and the
-Site's parts (placement, nodes, lifecycle, listener, observation) all work on the same
-namespace and state.
 """
 
 from __future__ import annotations

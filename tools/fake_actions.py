@@ -44,9 +44,6 @@ message envelope). Where the real service is undocumented the fake makes a choic
 The Python API below (add_jobs, claim_job, complete_job, ...) must be called from the event
 loop that runs the fake. For another process there is a small JSON control API under `/_fake/`.
 
-Size: one stateful fake of one service. Sessions, the message queue, job assignment and the
-GitHub endpoints that hand out its token all act on the same scale sets and job queue under
-one event loop; the tests' Python API and the HTTP handlers are two views of that state.
 The GitHub REST endpoints a demand source reads are apart, in fake_github_rest.py.
 """
 

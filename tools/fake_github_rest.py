@@ -32,9 +32,6 @@ its `name` (the fake's display name), `run_attempt` and `workflow_name`, and its
 runs list its workflow file's `path`, `name` and `run_attempt`.
 The fake can serve on its own loopback port (`start`), or from a `FakeActions` server
 (`FakeActions.mount(rest.add_routes)`), which is where a listener's GitHub API URL points.
-
-Size: one stateful fake of one API: the endpoints, their pagination, ETags, rate-limit
-accounting and fault injection all act on the same repositories and call log.
 """
 
 from __future__ import annotations

@@ -30,10 +30,7 @@ retried while the apiserver is unreachable or answers 429/5xx (it restarts, it i
 and a runner that fails for any other reason fails its job (``complete_job(..., "failed")``)
 and is cleaned up, so no job is left "running" with nobody running it.
 
-Size: the two ARC controllers and the runner are played over one watch cache, one
-FakeActions and one set of runners, and hand each other state at every step (a runner pod's
-phase decides the runner's next move, a finished runner frees a replica). The API-call
-machinery they stand on (retries, list+watch) is in tools/kube_calls.py.
+The API-call machinery they stand on (retries, list+watch) is in tools/kube_calls.py.
 """
 
 from __future__ import annotations

@@ -14,10 +14,6 @@ reach the apiserver through a proxy (tools/counting_proxy.py) that can answer 42
 the apiserver's priority and fairness does; everything else (the stand-in, Karpenter, the
 observer) talks to the apiserver directly. The faults and the invariants are defined, purely,
 in tools/soak_model.py.
-
-Size: one harness: the faults are applied to, and the invariants read from, the same sites,
-fakes, proxy and supervisors over one run, and a reader follows a surprising number back
-through them together.
 """
 
 from __future__ import annotations

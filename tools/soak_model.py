@@ -2,8 +2,7 @@
 schedule and every invariant, computed from what the run recorded. No I/O, no clock: the unit
 tier checks these on hand-made records (tests/unit/test_soak_model.py).
 
-Size: the schedule and the invariants are one contract — docs/soak.md defines each number, and
-the summary over seeds, the thresholds and ``ok`` are read with the definitions they summarise.
+docs/soak.md defines each number the summary reports.
 """
 
 from __future__ import annotations

@@ -107,10 +107,6 @@ node-second is k of them), so they stay comparable with OPT₀; ``node_seconds``
 nodes' own.
 
 PURE: no I/O, no clock, no randomness (the delays are drawn by the caller).
-
-Size: one event loop and the simulated clusters it drives (nodes, pairs, jobs, demand reads,
-the queue they share) share their state on every event; the outcome and the pool interface
-are small.
 """
 
 from __future__ import annotations

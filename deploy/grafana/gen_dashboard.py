@@ -15,9 +15,6 @@ job counters and histograms carry neither, so they are filtered to the chosen sc
 the scrape target they come from: ``… and on (instance) gha_max_runners{<filter>}`` keeps the
 series whose listener pod also exports a matching gauge. This needs no relabelling in
 Prometheus.
-
-Size: one dashboard of about thirty panels, each a short call with its description; one
-file reads top to bottom in the order the dashboard shows.
 """
 
 from __future__ import annotations

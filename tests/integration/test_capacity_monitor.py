@@ -6,9 +6,7 @@ node with N CPUs holds N halves, and one job (runner + workflow) needs 2 CPUs. "
 capacity" below is what the nodes can really hold: the jobs running plus the job slots that
 the scheduler has confirmed.
 
-Size: the monitor's behaviours on one scene (the ``Scene`` above: a scale set on kwok nodes of
-a known size, in-process monitor runs), a test per behaviour. Splitting them would copy the
-scene and its sizes into each file; the scene itself is tests/support/monitor_scene.py.
+The scene itself is tests/support/monitor_scene.py.
 """
 
 from __future__ import annotations

@@ -8,9 +8,7 @@ away. Each test has its own NodePools (nodes reserved for its namespace): a runn
 
 The observed timings are printed at the end of the run ("karpenter timings").
 
-Size: the capacity model on the real Karpenter, ten tests on one ``scene`` fixture (runner
-set, NodePools, one monitor) that test_karpenter_nodepool_limits.py reuses; each test is one
-scenario of a few dozen lines, and the fixture and pool helpers would otherwise be duplicated.
+test_karpenter_nodepool_limits.py reuses the ``scene`` fixture.
 """
 
 from __future__ import annotations

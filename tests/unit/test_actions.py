@@ -1,10 +1,5 @@
 """listener.actions: sessions, long poll, ack, acquirejobs, scale set
 (docs/wire-protocol.md §3).
-
-Size: the tests of one module, listener/actions.py, a test per behaviour of each call (URLs,
-create/refresh/delete session, long poll, ack, acquirejobs, scale set), on the same respx
-routes and stub auth; the long-poll section is the largest because each server answer ARC
-handles has its own case.
 """
 
 from __future__ import annotations

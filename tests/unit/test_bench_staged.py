@@ -2,9 +2,6 @@
 when each is queued, what the fakes are given, the configurations, the predictive variant's
 starting model and settings, the staged figures, the summary and the goal rows; and that the
 fake GitHub REST API serves a staged run as the GitHub demand source reads it.
-
-Size: the tests of one module, tools/bench_staged.py, and of the staged goal rows it feeds:
-one test per behaviour, sharing the hand-made traces and documents.
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""ARC config.json decoding and validation (listener/config.py).
-
-Size: the tests of one module, listener/config.py (ARC's config.json), most of it one
-validation table with a row per field and bad value; the happy paths, secrets, configure_url
-and load_config sections read the same sample documents.
-"""
+"""ARC config.json decoding and validation (listener/config.py)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """The fake GitHub + Actions service, driven by a plain httpx client over loopback.
 
-Size: the tests of one stateful fake (tools/fake_actions.py), a test per behaviour its
-users rely on, grouped by the part of the service (auth chain, sessions, long poll, shared
-queue, runner side, GHES acquire, faults, recording). They share one deliberately independent
-protocol client (``Client``, not ours) so the fake is checked against the service's wire
-format, not against the listener's reading of it.
+The tests share one deliberately independent protocol client (``Client``, not ours), so the
+fake is checked against the service's wire format, not against the listener's reading of it.
 """
 
 from __future__ import annotations

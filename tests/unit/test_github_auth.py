@@ -1,9 +1,4 @@
-"""listener.github_auth: PAT / App JWT → registration token → runner-registration → admin.
-
-Size: the tests of one module, listener/github_auth.py: the PAT and GitHub App chains, URLs per
-scope and host, refresh, status handling and the REST read token, a test per behaviour on the
-same respx routes and key pair.
-"""
+"""listener.github_auth: PAT / App JWT → registration token → runner-registration → admin."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """The Actions client's HTTP: base.http.client's factory (TLS, proxies, User-Agent) as the
 listener uses it, and listener.http's ARC retry policy.
-
-Size: the tests of the listener's HTTP path: the client factory (User-Agent, TLS, proxies)
-and the one retry layer (the retry policy, the bounded 409 retry, error bodies and the error
-tree it raises), a test per behaviour on shared respx fixtures.
 """
 
 from __future__ import annotations

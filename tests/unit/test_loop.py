@@ -4,10 +4,6 @@ The fake message queue below is stateful the way the service is: a poll returns 
 unacked message after ``lastMessageId`` or holds, and unacked messages are delivered again.
 That is what makes abandoning a poll safe, and these tests check it end to end: every
 ``X-ScaleSetMaxCapacity`` value sent, every message handled exactly once, ARC's order.
-
-Size: the tests of one module, listener/loop.py, through one harness: the stateful
-``FakeQueue`` and the recording patcher and metrics are what every test drives and reads, so
-the harness and its fourteen tests stay together.
 """
 
 from __future__ import annotations

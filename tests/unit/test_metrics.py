@@ -1,9 +1,4 @@
-"""The gha_* series (listener/metrics.py): ARC's page, the allow-list, label and time rules.
-
-Size: the tests of one module, listener/metrics.py: the whole page against its golden copy,
-durations, the label allow-list and the workflow ref, a test per rule on the same registry
-helpers.
-"""
+"""The gha_* series (listener/metrics.py): ARC's page, the allow-list, label and time rules."""
 
 from __future__ import annotations
 

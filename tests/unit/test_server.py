@@ -1,8 +1,4 @@
-"""Metrics page and probes (listener/server.py), through aiohttp and a real loopback port.
-
-Size: the tests of one module, listener/server.py: health, the aiohttp app, addresses and
-serving, a test per behaviour through a real loopback port.
-"""
+"""Metrics page and probes (listener/server.py), through aiohttp and a real loopback port."""
 
 from __future__ import annotations
 

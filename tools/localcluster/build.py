@@ -13,9 +13,7 @@ rebuild the control plane. The Helm CLI (``go/helm``: ``helm.sh/helm/v3/cmd/helm
 (``go/k8s`` plus the checksums of its extra modules, ``kubectl.sum``) into ``kubectl-<key>/``,
 for the quick-start test.
 
-Size: one build recipe for four artefacts (the control plane, Karpenter, Helm and kubectl)
-that share the Go toolchain check, the module queries, the build steps and the cache layout;
-the cache itself (lock, build once) is tools/build_cache.py.
+The build cache itself (lock, build once) is tools/build_cache.py.
 """
 
 from __future__ import annotations

@@ -5,11 +5,6 @@ Every process gets its own process group and is stopped by PID (SIGTERM, then SI
 ``stop()``, at interpreter exit, on SIGTERM, and (Linux parent-death signal) when the Python
 process dies without cleaning up, so none outlives the test run. A detached cluster (``up``
 in the CLI) records its PIDs in a state file and is stopped by ``down``.
-
-Size: ``LocalCluster`` is one object: the processes it starts (flags, ports, readiness,
-stop) and the objects it manages on them (CRDs, namespaces, kwok nodes) share its REST
-client, work directory and state, and ``up``/``down`` in the CLI save and restore that
-state (``save_state``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """The GitHub REST demand source against the stateful fake of those endpoints (loopback HTTP):
 label matching, pagination, conditional requests, the call budget, rate limits and failures,
 and how its outcomes meet the hold-last-good-then-floor policy.
-
-Size: the tests of one module, capacity/github_demand.py, against one fake and one clock: what
-counts, pagination and conditional requests, the call budget and rate limits, failures, a test
-per behaviour.
 """
 
 from __future__ import annotations

@@ -3,9 +3,6 @@ create gate and backoff, expectations, the shutdown budget, adopt/sweep, the sig
 
 Milliseconds per test. What Kubernetes does (scheduling, preemption, garbage collection,
 watches) is tested on the real control plane in tests/integration/test_capacity_monitor.py.
-
-Size: the tests of one module, capacity/monitor.py (with its reconciler), through one scene
-on the in-memory cluster: gate, expectations, shutdown, adoption, the signal loop, warm pools.
 """
 
 from __future__ import annotations

@@ -1,10 +1,4 @@
-"""Example tables and multi-pass scenarios for the capacity policy.
-
-Size: the tests of one pure module, capacity/policy.py: the example tables of ``plan`` (a
-``Case`` per row, each a line or two of inputs and the expected actions) and the multi-pass
-scenarios built from the same helpers, then the HUD fallback. The tables are meant to be read
-side by side.
-"""
+"""Example tables and multi-pass scenarios for the capacity policy."""
 
 from __future__ import annotations
 
