@@ -2,7 +2,7 @@
 package version in pyproject.toml) and the chart (charts/capacity-listener/Chart.yaml
 `version` and `appVersion`, the image tag the chart's overlay names by default).
 The release workflow (.github/workflows/release.yml) runs it first:
-``python3 deploy/release_check.py v0.2.0`` prints the version, or one line per mismatch naming
+``python3 deploy/release_check.py v0.3.0`` prints the version, or one line per mismatch naming
 the file and field and exits 1. Standard library only (the workflow runs it before any
 install).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = ROOT / "pyproject.toml"
 CHART = ROOT / "charts" / "capacity-listener" / "Chart.yaml"
-# Chart.yaml's top-level scalars (`version: 0.2.0`, `appVersion: "0.2.0"`); no YAML parser
+# Chart.yaml's top-level scalars (`version: 0.3.0`, `appVersion: "0.3.0"`); no YAML parser
 # needed for two plain keys.
 _CHART_FIELD = re.compile(r'^(version|appVersion):\s*"?([^"\s#]+)"?\s*(#.*)?$', re.MULTILINE)
 
