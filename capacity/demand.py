@@ -30,7 +30,8 @@ from typing import Protocol
 from base.http.client import Client, plain_client
 from capacity.hud import HudClient
 from capacity.model import DemandOutcome, DemandResult
-from capacity.settings import CapacitySettings, DemandSettings, HudSettings
+from capacity.settings import CapacitySettings
+from capacity.settings_demand import DemandSettings, HudSettings
 from capacity.stages import QueuedJob, RunningParent
 
 

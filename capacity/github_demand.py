@@ -68,12 +68,9 @@ from base.http.errors import TooLargeError, TransportError
 from base.http.headers import rate_limit, rate_limited, retry_after
 from capacity.demand import DemandReader, GitHubReaderFactory, Reading
 from capacity.model import DemandOutcome, DemandResult
-from capacity.settings import (
-    CapacitySettings,
-    CapacitySettingsError,
-    DemandSettings,
-    GitHubDemandSettings,
-)
+from capacity.settings import CapacitySettings
+from capacity.settings_demand import DemandSettings, GitHubDemandSettings
+from capacity.settings_problems import CapacitySettingsError
 from capacity.stages import QueuedJob, RunningParent
 
 TokenSource = Callable[[], Awaitable[str]]

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from base.http.client import Client, get_capped, plain_client
 from base.http.errors import TooLargeError, TransportError
 from capacity.model import DemandOutcome, DemandResult
-from capacity.settings import HudParameters, HudSettings
+from capacity.settings_demand import HudParameters, HudSettings
 
 TOKEN_HEADER = "x-hud-internal-bot"
 _DETAIL_MAX = 200

@@ -29,7 +29,7 @@ from capacity.metrics import CapacityMetrics
 from capacity.model import Observed, Role
 from capacity.node_groups import DATA_KEY, NodeGroup, node_groups_from
 from capacity.optional_watch import NotThere, follow_optional
-from capacity.settings import ClusterAutoscalerSettings
+from capacity.settings_pools import ClusterAutoscalerSettings
 
 log = logging.getLogger("capacity.node_groups")
 

@@ -36,7 +36,7 @@ from capacity.nodepools import (
     resolve,
 )
 from capacity.optional_watch import NotThere, follow_optional
-from capacity.settings import NodePoolSettings
+from capacity.settings_pools import NodePoolSettings
 from capacity.specs import HalfShape
 
 log = logging.getLogger("capacity.nodepools")

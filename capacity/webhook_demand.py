@@ -20,7 +20,7 @@ from base.http.client import Client, get_capped, plain_client
 from base.http.errors import TooLargeError, TransportError, one_line
 from capacity.demand import Reading
 from capacity.model import DemandOutcome, DemandResult
-from capacity.settings import DemandSettings, WebhookDemandSettings
+from capacity.settings_demand import DemandSettings, WebhookDemandSettings
 
 PATH = "/v1/demand"
 MAX_RESPONSE_BYTES = 4096  # two counts and two times

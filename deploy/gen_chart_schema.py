@@ -30,7 +30,7 @@ for path in (ROOT, ROOT / "deploy"):  # run as a script from anywhere
 
 import gen_reference  # noqa: E402
 
-from capacity import quantity  # noqa: E402
+from capacity import quantity, settings_demand, settings_values  # noqa: E402
 from capacity import settings as capacity_settings  # noqa: E402
 
 OUTPUT = ROOT / "charts" / "capacity-listener" / "values.schema.json"
@@ -54,7 +54,7 @@ STRING_RULES: dict[str, dict[str, Any]] = {
     "placeholder_image": {"pattern": r"^\S+$"},
     "hud.url": {"pattern": r"^https?://[^/\s]+\S*$"},
     "webhook.url": {"pattern": r"^(https?://[^/\s]+\S*)?$"},
-    "github.repositories[]": {"pattern": capacity_settings._REPOSITORY.pattern},
+    "github.repositories[]": {"pattern": settings_demand.REPOSITORY.pattern},
     "nodepools.runner[]": _DNS_SUBDOMAIN,
     "nodepools.workflow[]": _DNS_SUBDOMAIN,
 }
@@ -97,7 +97,7 @@ def _limits(info: FieldInfo) -> dict[str, Any]:
             value = getattr(meta, attr, None)
             if value is not None:
                 out[keyword] = value
-    if any(getattr(m, "func", None) is capacity_settings._positive_duration for m in info.metadata):
+    if any(getattr(m, "func", None) is settings_values.positive_duration for m in info.metadata):
         out = {"exclusiveMinimum": 0}
     return out
 
@@ -117,7 +117,7 @@ def _of_type(annotation: Any, path: str) -> dict[str, Any]:
         if path in NON_EMPTY_LISTS:
             schema["minItems"] = 1
         return schema
-    if annotation is capacity_settings.Resources:
+    if annotation is settings_values.Resources:
         return {
             "type": "object",
             "additionalProperties": False,
@@ -183,7 +183,7 @@ def render() -> str:
         f"^{key}$": {"description": f"Not here: set {source} (the chart copies it)."}
         for key, source in DERIVED.items()
     }
-    toleration = _model(capacity_settings.Toleration, "toleration.")
+    toleration = _model(settings_values.Toleration, "toleration.")
     workflow_pod = _section(
         "The workflow pod template of the runner-container hooks; its requests are what "
         "each workflow placeholder reserves.",
@@ -330,7 +330,7 @@ def render() -> str:
                 },
                 repositories={
                     "type": "array",
-                    "items": {"type": "string", "pattern": capacity_settings._REPOSITORY.pattern},
+                    "items": {"type": "string", "pattern": settings_demand.REPOSITORY.pattern},
                 },
                 reconcileInterval={"type": "number", "exclusiveMinimum": 0},
                 resources={"type": "object"},

@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from capacity import settings as capacity_settings  # noqa: E402
+from capacity import settings_demand, settings_values  # noqa: E402
 from listener.app import Options  # noqa: E402
 
 OUTPUT = ROOT / "deploy" / "config" / "REFERENCE.md"
@@ -234,7 +235,7 @@ LISTENER_ENV: dict[str, tuple[str, str]] = {
 
 
 def _is_duration(info: FieldInfo) -> bool:
-    validators = (capacity_settings.parse_duration, capacity_settings._positive_duration)
+    validators = (settings_values.parse_duration, settings_values.positive_duration)
     return any(getattr(meta, "func", None) in validators for meta in info.metadata)
 
 
@@ -245,7 +246,7 @@ def _constraints(info: FieldInfo) -> str:
             value = getattr(meta, attr, None)
             if value is not None:
                 parts.append(f"{symbol} {value}")
-    if any(getattr(m, "func", None) is capacity_settings._positive_duration for m in info.metadata):
+    if any(getattr(m, "func", None) is settings_values.positive_duration for m in info.metadata):
         parts.append("> 0")
     return ", ".join(parts)
 
@@ -261,9 +262,9 @@ def _type_name(annotation: Any) -> str:
         return f"map of {_type_name(args[1])}"
     if origin is list:
         return f"list of {_type_name(args[0])}"
-    if annotation is capacity_settings.Resources:
+    if annotation is settings_values.Resources:
         return "resources (`{requests: {cpu, memory, …}}`)"
-    if annotation is capacity_settings.Toleration:
+    if annotation is settings_values.Toleration:
         return "toleration"
     names = {bool: "boolean", int: "integer", float: "number", str: "string"}
     if annotation in names:
@@ -322,7 +323,7 @@ def _table(model: type[BaseModel], prefix: str, used: set[str]) -> list[str]:
         env = capacity_settings.ENV_PREFIX + path.upper().replace(".", "__")
         lines.append(f"| `{path}` | `{env}` | {kind} | {_default(info)} | {DESCRIPTIONS[path]} |")
         annotation = info.annotation
-        leaf_models = (capacity_settings.Resources, capacity_settings.Toleration)
+        leaf_models = (settings_values.Resources, settings_values.Toleration)
         if (
             isinstance(annotation, type)
             and issubclass(annotation, BaseModel)
@@ -342,7 +343,7 @@ def render() -> str:
     if unused:
         raise SystemExit(f"gen_reference: descriptions for unknown settings {sorted(unused)}")
     env_file = capacity_settings.CONFIG_FILE_ENV
-    token_env = capacity_settings.HUD_TOKEN_ENV
+    token_env = settings_demand.HUD_TOKEN_ENV
     listener_rows = []
     for option in dataclasses.fields(Options):
         if option.name not in LISTENER_ENV:

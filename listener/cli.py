@@ -29,7 +29,7 @@ def _expected() -> tuple[type[BaseException], ...]:
     """Errors whose message says it all; anything else is a bug, reported with its type."""
     from base.http.errors import HTTPError
     from base.kube import KubeError
-    from capacity.settings import CapacitySettingsError
+    from capacity.settings_problems import CapacitySettingsError
     from listener import app
     from listener.config import ConfigError
 
@@ -57,7 +57,7 @@ def error_lines(exc: BaseException) -> list[str]:
     A bad config gives exactly the line ARC's listener prints (``Failed to read config: ...``
     after Go's log timestamp), because operators alert on it.
     """
-    from capacity.settings import CapacitySettingsError
+    from capacity.settings_problems import CapacitySettingsError
     from listener.config import ConfigError
     from listener.logs import redact
 

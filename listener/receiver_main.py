@@ -27,7 +27,7 @@ from base.http.client import make_client, product_user_agent
 from capacity.demand import DemandReader
 from capacity.github_demand import GitHubDemand, GitHubScope, repositories_for
 from capacity.model import DemandResult
-from capacity.settings import GitHubDemandSettings
+from capacity.settings_demand import GitHubDemandSettings
 from capacity.webhook_queue import JobQueue, ListedJob, label_set
 from listener import signals
 from listener.config import (

@@ -39,11 +39,11 @@ from capacity.model import Role
 from capacity.settings import (
     HUD_READ_INTERVAL,
     CapacitySettings,
-    CapacitySettingsError,
     load_capacity_settings,
     to_params,
     to_warm_pool,
 )
+from capacity.settings_problems import CapacitySettingsError
 from capacity.stages import StageModel
 from capacity.warm_pool import WarmPool
 from capacity.whatif.optimum import Optimum, by_label_set, intervals, optimum

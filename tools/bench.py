@@ -52,7 +52,7 @@ import httpx
 from kubernetes_asyncio import client
 
 from capacity.github_demand import GitHubDemand, GitHubScope
-from capacity.settings import GitHubDemandSettings
+from capacity.settings_demand import GitHubDemandSettings
 from tools.bench_footprint import create_foreign_pods, footprint, sample_memory
 from tools.bench_outcomes import benchmark
 from tools.control_plane import local_control_plane, new_workdir

@@ -120,12 +120,7 @@ from pathlib import Path
 from typing import Any
 
 from capacity.model import Role
-from capacity.settings import (
-    CapacitySettings,
-    load_capacity_settings,
-    to_params,
-    to_warm_pool,
-)
+from capacity.settings import CapacitySettings, load_capacity_settings, to_params, to_warm_pool
 from capacity.warm_pool import WarmPool
 from capacity.whatif.simulate import Outcome, SimConfig, simulate_clusters
 from capacity.whatif.synth import LabelSet, SynthSpec, generate, provisioning_delays

@@ -49,7 +49,8 @@ from capacity.model import (
 from capacity.monitor import CapacityMonitor
 from capacity.pods import RunnerSet, WorkflowPod, placeholder_from
 from capacity.reconciler import Reconciler
-from capacity.settings import CapacitySettings, Resources, to_params
+from capacity.settings import CapacitySettings, to_params
+from capacity.settings_values import Resources
 from capacity.view import View
 from tools.waits import eventually
 

@@ -79,7 +79,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from capacity.settings import HUD_READ_INTERVAL, parse_duration
+from capacity.settings import HUD_READ_INTERVAL
+from capacity.settings_values import parse_duration
 from capacity.whatif.optimum import optimum
 from capacity.whatif.synth import SynthSpec, generate
 from tools import node_occupancy

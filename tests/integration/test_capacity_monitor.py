@@ -22,7 +22,9 @@ import yaml
 from kubernetes_asyncio import client
 
 from base.kube import Kube, KubeError
-from capacity.settings import CapacitySettings, HudSettings, Resources
+from capacity.settings import CapacitySettings
+from capacity.settings_demand import HudSettings
+from capacity.settings_values import Resources
 from tests.support.monitor_scene import MonitorScene, ScaleSet
 from tools.capacity_kit import (
     ROOT,

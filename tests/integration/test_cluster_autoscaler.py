@@ -20,7 +20,9 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from capacity.settings import CapacitySettings, ClusterAutoscalerSettings, Resources
+from capacity.settings import CapacitySettings
+from capacity.settings_pools import ClusterAutoscalerSettings
+from capacity.settings_values import Resources
 from tests.support import cluster_autoscaler as ca_kit
 from tests.support.cluster_autoscaler import GROUP_LABEL, TO_BE_DELETED, ClusterAutoscaler, Group
 from tests.support.monitor_scene import MonitorScene, ScaleSet

@@ -25,7 +25,7 @@ from kubernetes_asyncio import client
 
 from capacity import policy
 from capacity.model import Role
-from capacity.settings import NodePoolSettings
+from capacity.settings_pools import NodePoolSettings
 from tests.support.karpenter_kit import (
     RUNNER_SET,
     Scene,

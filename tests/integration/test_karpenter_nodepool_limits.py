@@ -27,7 +27,8 @@ from kubernetes_asyncio import client
 from base.kube import Resource
 from capacity import nodepool_watch
 from capacity.nodepools import nodepool_from
-from capacity.settings import CapacitySettings, NodePoolSettings
+from capacity.settings import CapacitySettings
+from capacity.settings_pools import NodePoolSettings
 from tests.integration import test_karpenter
 from tests.integration.test_karpenter import WORKFLOWS, runner_pool, workflow_pool
 from tests.support.deploy_cluster_kit import apply, as_listener, bind_to, dynamic, our_role

@@ -19,7 +19,7 @@ from base.kube import Kube
 from capacity.metrics import CapacityMetrics
 from capacity.model import Observed
 from capacity.node_group_watch import NodeGroupRoom
-from capacity.settings import ClusterAutoscalerSettings
+from capacity.settings_pools import ClusterAutoscalerSettings
 from tests.integration.test_capacity_monitor import RUNNER_SET, Scene, settings
 from tests.support.deploy_cluster_kit import (
     apply,

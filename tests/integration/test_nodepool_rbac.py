@@ -20,7 +20,7 @@ from base.kube import Kube
 from capacity.metrics import CapacityMetrics
 from capacity.model import Observed
 from capacity.nodepool_watch import RESOURCE, NodePoolLimits
-from capacity.settings import NodePoolSettings
+from capacity.settings_pools import NodePoolSettings
 from tests.support.deploy_cluster_kit import (
     apply,
     as_listener,

@@ -15,7 +15,8 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from capacity.settings import CapacitySettings, Resources, Toleration
+from capacity.settings import CapacitySettings
+from capacity.settings_values import Resources, Toleration
 from tests.support.monitor_scene import ROLE_LABEL, MonitorScene, ScaleSet
 from tools.capacity_kit import (
     SCALE_SET_LABEL,

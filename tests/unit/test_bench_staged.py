@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from capacity.github_demand import GitHubDemand, GitHubScope
-from capacity.settings import CONFIG_FILE_ENV, GitHubDemandSettings, load_capacity_settings
+from capacity.settings import CONFIG_FILE_ENV, load_capacity_settings
+from capacity.settings_demand import GitHubDemandSettings
 from capacity.stages import StageModel
 from capacity.whatif.trace import TraceJob
 from tools.bench_goals import goal_rows

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from capacity.github_demand import GitHubDemand, GitHubScope
-from capacity.settings import GitHubDemandSettings
+from capacity.settings_demand import GitHubDemandSettings
 from capacity.webhook_queue import JobEvent, JobQueue, Status, label_set
 from listener import receiver_main
 from listener.receiver import Freshness

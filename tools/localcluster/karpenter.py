@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from capacity.settings import parse_duration
+from capacity.settings_values import parse_duration
 
 from .build import KarpenterArtifacts
 from .harness import STATE_FILE, LocalCluster

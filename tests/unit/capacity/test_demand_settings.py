@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from capacity.model import DemandSource
-from capacity.settings import CapacitySettingsError, load_capacity_settings, to_params
+from capacity.settings import load_capacity_settings, to_params
+from capacity.settings_problems import CapacitySettingsError
 
 ENABLED = {"CAPACITY_ENABLED": "true", "CAPACITY_WORKFLOW_RESOURCES": '{"requests": {"cpu": "4"}}'}
 

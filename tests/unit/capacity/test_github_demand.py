@@ -21,7 +21,8 @@ from capacity.demand import Reading
 from capacity.github_demand import MAX_RUNNING, GitHubDemand, GitHubScope, label_match
 from capacity.model import DemandResult, DemandSource, DemandState, Params
 from capacity.policy import record_demand, resolve_demand
-from capacity.settings import CapacitySettingsError, DemandSettings, GitHubDemandSettings
+from capacity.settings_demand import DemandSettings, GitHubDemandSettings
+from capacity.settings_problems import CapacitySettingsError
 from capacity.stages import QueuedJob, RunningParent
 from tools.fake_github_rest import FakeGitHubRest
 

@@ -12,7 +12,8 @@ import respx
 
 from capacity.hud import HudClient, build_parameters, parse_rows, sum_queued
 from capacity.model import DemandOutcome, DemandResult
-from capacity.settings import HudSettings, load_capacity_settings
+from capacity.settings import load_capacity_settings
+from capacity.settings_demand import HudSettings
 
 URL = "https://hud.test/api/clickhouse/queued_jobs_aggregate"
 TOKEN = "tok-9f8e7d6c5b4a"

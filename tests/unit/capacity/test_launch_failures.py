@@ -26,7 +26,7 @@ from capacity.launch_failures import (
 )
 from capacity.model import Role, StallCause
 from capacity.nodepool_watch import RESOURCE as NODEPOOLS
-from capacity.settings import NodePoolSettings
+from capacity.settings_pools import NodePoolSettings
 from tests.support.memory_cluster import MemoryCluster
 
 if TYPE_CHECKING:
@@ -327,7 +327,7 @@ async def test_a_stall_on_the_word_is_released_after_one_launch_and_counted(
 async def test_a_backed_off_node_group_is_its_halfs_word_while_it_lasts() -> None:
     """cluster-autoscaler: while every named group of a half is full or backing off after a
     failed scale-up, that half's word is now; once CA's status says otherwise, no word."""
-    from capacity.settings import ClusterAutoscalerSettings
+    from capacity.settings_pools import ClusterAutoscalerSettings
     from tests.unit.capacity.test_monitor_logic import NOW, Running, start
     from tests.unit.capacity.test_node_groups import CONFIGMAPS, STATUS, configmap
 

@@ -16,7 +16,9 @@ from capacity.contract import ANNOTATION_OWNER_UID, ANNOTATION_SPEC_HASH, LABEL_
 from capacity.demand import GitHubReaderFactory
 from capacity.model import Role
 from capacity.pods import RUNNER_POD_LABEL, SCALE_SET_LABEL
-from capacity.settings import CapacitySettings, NodePoolSettings, Resources
+from capacity.settings import CapacitySettings
+from capacity.settings_pools import NodePoolSettings
+from capacity.settings_values import Resources
 from capacity.warm_pool import FixedPool
 from tests.support.fake_clock import FakeClock
 from tests.support.memory_cluster import MemoryCluster

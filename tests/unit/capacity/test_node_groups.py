@@ -19,7 +19,7 @@ from capacity.model import Observed, Placeholder, PodPhase, Role
 from capacity.node_group_watch import NodeGroupRoom, status_from
 from capacity.node_groups import NodeGroup, node_groups_from
 from capacity.policy import node_group_room
-from capacity.settings import ClusterAutoscalerSettings
+from capacity.settings_pools import ClusterAutoscalerSettings
 from tests.support.memory_cluster import MemoryCluster
 from tests.unit.capacity.test_nodepool_watch import (
     Pokes,
@@ -339,7 +339,8 @@ async def test_403_and_404_cost_one_line_no_cap_and_a_look_again_later(
 
 
 def test_node_groups_need_the_setting() -> None:
-    from capacity.settings import CapacitySettingsError, load_capacity_settings
+    from capacity.settings import load_capacity_settings
+    from capacity.settings_problems import CapacitySettingsError
 
     with pytest.raises(CapacitySettingsError, match=r"cluster_autoscaler\.runner: set, but"):
         load_capacity_settings(

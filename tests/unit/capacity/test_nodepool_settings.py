@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from capacity.settings import CapacitySettingsError, load_capacity_settings
+from capacity.settings import load_capacity_settings
+from capacity.settings_problems import CapacitySettingsError
 
 ON = {"CAPACITY_NODEPOOLS__ENABLED": "true"}
 

@@ -16,7 +16,7 @@ from base.kube import KubeError
 from capacity.metrics import CapacityMetrics
 from capacity.model import Observed, Role
 from capacity.nodepool_watch import RESOURCE, NodePoolLimits
-from capacity.settings import NodePoolSettings
+from capacity.settings_pools import NodePoolSettings
 from capacity.specs import HalfShape
 from tests.support.memory_cluster import MemoryCluster
 from tools.waits import eventually

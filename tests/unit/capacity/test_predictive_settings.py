@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from capacity.settings import CapacitySettings, CapacitySettingsError, load_capacity_settings
+from capacity.settings import CapacitySettings, load_capacity_settings
+from capacity.settings_problems import CapacitySettingsError
 
 GITHUB = "demand: {source: github}\n"
 

@@ -21,7 +21,7 @@ from capacity.quantity import (
     parse,
     parse_quantity,
 )
-from capacity.settings import check_quantity
+from capacity.settings_values import check_quantity
 
 _SI = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}

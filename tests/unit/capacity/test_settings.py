@@ -7,15 +7,10 @@ from pathlib import Path
 import pytest
 
 from capacity.model import Params
-from capacity.settings import (
-    DEFAULT_HUD_URL,
-    DEFAULT_IMAGE,
-    CapacitySettings,
-    CapacitySettingsError,
-    load_capacity_settings,
-    parse_duration,
-    to_params,
-)
+from capacity.settings import DEFAULT_IMAGE, CapacitySettings, load_capacity_settings, to_params
+from capacity.settings_demand import DEFAULT_HUD_URL
+from capacity.settings_problems import CapacitySettingsError
+from capacity.settings_values import parse_duration
 
 ENABLED = {"CAPACITY_ENABLED": "true", "CAPACITY_WORKFLOW_RESOURCES": '{"requests": {"cpu": "4"}}'}
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from capacity.settings import REFERENCE, CapacitySettingsError, load_capacity_settings
+from capacity.settings import load_capacity_settings
+from capacity.settings_problems import REFERENCE, CapacitySettingsError
 from listener.cli import error_lines
 
 REFERENCE_LINE = f"every setting, its default and its variable: {REFERENCE}"

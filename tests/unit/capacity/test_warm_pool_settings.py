@@ -7,12 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from capacity.settings import (
-    REFERENCE,
-    CapacitySettingsError,
-    load_capacity_settings,
-    to_warm_pool,
-)
+from capacity.settings import load_capacity_settings, to_warm_pool
+from capacity.settings_problems import REFERENCE, CapacitySettingsError
 from capacity.warm_pool import FixedPool, ScheduledPool
 from listener.cli import error_lines
 

@@ -12,14 +12,9 @@ import respx
 from base.http.client import plain_client
 from capacity.demand import build_reader
 from capacity.model import DemandResult
-from capacity.settings import (
-    CapacitySettings,
-    CapacitySettingsError,
-    DemandSettings,
-    WebhookDemandSettings,
-    load_capacity_settings,
-    to_params,
-)
+from capacity.settings import CapacitySettings, load_capacity_settings, to_params
+from capacity.settings_demand import DemandSettings, WebhookDemandSettings
+from capacity.settings_problems import CapacitySettingsError
 from capacity.webhook_demand import PATH, WebhookDemand
 
 URL = "http://receiver.arc-systems.svc:8081"
