@@ -22,8 +22,9 @@ The projections from raw objects (and the labels and annotations they read) are 
 With node checks on, the nodes under Running placeholders are fetched one by one
 (``refresh_nodes``), never through an all-nodes informer (ci-infra #965).
 
-Every change that matters pokes two coalescing triggers: a fast one for the capacity signal
-and a slower one for reconcile passes (a burst of events becomes one pass).
+Every change that matters pokes two coalescing triggers (``capacity.trigger``): a fast one
+for the capacity signal and a slower one for reconcile passes (a burst of events becomes one
+pass).
 
 The three pod streams are three watches: each delivers its own events in the apiserver's
 order, but not in order with the others. A pod that takes a placeholder's room is bound only
@@ -50,7 +51,6 @@ from base.kube import (
     Upserted,
     WatchEvent,
 )
-from base.tasks import CLOCK_RESOLUTION
 from capacity import contract
 from capacity.cluster import Cluster
 from capacity.model import Observed, Placeholder, PodPhase, RealPod, Role
@@ -69,59 +69,12 @@ from capacity.pods import (
     runner_set_from,
     workflow_pod_from,
 )
+from capacity.trigger import Trigger
 
 log = logging.getLogger("capacity.view")
 
 T = TypeVar("T")
 Json = dict[str, Any]
-
-# --- coalescing trigger -------------------------------------------------------------------
-
-
-class Trigger:
-    """Coalesces pokes: ``wait`` returns once pokes have been quiet for ``idle`` seconds, or
-    ``max_delay`` after the first unhandled poke, whichever is first (a burst of events
-    leads to one pass; a steady stream still gets a pass every ``max_delay``)."""
-
-    def __init__(self, *, idle: float, max_delay: float) -> None:
-        self.idle = idle
-        self.max_delay = max_delay
-        self._event = asyncio.Event()
-        self._first = 0.0
-        self._last = 0.0
-
-    def poke(self) -> None:
-        now = asyncio.get_running_loop().time()
-        if not self._event.is_set():
-            self._first = now
-            self._event.set()
-        self._last = now
-
-    @property
-    def pending(self) -> bool:
-        return self._event.is_set()
-
-    async def wait(self, within: float | None = None) -> bool:
-        """True after a (coalesced) poke; False when ``within`` seconds passed without one."""
-        try:
-            async with asyncio.timeout(within):
-                await self._event.wait()
-        except TimeoutError:
-            return False
-        loop = asyncio.get_running_loop()
-        while True:
-            now = loop.time()
-            quiet_at = self._last + self.idle
-            latest = self._first + self.max_delay
-            left = min(quiet_at, latest) - now
-            if left <= CLOCK_RESOLUTION:
-                break
-            await asyncio.sleep(left)
-        self._event.clear()
-        return True
-
-
-# --- the view -----------------------------------------------------------------------------
 
 
 class Pods(NamedTuple):

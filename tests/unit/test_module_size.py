@@ -25,7 +25,6 @@ EXEMPT = {
     "capacity/metrics.py": "every gha_capacity_* series family, declared once each",
     "capacity/monitor.py": "the wiring of view, reconciler, demand poller and warm pool",
     "capacity/reconciler.py": "two loops sharing the published value and the create gate",
-    "capacity/view.py": "the watch selectors and the one-revision read of the same selectors",
     "listener/actions.py": "one client of one service sharing session and token refresh",
     "listener/app.py": "the composition root: start-up and shutdown order in one place",
     "listener/config.py": "ARC's config.json decoding and validation, in ARC's order and words",

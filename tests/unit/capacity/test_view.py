@@ -21,7 +21,8 @@ from capacity.pods import (
     runner_active,
     workflow_pod_from,
 )
-from capacity.view import Trigger, View
+from capacity.trigger import Trigger
+from capacity.view import View
 
 OWNER_UID = "11111111-2222-3333-4444-555555555555"
 
