@@ -11,7 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from capacity.demand import Reading
-from capacity.metrics import DEMAND_PARTS, CapacityMetrics
+from capacity.metrics import CapacityMetrics
+from capacity.metrics_state import DEMAND_PARTS
 from capacity.model import (
     Claim,
     Demand,
