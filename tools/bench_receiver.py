@@ -9,6 +9,14 @@ one JSON document on stdout. Never used for assertions; numbers depend on the ma
   sets), less its VmRSS before, with the deliveries' ids remembered as the receiver does.
 * ``reads``: demand counts per second on the 100 k queue (the work behind one listener read,
   without HTTP), for a scale set whose labels match one label set, and for one matching all.
+* ``reconcile``: the REST calls of the receiver's reconcile (the GitHub source with every
+  label, at the receiver's default budget) for an organization of 1,000 repositories on the
+  fake GitHub REST API (pagination, ETags and 304s as GitHub answers them), some with queued
+  jobs: the reconciles one sweep of every repository takes, its calls, the calls that count
+  against the hourly rate limit (304s do not), on a first sweep (every answer new: the worst
+  case, as if every repository changed between sweeps) and a steady one (nothing changed);
+  and per hour at the default interval against the limits of a PAT or App installation
+  (5,000) and of an App on GitHub Enterprise Cloud (15,000).
 """
 
 from __future__ import annotations
@@ -27,9 +35,12 @@ import httpx
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from capacity.github_demand import GitHubDemand, GitHubScope
+from capacity.settings import GitHubDemandSettings
 from capacity.webhook_queue import JobEvent, JobQueue, Status, label_set
 from listener.receiver import deliveries_app
 from listener.receiver_metrics import ReceiverMetrics
+from tools.fake_github_rest import FakeGitHubRest
 from tools.fake_webhooks import delivery, workflow_job
 
 SECRET = "bench-secret"
@@ -109,15 +120,86 @@ def memory_and_reads(sizes: Sequence[int], reads: int) -> tuple[dict[str, Any], 
     return memory, rates
 
 
+TOKEN = "ghp_bench_receiver"
+HOURLY = {"pat_or_app": 5000, "app_enterprise_cloud": 15000}
+
+
+async def reconcile_cost(
+    repositories: int, busy: int, max_calls: int, interval: float
+) -> dict[str, Any]:
+    async def token() -> str:
+        return TOKEN
+
+    # A limit no sweep reaches: the point is what a sweep costs, set against GitHub's below.
+    async with (
+        FakeGitHubRest(tokens=[TOKEN], rate_limit=10**9) as fake,
+        httpx.AsyncClient(trust_env=False, timeout=10.0) as http,
+    ):
+        names = [f"repo-{i:04d}" for i in range(repositories)]
+        fake.add_repositories("acme", names)
+        for i in range(busy):  # a queued job in each of `busy` repositories
+            fake.queue_job("acme", names[i * repositories // busy], ["self-hosted", "linux"])
+        reader = GitHubDemand(
+            GitHubDemandSettings(max_calls_per_interval=max_calls),
+            None,
+            client=http,
+            token=token,
+            scope=GitHubScope(fake.api_url, "acme"),
+            interval=interval,
+        )
+
+        async def sweep() -> dict[str, Any]:
+            """Reconciles until every repository was read once more (a reconcile's budget
+            may reach only part of them; the next one goes on where it stopped)."""
+            first = len(fake.calls)
+            reconciles, visited = 0, 0
+            while visited < repositories:
+                reading = await reader.read()
+                reconciles += 1
+                visited += reading.outcome.rows
+                if reconciles > 100:
+                    raise RuntimeError(f"no complete sweep: {reading.outcome.detail}")
+            queued = reading.outcome.queued
+            calls = fake.calls[first:]
+            counted = sum(1 for c in calls if c.status != 304)
+            per_hour = counted * 3600 / (interval * reconciles)
+            return {
+                "reconciles": reconciles,
+                "calls": len(calls),
+                "counted": counted,
+                "queued_found": queued,
+                "counted_per_hour": round(per_hour),
+                "share_of_hourly_limit": {k: round(per_hour / v, 3) for k, v in HOURLY.items()},
+            }
+
+        return {
+            "repositories": repositories,
+            "repositories_with_queued_jobs": busy,
+            "max_calls_per_reconcile": max_calls,
+            "interval_s": interval,
+            "first_sweep": await sweep(),
+            "steady_sweep": await sweep(),
+        }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench_receiver")
     parser.add_argument("--deliveries", type=int, default=5000)
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--reads", type=int, default=20000)
+    parser.add_argument("--repositories", type=int, default=1000)
+    parser.add_argument("--busy-repositories", type=int, default=50)
+    # The receiver's defaults (listener/receiver_main.py: --max-calls, --reconcile-interval).
+    parser.add_argument("--max-calls", type=int, default=2000)
+    parser.add_argument("--interval", type=float, default=300.0)
     args = parser.parse_args(argv)
     sent = asyncio.run(deliveries(args.deliveries))
     memory, reads = memory_and_reads([int(x) for x in args.sizes.split(",")], args.reads)
-    json.dump({"deliveries": sent, "memory": memory, "reads": reads}, sys.stdout, indent=2)
+    cost = asyncio.run(
+        reconcile_cost(args.repositories, args.busy_repositories, args.max_calls, args.interval)
+    )
+    result = {"deliveries": sent, "memory": memory, "reads": reads, "reconcile": cost}
+    json.dump(result, sys.stdout, indent=2)
     print()
     return 0
 
