@@ -189,7 +189,16 @@ async def test_install_upgrade_uninstall_on_the_control_plane(
         kubeconfig=local_cluster.kubeconfig,
     )  # fmt: skip
     assert hooks.returncode == 0, hooks.stderr
-    (test_pod,) = [d for d in yaml.safe_load_all(hooks.stdout) if d and d["kind"] == "Pod"]
+    pods = [d for d in yaml.safe_load_all(hooks.stdout) if d and d["kind"] == "Pod"]
+    # The account wait runs first (weight -1), then one pod of checks per scale set.
+    weights = {p["metadata"]["annotations"]["helm.sh/hook-weight"]: p for p in pods}
+    assert sorted(weights) == ["-1", "0"], weights.keys()
+    assert weights["-1"]["spec"]["containers"][0]["command"][:3] == [
+        "kubectl",
+        "wait",
+        "--for=create",
+    ]
+    test_pod = weights["0"]
     assert test_pod["spec"]["serviceAccountName"] == account
     checks = [c["command"] for c in test_pod["spec"]["containers"]]
     reviews = [_can_i(command) for command in checks]

@@ -104,26 +104,58 @@ async def run_test_pod(
     kubectl_env: dict[str, str],
     cwd: Path,
     alive: Callable[[], None],
+    ended: Callable[[], bool],
 ) -> list[str]:
-    """Stand in for the kubelet of `helm test`'s pod in ``namespace``: run each container's
-    command (`kubectl auth can-i ...`, kubectl from ``kubectl_env``'s PATH) as the pod's
-    ServiceAccount, impersonated, and write the exit codes to the pod's status, which is what
-    `helm test` waits for. Returns each check with its answer. ``alive`` raises once
-    `helm test` has ended (no pod will come)."""
+    """Stand in for the kubelet of `helm test`'s pods in ``namespace``, in the order Helm
+    creates them (by hook weight, each after the last one ended): run each container's
+    command (`kubectl auth can-i ...` or `kubectl wait ...`, kubectl from ``kubectl_env``'s
+    PATH) as the pod's ServiceAccount, impersonated, and write the exit codes to the pod's
+    status, which is what `helm test` waits for. Returns each command with its answer once
+    ``ended()`` (`helm test` has finished). ``alive`` raises once `helm test` has ended
+    before its first pod came."""
     core = client.CoreV1Api(api)
+    ran: set[str] = set()
+    answers: list[str] = []
 
-    async def test_pod() -> Any:
+    async def next_pod() -> Any:
+        """The next pod to run, or ENDED once `helm test` finished after running some."""
+        if ran and ended():
+            return ENDED
         pods = (await core.list_namespaced_pod(namespace)).items
-        hooks = [p for p in pods if (p.metadata.annotations or {}).get("helm.sh/hook") == "test"]
+        hooks = [
+            p
+            for p in pods
+            if (p.metadata.annotations or {}).get("helm.sh/hook") == "test"
+            and p.metadata.name not in ran
+        ]
         return hooks[0] if hooks else None
 
-    pod = await eventually(test_pod, "helm test's pod", within=60, alive=alive)
+    def first_pod_comes() -> None:
+        if not ran:
+            alive()
+
+    while (
+        pod := await eventually(next_pod, "helm test's next pod", 60, alive=first_pod_comes)
+    ) is not ENDED:
+        ran.add(pod.metadata.name)
+        answers += await _run_pod(core, pod, namespace, kubectl_env, cwd)
+    return answers
+
+
+ENDED = object()
+
+
+async def _run_pod(
+    core: client.CoreV1Api, pod: Any, namespace: str, kubectl_env: dict[str, str], cwd: Path
+) -> list[str]:
     account = f"system:serviceaccount:{namespace}:{pod.spec.service_account_name}"
     groups = ("system:serviceaccounts", f"system:serviceaccounts:{namespace}")
     as_pod = ["--as", account, *(arg for g in groups for arg in ("--as-group", g))]
     statuses, answers = [], []
     for container in pod.spec.containers:
-        assert container.command[:3] == ["kubectl", "auth", "can-i"], container.command
+        assert container.command[:2] in (["kubectl", "auth"], ["kubectl", "wait"]), (
+            container.command
+        )
         proc = await asyncio.create_subprocess_exec(
             *container.command, *as_pod, cwd=cwd, env=kubectl_env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
