@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from capacity import settings as capacity_settings  # noqa: E402
 from capacity import settings_demand, settings_values  # noqa: E402
-from listener.app import Options  # noqa: E402
+from listener.startup import Options  # noqa: E402
 
 OUTPUT = ROOT / "deploy" / "config" / "REFERENCE.md"
 

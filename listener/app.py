@@ -18,9 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,27 +29,27 @@ from base.exposition import Registry, new_registry
 from base.http.client import Client, make_client, product_user_agent
 from base.kube import KubeError
 from base.tasks import INTERRUPTED, run_until
-from listener import github_auth, http, signals, vault
+from listener import github_auth, http, signals
 from listener.actions import ActionsClient, service_generation
 from listener.advertised import AdvertisedCapacity
 from listener.config import (
-    AppCredentials,
     Config,
-    TokenCredentials,
-    VaultReader,
-    config_path,
-    forces_ghes,
-    parse_config,
-    unreadable,
 )
 from listener.logs import configure_logging, register_secret
 from listener.loop import Listener
 from listener.metrics import ListenerMetrics, PatchMetrics, RunnerGroupMetrics
 from listener.runner_group import check_runner_group
 from listener.scaler import KubePatcher, PatchRetry, Scaler
-from listener.server import Health, build_app, parse_addr, serve
+from listener.server import Health, build_app, serve
 from listener.settings_watch import wait_for_change
-from listener.shutdown import DEFAULT_GRACE, ShutdownBudget
+from listener.shutdown import ShutdownBudget
+from listener.startup import (
+    Options,
+    load_config,
+    owner_name,
+    register_secrets,
+    same_port,
+)
 
 if TYPE_CHECKING:
     from capacity.demand import GitHubReaderFactory
@@ -63,87 +61,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("listener")
 
 T = TypeVar("T")
-
-
-class StartupError(Exception):
-    """A configuration problem found at start-up; printed as one line, exit status 1."""
-
-
-@dataclass(frozen=True)
-class Options:
-    """Listener settings that ARC's config.json has no key for (environment variables)."""
-
-    probe_addr: str = ":8081"
-    session_conflict_timeout: float = 600.0
-    session_lease: float = http.SESSION_LEASE
-    scale_set_gone_timeout: float = http.GONE_TIMEOUT
-    reissue_interval: float = 1.0
-    kube_outage_timeout: float = 300.0
-    shutdown_grace: float = DEFAULT_GRACE
-    settings_check_interval: float = 10.0
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> Options:
-        def seconds(key: str, default: float) -> float:
-            raw = env.get(key, "")
-            if not raw:
-                return default
-            try:
-                value = float(raw)
-            except ValueError:
-                raise StartupError(f"{key}: not a number of seconds: {raw!r}") from None
-            if value < 0:
-                raise StartupError(f"{key}: must not be negative: {raw!r}")
-            return value
-
-        return cls(
-            probe_addr=env.get("LISTENER_PROBE_ADDR", cls.probe_addr),
-            session_conflict_timeout=seconds(
-                "LISTENER_SESSION_CONFLICT_TIMEOUT", cls.session_conflict_timeout
-            ),
-            session_lease=seconds("LISTENER_SESSION_LEASE", cls.session_lease),
-            scale_set_gone_timeout=seconds(
-                "LISTENER_SCALE_SET_GONE_TIMEOUT", cls.scale_set_gone_timeout
-            ),
-            reissue_interval=seconds("LISTENER_REISSUE_INTERVAL", cls.reissue_interval),
-            kube_outage_timeout=seconds("LISTENER_KUBE_OUTAGE_TIMEOUT", cls.kube_outage_timeout),
-            shutdown_grace=seconds("LISTENER_SHUTDOWN_GRACE", cls.shutdown_grace),
-            settings_check_interval=seconds(
-                "LISTENER_SETTINGS_CHECK_INTERVAL", cls.settings_check_interval
-            ),
-        )
-
-
-def load_config(
-    env: Mapping[str, str], *, read_vault_secret: VaultReader = vault.read_secret
-) -> Config:
-    """Read the file named by ``LISTENER_CONFIG_PATH`` and parse it (config.py stays pure).
-
-    Blocking (the file, and for a config kept in Azure Key Vault the vault read): the caller
-    runs it in a worker thread.
-    """
-    path = config_path(env)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise unreadable(path, exc.strerror or str(exc)) from None
-    return parse_config(raw, force_ghes=forces_ghes(env), read_vault_secret=read_vault_secret)
-
-
-def _owner_name() -> str:
-    # ARC uses the hostname, which in Kubernetes is the pod name.
-    try:
-        return socket.gethostname() or str(uuid.uuid4())
-    except OSError:
-        return str(uuid.uuid4())
-
-
-def _register_secrets(cfg: Config) -> None:
-    creds = cfg.credentials
-    if isinstance(creds, TokenCredentials):
-        register_secret(creds.token)
-    elif isinstance(creds, AppCredentials):
-        register_secret(creds.private_key)
 
 
 async def _guard(name: str, work: Awaitable[None], stop: asyncio.Event) -> None:
@@ -162,7 +79,7 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
     cfg = await asyncio.to_thread(load_config, env)
     options = Options.from_env(env)
     configure_logging(cfg.log_level, cfg.log_format)
-    _register_secrets(cfg)
+    register_secrets(cfg)
     capacity_settings = _capacity_settings(env)
     if stop.is_set():
         # SIGTERM during start-up (the pod was deleted right after it was created): the
@@ -274,7 +191,7 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
                     registry=registry, metrics_endpoint=cfg.metrics_endpoint, health=health
                 )
                 tg.create_task(_guard("metrics", serve(metrics_app, cfg.metrics_addr, stop), stop))
-            if options.probe_addr and not _same_port(options.probe_addr, cfg.metrics_addr):
+            if options.probe_addr and not same_port(options.probe_addr, cfg.metrics_addr):
                 probe_app = build_app(registry=None, metrics_endpoint="", health=health)
                 tg.create_task(_guard("probes", serve(probe_app, options.probe_addr, stop), stop))
             tg.create_task(_guard("listener", _listen(parts, capacity_settings, stop), stop))
@@ -282,16 +199,6 @@ async def run(env: Mapping[str, str], stop: asyncio.Event) -> None:
                 watch = _settings_watch(env, capacity_settings, options.settings_check_interval)
                 if watch is not None:
                     tg.create_task(_guard("settings", _until(watch, stop), stop))
-
-
-def _same_port(probe_addr: str, metrics_addr: str) -> bool:
-    """Whether the probes can ride on the metrics server (its app serves them too)."""
-    if not metrics_addr:
-        return False
-    try:
-        return parse_addr(probe_addr)[1] == parse_addr(metrics_addr)[1]
-    except ValueError as exc:
-        raise StartupError(f"LISTENER_PROBE_ADDR or metrics_addr: {exc}") from None
 
 
 class _PatchReport:
@@ -350,7 +257,7 @@ async def _listen(
     # A SIGTERM during a long 409 wait ends the wait: no session, nothing to delete.
     session = await run_until(
         p.actions.create_session(
-            _owner_name(),
+            owner_name(),
             conflict_timeout=p.options.session_conflict_timeout,
             lease=p.options.session_lease,
             gone_timeout=p.options.scale_set_gone_timeout,

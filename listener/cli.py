@@ -30,10 +30,10 @@ def _expected() -> tuple[type[BaseException], ...]:
     from base.http.errors import HTTPError
     from base.kube import KubeError
     from capacity.settings_problems import CapacitySettingsError
-    from listener import app
     from listener.config import ConfigError
+    from listener.startup import StartupError
 
-    return (ConfigError, CapacitySettingsError, app.StartupError, HTTPError, KubeError)
+    return (ConfigError, CapacitySettingsError, StartupError, HTTPError, KubeError)
 
 
 def _leaf_errors(exc: BaseException) -> list[BaseException]:

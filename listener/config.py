@@ -1,7 +1,7 @@
 """The listener config file the ARC controller writes (config.json) → :class:`Config`.
 
 PURE: no I/O. :func:`config_path` says which file to read (``LISTENER_CONFIG_PATH``); the
-composition root (``listener.app.load_config``) reads it and hands the bytes to
+composition root (``listener.startup.load_config``) reads it and hands the bytes to
 :func:`parse_config`, with the Azure Key Vault reader (``listener.vault.read_secret``) for a
 config whose credentials are in a vault. The decoding follows Go's ``encoding/json`` as ARC
 uses it (keys matched case-insensitively, unknown keys ignored, ``null`` leaves a field at

@@ -132,14 +132,14 @@ async def _import_github(
     args: argparse.Namespace, skipped: Counter[str]
 ) -> tuple[list[TraceJob], dict[str, Any]]:
     from base.http.client import make_client, product_user_agent
-    from listener import app, github_auth
+    from listener import github_auth, startup
     from listener.history import GitHubHistory
     from listener.logs import register_secret
 
     env = dict(os.environ)
     if args.config:
         env["LISTENER_CONFIG_PATH"] = args.config
-    cfg = await asyncio.to_thread(app.load_config, env)
+    cfg = await asyncio.to_thread(startup.load_config, env)
     # GitHub's `created` filter counts whole seconds: end the window after the current
     # second, or a run created earlier in this second would fall between two windows.
     until = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)

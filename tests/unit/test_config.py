@@ -13,7 +13,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from listener.app import load_config
 from listener.config import (
     AppCredentials,
     ConfigError,
@@ -23,6 +22,7 @@ from listener.config import (
     parse_config,
     parse_github_target,
 )
+from listener.startup import load_config
 
 TOKEN = "ghp_TOPSECRETtokenVALUE1234567890"
 PRIVATE_KEY = "-----BEGIN RSA PRIVATE KEY-----\nTOPSECRETkeyMATERIAL\n-----END RSA PRIVATE KEY-----"

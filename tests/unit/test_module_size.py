@@ -25,7 +25,6 @@ EXEMPT = {
     "capacity/monitor.py": "the wiring of view, reconciler, demand poller and warm pool",
     "capacity/reconciler.py": "two loops sharing the published value and the create gate",
     "listener/actions.py": "one client of one service sharing session and token refresh",
-    "listener/app.py": "the composition root: start-up and shutdown order in one place",
     "listener/config.py": "ARC's config.json decoding and validation, in ARC's order and words",
     # Deploy generators.
     "deploy/grafana/gen_dashboard.py": "one dashboard, its panels in the order it shows them",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from capacity.settings import CONFIG_FILE_ENV, CapacitySettings, load_capacity_settings
-from listener import app
+from listener import app, startup
 from listener.settings_watch import wait_for_change
 
 INTERVAL = 10.0
@@ -121,11 +121,11 @@ async def test_a_file_gone_keeps_the_running_settings(volume: Volume) -> None:
 
 
 def test_the_check_interval_is_a_listener_option(volume: Volume) -> None:
-    assert app.Options.from_env({}).settings_check_interval == INTERVAL
-    options = app.Options.from_env({"LISTENER_SETTINGS_CHECK_INTERVAL": "0"})
+    assert startup.Options.from_env({}).settings_check_interval == INTERVAL
+    options = startup.Options.from_env({"LISTENER_SETTINGS_CHECK_INTERVAL": "0"})
     assert options.settings_check_interval == 0  # off
-    with pytest.raises(app.StartupError, match="LISTENER_SETTINGS_CHECK_INTERVAL"):
-        app.Options.from_env({"LISTENER_SETTINGS_CHECK_INTERVAL": "soon"})
+    with pytest.raises(startup.StartupError, match="LISTENER_SETTINGS_CHECK_INTERVAL"):
+        startup.Options.from_env({"LISTENER_SETTINGS_CHECK_INTERVAL": "soon"})
 
 
 def test_only_a_settings_file_is_watched(volume: Volume) -> None:

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from listener.app import load_config
 from listener.config import (
     AppCredentials,
     AzureKeyVaultConfig,
@@ -21,6 +20,7 @@ from listener.config import (
     TokenCredentials,
     VaultError,
 )
+from listener.startup import load_config
 from listener.vault import check, read_secret
 from tests.support.config_files import scale_set_config
 from tests.support.fake_azure import FakeAzure
