@@ -55,7 +55,6 @@ EXEMPT = {
     "tests/unit/test_http.py": "the tests of the HTTP path on shared respx fixtures",
     "tests/unit/test_loop.py": "the tests of listener/loop.py through one harness",
     "tests/unit/test_metrics.py": "the tests of listener/metrics.py against its golden page",
-    "tests/unit/test_server.py": "the tests of listener/server.py through a loopback port",
 }
 
 
