@@ -48,7 +48,6 @@ EXEMPT = {
     "tests/unit/capacity/test_monitor_logic.py": "the monitor's logic through one scene",
     "tests/unit/capacity/test_policy.py": "the policy's example tables, read side by side",
     "tests/unit/test_actions.py": "the tests of listener/actions.py on the same respx routes",
-    "tests/unit/test_bench_staged.py": "the tests of tools/bench_staged.py on shared traces",
     "tests/unit/test_config.py": "the tests of listener/config.py, mostly one validation table",
     "tests/unit/test_fake_actions.py": "the tests of tools/fake_actions.py on one client",
     "tests/unit/test_github_auth.py": "the tests of listener/github_auth.py on the same routes",
