@@ -19,9 +19,24 @@ from base.kube import KubeError
 from capacity import contract
 from capacity.cluster import Cluster
 from capacity.metrics import CapacityMetrics
+from capacity.stage_feed import StageFeed
+from capacity.stages import MAX_PARENTS, StageModel
 
 # The monitor's logger: these lines were the monitor's own, and log filters name it.
 log = logging.getLogger("capacity.monitor")
+
+# The predictive pool's stage model is kept in a ConfigMap of the placeholder namespace,
+# read at start and written this often (a restart loses at most this much).
+STAGE_MODEL_SAVE_INTERVAL = 300.0
+STAGE_MODEL_KEY = "model.json"
+
+
+def stage_model_config_map(scale_set_name: str) -> str:
+    """The ConfigMap that keeps a scale set's stage model (predictive warm pool;
+    ``ghalistener rbac`` grants get and patch on exactly this name). Named after the scale
+    set, not its runner set: ARC 0.14 generates the runner set's name and replaces it when the
+    runner spec changes, which would both lose the model and miss the Role's resourceNames."""
+    return f"capacity-stage-model-{scale_set_name}"
 
 
 async def keep(
@@ -67,3 +82,40 @@ async def keep(
         except KubeError as exc:
             metrics.record_kube_error("write configmaps", exc.kind.value)
             log.warning(f"cannot keep the {what}", extra={"configmap": name, "error": str(exc)})
+
+
+async def keep_stage_model(
+    kube: Cluster,
+    metrics: CapacityMetrics,
+    feed: StageFeed | None,
+    *,
+    namespace: str,
+    scale_set_name: str,
+) -> None:
+    """Predictive pool only: load the stage model kept by the previous process, then keep
+    it every STAGE_MODEL_SAVE_INTERVAL (a failure is logged and counted; the model then
+    learns from scratch and predicts nothing until its parents have been seen `min_runs`
+    times)."""
+    if feed is None:
+        return
+    model = feed.model
+
+    def load(data: object) -> bool:
+        loaded = StageModel.from_dict(data, min_runs=model.min_runs, max_age=model.max_age)
+        # What this process learned before the read came back is newer: it wins.
+        merged = {**loaded.parents, **model.parents}
+        latest = sorted(merged, key=lambda k: merged[k].updated_at)[-MAX_PARENTS:]
+        model.parents = {k: merged[k] for k in latest}
+        return True
+
+    await keep(
+        kube,
+        metrics,
+        namespace=namespace,
+        name=stage_model_config_map(scale_set_name),
+        key=STAGE_MODEL_KEY,
+        what="stage model",
+        load=load,
+        dump=model.to_dict,
+        interval=lambda: STAGE_MODEL_SAVE_INTERVAL,
+    )

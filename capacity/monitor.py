@@ -21,24 +21,8 @@ and placeholders must not outlive it. If the
 budget runs out (or the process is killed), the next listener adopts or sweeps what is left,
 and the pods end by themselves at their TTL.
 
-The owner the garbage collector follows. ARC removes a listener (uninstall, rollback, any
-scale-set change that recreates it) by deleting its pod, config Secret, Role, RoleBinding and
-ServiceAccount in the same second; the pod's token is dead at once, so the shutdown deletes
-above all get 401, and on a rollback the EphemeralRunnerSet stays. So each placeholder's
-ownerReference names ARC's *listener Role* in the runner namespace (``listener_role``; by
-default the pod's own name, which is how ARC names both): when ARC deletes it, the garbage
-collector deletes the placeholders, whoever is left to ask. A plain pod restart (crash, OOM,
-eviction) leaves the Role alone, so the next listener adopts the placeholders as before
-(adoption checks the owner annotation, the EphemeralRunnerSet's uid). When the Role cannot be
-read (not running under ARC, or the RBAC rule missing) the EphemeralRunnerSet is the owner, as
-before; the reason is logged.
-
-Placeholders in another namespace than the runner set (``placeholder_namespace``) cannot
-carry an ownerReference to it (the garbage collector would delete them at once), so there
-ownership rests on the owner annotation alone, and deleting the runner set does not remove
-them: the next listener sweeps them, or they end at their TTL.
-
-What each part does lives in its own module.
+The owner the placeholders name (ARC's listener Role, so the garbage collector removes them
+with the listener) is `capacity.pair_specs`. What each part does lives in its own module.
 """
 
 from __future__ import annotations
@@ -52,13 +36,12 @@ import random
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
-from base.arc import ARC_GROUP, ARC_VERSION
 from base.exposition import Registry
 from base.http.client import Client
 from base.kube import KubeError
-from capacity import kept, policy, specs, warm_pool
+from capacity import kept, policy, warm_pool
 from capacity.cluster import Cluster
 from capacity.demand import DemandReader, GitHubReaderFactory, build_reader
 from capacity.launch_failures import LaunchFailures
@@ -66,30 +49,17 @@ from capacity.metrics import CapacityMetrics
 from capacity.model import Demand, DemandState, Observed, Params, Role
 from capacity.node_group_watch import NodeGroupRoom
 from capacity.nodepool_watch import NodePoolLimits
+from capacity.pair_specs import PairSpecs
 from capacity.pod_refusals import PodRefusals
-from capacity.pods import RunnerSet
-from capacity.reconciler import Manifest, Reconciler
+from capacity.reconciler import Reconciler
 from capacity.settings import CapacitySettings, to_params, to_warm_pool
-from capacity.stage_feed import StageFeed, label_key, window
+from capacity.stage_feed import StageFeed, predictive_pool, window
 from capacity.stage_pool import PredictivePool
-from capacity.stages import MAX_PARENTS, StageModel
 from capacity.view import View
 
 log = logging.getLogger("capacity.monitor")
 
 SHUTDOWN_BUDGET = 10.0
-# The predictive pool's stage model is kept in a ConfigMap of the placeholder namespace,
-# read at start and written this often (a restart loses at most this much).
-STAGE_MODEL_SAVE_INTERVAL = 300.0
-STAGE_MODEL_KEY = "model.json"
-
-
-def stage_model_config_map(scale_set_name: str) -> str:
-    """The ConfigMap that keeps a scale set's stage model (predictive warm pool;
-    ``ghalistener rbac`` grants get and patch on exactly this name). Named after the scale
-    set, not its runner set: ARC 0.14 generates the runner set's name and replaces it when the
-    runner spec changes, which would both lose the model and miss the Role's resourceNames."""
-    return f"capacity-stage-model-{scale_set_name}"
 
 
 class CapacityMonitor:
@@ -132,33 +102,28 @@ class CapacityMonitor:
         self._registry = registry
         self.demand_state = DemandState()
         # Pairs held beyond demand (settings warm_pool), fed by what each pass sees.
-        self.warm_pool = to_warm_pool(settings)
+        self.warm_pool = base = to_warm_pool(settings)
         self._arrivals = warm_pool.ArrivalCounter()
         # Pairs ahead of a fan-out (warm_pool.predictive): a stage model fed from the demand
         # readings' running and queued jobs, on top of the pool above as its base.
         self.stage_feed: StageFeed | None = None
-        predictive = settings.warm_pool.predictive
-        if predictive.enabled:
-            feed = StageFeed(StageModel(), label_key(runner_labels), settings.demand_interval)
-            horizon, hold = window((), predictive.horizon, predictive.hold)
-            self.warm_pool = PredictivePool(
-                model=feed.model,
-                label_set=feed.label_set,
-                parents=feed.parents,
-                horizon=horizon,
-                hold=hold,
-                count_quantile=predictive.count_quantile,
-                base=self.warm_pool,
+        if settings.warm_pool.predictive.enabled:
+            self.warm_pool, self.stage_feed = predictive_pool(
+                settings.warm_pool.predictive, runner_labels, settings.demand_interval, base
             )
-            self.stage_feed = feed
         # HUD, GitHub's REST API or nothing (settings.demand_source).
         self._demand: DemandReader | None = build_reader(
             settings, runner_labels, github=github_demand, hud_client=hud_client
         )
-        self._template_for: tuple[RunnerSet, specs.PlaceholderTemplate] | None = None
-        self._role_owner: specs.OwnerRef | None = None
-        self._role_name = (
-            socket.gethostname() if settings.listener_role is None else settings.listener_role
+        self.pairs = PairSpecs(
+            settings=settings,
+            kube=kube,
+            scale_set_name=scale_set_name,
+            runner_namespace=runner_namespace,
+            placeholder_namespace=self.placeholder_namespace,
+            role_name=(
+                socket.gethostname() if settings.listener_role is None else settings.listener_role
+            ),
         )
         self.view = View(
             kube,
@@ -168,7 +133,7 @@ class CapacityMonitor:
             scale_set_name=scale_set_name,
             node_checks=settings.node_checks,
             on_watch_error=self._watch_error,
-            spec_hashes=self._spec_hashes,
+            spec_hashes=self.pairs.spec_hashes,
         )
         self.metrics = CapacityMetrics(registry, name=runner_set_name, namespace=runner_namespace)
         # Karpenter NodePool limits (optional, off by default).
@@ -212,7 +177,7 @@ class CapacityMonitor:
             namespace=self.placeholder_namespace,
             params=self.params,
             demand=self.demand,
-            build_pair=self.build_pair,
+            build_pair=self.pairs.build_pair,
             set_max_capacity=set_max_capacity,
             metrics=self.metrics,
             on_reconcile=on_reconcile,
@@ -276,7 +241,7 @@ class CapacityMonitor:
         said: dict[Role, float] = {}
         owner = self.view.runner_set
         if self.launch_failures is not None and self.nodepools is not None and owner:
-            template = self._template(owner)
+            template = self.pairs.template(owner)
             placement = self.nodepools.placement({role: template.shape(role) for role in Role})
             for role, pools in placement.items():
                 at = self.launch_failures.latest(p.name for p in pools)
@@ -340,46 +305,9 @@ class CapacityMonitor:
         owner = self.view.runner_set
         if owner is None:
             return self.nodepools.room(observed, None, commit=commit)
-        template = self._template(owner)
+        template = self.pairs.template(owner)
         shapes = {role: template.shape(role) for role in Role}
         return self.nodepools.room(observed, shapes, commit=commit)
-
-    # --- placeholder manifests ------------------------------------------------------------
-
-    def _template(self, owner: RunnerSet) -> specs.PlaceholderTemplate:
-        cached = self._template_for
-        if cached is not None and (cached[0] is owner or cached[0] == owner):
-            return cached[1]
-        ref = None
-        if self.placeholder_namespace == self.runner_namespace:
-            ref = self._role_owner or specs.OwnerRef(
-                api_version=f"{ARC_GROUP}/{ARC_VERSION}",
-                kind="EphemeralRunnerSet",
-                name=owner.name,
-                uid=owner.uid,
-                namespace=self.runner_namespace,
-            )
-        template = specs.build_template(
-            self.settings,
-            scale_set=self.scale_set_name,
-            runner_namespace=self.runner_namespace,
-            runner_pod_template={"spec": owner.pod_spec},
-            owner_uid=owner.uid,
-            owner=ref,
-        )
-        self._template_for = (owner, template)  # only the current owner's is kept
-        return template
-
-    def _spec_hashes(self, owner: RunnerSet) -> Mapping[Role, str]:
-        template = self._template(owner)
-        return {role: specs.spec_hash(role, template) for role in Role}
-
-    def build_pair(self, slot: str, owner: RunnerSet, now: float) -> tuple[Manifest, Manifest]:
-        template = self._template(owner)
-        return (
-            specs.placeholder_pod(Role.RUNNER, slot, template=template, now=now),
-            specs.placeholder_pod(Role.WORKFLOW, slot, template=template, now=now),
-        )
 
     # --- loops ----------------------------------------------------------------------------
 
@@ -427,74 +355,13 @@ class CapacityMonitor:
                 self.view.poke()
             await asyncio.sleep(interval * self._rng.uniform(0.9, 1.1))
 
-    async def _stage_model_loop(self) -> None:
-        """Predictive pool only: load the stage model kept by the previous process, then keep
-        it every STAGE_MODEL_SAVE_INTERVAL (a failure is logged and counted; the model then
-        learns from scratch and predicts nothing until its parents have been seen `min_runs`
-        times)."""
-        feed = self.stage_feed
-        if feed is None:
-            return
-        model = feed.model
-
-        def load(data: object) -> bool:
-            loaded = StageModel.from_dict(data, min_runs=model.min_runs, max_age=model.max_age)
-            # What this process learned before the read came back is newer: it wins.
-            merged = {**loaded.parents, **model.parents}
-            latest = sorted(merged, key=lambda k: merged[k].updated_at)[-MAX_PARENTS:]
-            model.parents = {k: merged[k] for k in latest}
-            return True
-
-        await kept.keep(
-            self.kube,
-            self.metrics,
-            namespace=self.placeholder_namespace,
-            name=stage_model_config_map(self.scale_set_name),
-            key=STAGE_MODEL_KEY,
-            what="stage model",
-            load=load,
-            dump=model.to_dict,
-            interval=lambda: STAGE_MODEL_SAVE_INTERVAL,
-        )
-
-    async def resolve_owner(self) -> specs.OwnerRef | None:
-        """Find ARC's listener Role to own the placeholders (None: the runner set owns them)."""
-        name = self._role_name
-        if not name or self.placeholder_namespace != self.runner_namespace:
-            return None
-        try:
-            uid = await self.kube.get_role_uid(self.runner_namespace, name)
-        except KubeError as exc:
-            log.warning(
-                "cannot read the listener's Role; placeholders are owned by the runner set "
-                "and may outlive a listener that ARC removes",
-                extra={"role": name, "error": str(exc)},
-            )
-            return None
-        if uid is None:
-            log.warning(
-                "listener Role not found; placeholders are owned by the runner set",
-                extra={"role": name, "namespace": self.runner_namespace},
-            )
-            return None
-        self._role_owner = specs.OwnerRef(
-            api_version="rbac.authorization.k8s.io/v1",
-            kind="Role",
-            name=name,
-            uid=uid,
-            namespace=self.runner_namespace,
-        )
-        self._template_for = None
-        log.info("placeholders are owned by the listener's Role", extra={"role": name})
-        return self._role_owner
-
     async def run(
         self, stop: asyncio.Event, *, cleanup_budget: Callable[[], float] | None = None
     ) -> None:
         """Run until ``stop`` is set; then stop advertising, delete this listener's
         placeholders within ``cleanup_budget()`` seconds (default ``SHUTDOWN_BUDGET``: the
         pod's grace is shared with the session DELETE) and return."""
-        await self.resolve_owner()
+        await self.pairs.resolve_owner()
         log.info(
             "capacity monitor starting",
             extra={
@@ -510,7 +377,16 @@ class CapacityMonitor:
                     tg.create_task(self.reconciler.signal_loop(), name="capacity-signal"),
                     tg.create_task(self.reconciler.reconcile_loop(), name="capacity-reconcile"),
                     tg.create_task(self._hud_loop(), name="capacity-hud"),
-                    tg.create_task(self._stage_model_loop(), name="capacity-stage-model"),
+                    tg.create_task(
+                        kept.keep_stage_model(
+                            self.kube,
+                            self.metrics,
+                            self.stage_feed,
+                            namespace=self.placeholder_namespace,
+                            scale_set_name=self.scale_set_name,
+                        ),
+                        name="capacity-stage-model",
+                    ),
                 ]
                 if self.nodepools is not None:
                     loops.append(tg.create_task(self.nodepools.run(), name="capacity-nodepools"))

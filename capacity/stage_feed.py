@@ -42,6 +42,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from capacity.policy import HOLD_MIN_LAUNCHES
+from capacity.settings_pools import PredictiveSettings
+from capacity.stage_pool import PredictivePool
 from capacity.stages import (
     LINK,
     Expected,
@@ -51,6 +53,7 @@ from capacity.stages import (
     StageModel,
     parent_name,
 )
+from capacity.warm_pool import WarmPool
 
 # Before HOLD_MIN_LAUNCHES launches are seen: a GPU-like launch of 2-4 minutes, the setting
 # docs/whatif.md measured (horizon 1.25 x 240 s, hold one launch).
@@ -160,3 +163,22 @@ class StageFeed:
     def count(self, found: Iterable[Expected]) -> None:
         """The pool counted these parents' children at a pass: remember whose they were."""
         self.counted.update({e.parent: e.workflow for e in found if e.count > 0})
+
+
+def predictive_pool(
+    knobs: PredictiveSettings, labels: Iterable[str], interval: float, base: WarmPool
+) -> tuple[PredictivePool, StageFeed]:
+    """The predictive pool on top of ``base`` (warm_pool.predictive), and the feed that
+    teaches its stage model from demand readings taken every ``interval`` seconds."""
+    feed = StageFeed(StageModel(), label_key(labels), interval)
+    horizon, hold = window((), knobs.horizon, knobs.hold)
+    pool = PredictivePool(
+        model=feed.model,
+        label_set=feed.label_set,
+        parents=feed.parents,
+        horizon=horizon,
+        hold=hold,
+        count_quantile=knobs.count_quantile,
+        base=base,
+    )
+    return pool, feed

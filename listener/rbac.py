@@ -104,7 +104,7 @@ def manifests(
                 "resourceNames": [listener],
                 "verbs": ["get"],
             },
-            # The predictive pool's stage model (capacity.monitor's stage_model_config_map):
+            # The predictive pool's stage model (capacity.kept's stage_model_config_map):
             # read at start, written every few minutes. Creating it cannot be narrowed to a name.
             {
                 "apiGroups": [""],

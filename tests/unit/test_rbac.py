@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from capacity.monitor import stage_model_config_map
+from capacity.kept import stage_model_config_map
 from listener.rbac import chart_config_url, fnv1a_32, listener_name, manifests, safe_encode
 
 

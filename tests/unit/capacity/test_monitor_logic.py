@@ -283,7 +283,7 @@ async def test_spec_hash_written_and_expected_is_the_one_older_listeners_wrote()
         assert owner is not None
         hashes = {Role.RUNNER: "788c592a9b491e5e", Role.WORKFLOW: "5ad5003819c28bce"}
         assert dict(scene.monitor.view.expected_hashes()) == hashes
-        for pod, role in zip(scene.monitor.build_pair("7", owner, NOW), Role, strict=True):
+        for pod, role in zip(scene.monitor.pairs.build_pair("7", owner, NOW), Role, strict=True):
             annotations = pod["metadata"]["annotations"]
             assert annotations[ANNOTATION_SPEC_HASH] == hashes[role]
             assert annotations[ANNOTATION_OWNER_UID] == OWNER_UID
@@ -296,11 +296,11 @@ async def test_start_adopts_verified_placeholders_and_sweeps_the_rest() -> None:
     async with Running(scene):
         owner = scene.monitor.view.runner_set
         assert owner is not None
-        ours = scene.monitor.build_pair("7", owner, NOW)
-        stranger = scene.monitor.build_pair(
+        ours = scene.monitor.pairs.build_pair("7", owner, NOW)
+        stranger = scene.monitor.pairs.build_pair(
             "8", owner.__class__(owner.name, "old-uid", owner.pod_spec), NOW
         )
-        stale = scene.monitor.build_pair("9", owner, NOW)
+        stale = scene.monitor.pairs.build_pair("9", owner, NOW)
         for pod in stale:
             pod["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = "another-template"
         for pod in (*ours, *stranger, *stale):

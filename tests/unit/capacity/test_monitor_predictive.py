@@ -14,10 +14,10 @@ from collections.abc import Sequence
 import pytest
 
 from base.kube import KubeError
-from capacity import monitor as monitor_module
+from capacity import kept
 from capacity.demand import DemandReader, Reading
+from capacity.kept import STAGE_MODEL_KEY, stage_model_config_map
 from capacity.model import DemandOutcome, DemandResult
-from capacity.monitor import STAGE_MODEL_KEY, stage_model_config_map
 from capacity.stage_feed import StageFeed
 from capacity.stage_pool import PredictivePool
 from capacity.stages import QueuedJob, RunningParent, StageModel
@@ -182,14 +182,22 @@ def test_metrics_are_absent_with_the_pool_off() -> None:
 
 
 async def _run_model_loop(scene: Scene) -> None:
-    task = asyncio.create_task(scene.monitor._stage_model_loop())
+    monitor = scene.monitor
+    keeping = kept.keep_stage_model(
+        monitor.kube,
+        monitor.metrics,
+        monitor.stage_feed,
+        namespace=monitor.placeholder_namespace,
+        scale_set_name=monitor.scale_set_name,
+    )
+    task = asyncio.create_task(keeping)
     await scene.settle()
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_the_stage_model_survives_a_restart(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(monitor_module, "STAGE_MODEL_SAVE_INTERVAL", 0.0)
+    monkeypatch.setattr(kept, "STAGE_MODEL_SAVE_INTERVAL", 0.0)
     first, _ = predictive_scene()
     teach(feed_of(first).model)
     await _run_model_loop(first)
@@ -212,7 +220,7 @@ async def test_the_stage_model_survives_a_restart(monkeypatch: pytest.MonkeyPatc
 
 
 async def test_an_unusable_stored_model_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(monitor_module, "STAGE_MODEL_SAVE_INTERVAL", 0.0)
+    monkeypatch.setattr(kept, "STAGE_MODEL_SAVE_INTERVAL", 0.0)
     cluster = MemoryCluster()
     stored = json.dumps({"version": 1, "parents": [{"workflow": BUILD}]})
     cluster.config_maps[(NS, stage_model_config_map(SCALE_SET))] = {STAGE_MODEL_KEY: stored}
