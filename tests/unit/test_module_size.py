@@ -52,7 +52,6 @@ EXEMPT = {
     "tests/unit/test_github_auth.py": "the tests of listener/github_auth.py on the same routes",
     "tests/unit/test_http.py": "the tests of the HTTP path on shared respx fixtures",
     "tests/unit/test_loop.py": "the tests of listener/loop.py through one harness",
-    "tests/unit/test_metrics.py": "the tests of listener/metrics.py against its golden page",
 }
 
 
