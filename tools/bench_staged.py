@@ -225,12 +225,12 @@ FULL = StagedConfig(
 # launches.
 SMOKE = replace(
     FULL,
-    spec=replace(FULL.spec, minutes=3, runs_per_minute_quiet=1.0, duration_scale=0.1),
+    spec=replace(FULL.spec, minutes=2, runs_per_minute_quiet=1.0, duration_scale=0.05),
     seeds=(3,),
     variants=("stock_min0", "ours_reactive", "ours_predictive"),
     warmup=60.0,
-    tail=60.0,
-    overtime=120.0,
+    tail=30.0,
+    overtime=60.0,
     prepare_timeout=300.0,
     launch_delay=(10.0, 30.0),
     gpu_registration=45.0,

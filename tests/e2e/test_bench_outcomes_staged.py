@@ -1,5 +1,5 @@
 """The outcome benchmark's staged family, smoke-run (one seed, stock against ours reactive and
-predictive, a 3-minute arrival window) so its harness cannot rot: builds queued, shards queued
+predictive, a 2-minute arrival window) so its harness cannot rot: builds queued, shards queued
 after them in each variant, the slow GPU pool, the GitHub demand source. It asserts the
 harness's structure, never the outcome numbers."""
 
@@ -14,7 +14,7 @@ from tools.localcluster import LocalCluster
 from tools.localcluster.karpenter import Karpenter
 
 
-@pytest.mark.timeout(2400)  # about 12 minutes of window, slower under load
+@pytest.mark.timeout(2400)  # about 7 minutes of window, slower under load
 async def test_the_staged_benchmark_queues_each_stage_after_its_parents(
     local_cluster: LocalCluster, karpenter: Karpenter, tmp_path: Path
 ) -> None:
