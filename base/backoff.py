@@ -44,3 +44,27 @@ class Backoff:
 
     def reset(self) -> None:
         self.failures = 0
+
+
+@dataclass
+class BackoffGate:
+    """Closed for ``backoff``'s next wait after a failure, open again after it; a success
+    resets the backoff. Several failures while closed count once (one pass's failures)."""
+
+    backoff: Backoff
+    until: float = 0.0
+
+    def open(self, now: float) -> bool:
+        return now >= self.until
+
+    def failed(self, now: float) -> float:
+        """Close the gate; the seconds until it opens."""
+        if now < self.until:
+            return self.until - now
+        delay = self.backoff.next()
+        self.until = now + delay
+        return delay
+
+    def succeeded(self) -> None:
+        self.backoff.reset()
+        self.until = 0.0

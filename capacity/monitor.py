@@ -196,7 +196,7 @@ class CapacityMonitor:
             self.metrics.record_predictive_pairs(0, {})
         # Nothing is confirmed yet: advertise 0 until the view has synced and a pass has
         # counted verified capacity (set here, before the listener's first poll can start).
-        self.reconciler.publish(0)
+        self.reconciler.publisher.publish(0)
 
     # --- what the listener's loop reports (plain callables: the listener calls them) ------
 

@@ -8,16 +8,9 @@ Two loops share one view and one set of expectations:
 - the *reconcile* loop runs a full pass on a coalesced view change or every
   ``recalculate_interval``: plan, publish the advertised value, delete, create, record metrics.
 
-Expectations. After a create or delete is sent, the watch may take a moment to show it. Until
-it does (or ``expectation_ttl`` passes), the pass plans on the view *plus* what it expects:
-a pod it created counts as a Pending placeholder, a pod it deleted as terminating. So the next
-pass neither repeats the create nor counts capacity that is going away.
-
-Rises are confirmed. The view's three pod watches are not in order with each other, so for a
-moment it can count a real pod and the placeholder that pod pushed out. A drop is published at
-once; a rise only as far as the same plan on the pods read at one revision
-(``View.read_pods``) confirms it, at most once per ``confirm_interval`` (a rise that must
-wait for that, or whose read failed, is tried again when the interval is over).
+What is sent but not seen yet is ``capacity.expectations``; how the advertised value is
+published (a rise once confirmed) is ``capacity.publisher``; the launch times it observes are
+``capacity.launches``.
 
 Failures never end the loops: a failed call is logged and counted; a failed create stops the
 pass's remaining creates and holds new creates back with exponential backoff (a quota or RBAC
@@ -29,15 +22,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from base.backoff import Backoff
-from base.kube import KubeError, KubeErrorKind
+from base.backoff import Backoff, BackoffGate
+from base.kube import KubeError
 from capacity import policy
 from capacity.cluster import Cluster
+from capacity.expectations import Expectations
+from capacity.launches import Launches
 from capacity.metrics import CREATE_EXISTS, CREATE_OK, CapacityMetrics
 from capacity.model import (
     Deletion,
@@ -45,12 +39,11 @@ from capacity.model import (
     Memory,
     Observed,
     Params,
-    Placeholder,
     Plan,
-    PodPhase,
     Role,
 )
 from capacity.pods import RunnerSet
+from capacity.publisher import Publisher
 from capacity.view import Pods, View
 
 log = logging.getLogger("capacity.reconciler")
@@ -61,87 +54,6 @@ PairBuilder = Callable[[str, RunnerSet, float], tuple[Manifest, Manifest]]
 # (now, demand, snapshot, commit) → pairs to hold beyond demand; a committed pass is also
 # what the warm pool learns from (the signal path only asks).
 WarmTarget = Callable[[float, Demand, Observed, bool], int]
-
-
-# --- expectations -------------------------------------------------------------------------
-
-
-@dataclass
-class Expectations:
-    """Creates and deletes sent but not yet seen through the watch."""
-
-    ttl: float = 60.0
-    creates: dict[str, Placeholder] = field(default_factory=dict)
-    deletes: dict[str, float] = field(default_factory=dict)
-
-    def expect_create(self, name: str, slot: str, role: Role, now: float, expires: float) -> None:
-        self.creates[name] = Placeholder(
-            name=name,
-            slot=slot,
-            role=role,
-            phase=PodPhase.PENDING,
-            created_at=now,
-            expires_at=expires,
-        )
-
-    def expect_delete(self, name: str, now: float) -> None:
-        self.creates.pop(name, None)
-        self.deletes[name] = now
-
-    def forget(self, name: str) -> None:
-        self.creates.pop(name, None)
-        self.deletes.pop(name, None)
-
-    def settle(self, seen: Mapping[str, Placeholder], now: float) -> None:
-        """Drop what the watch now shows, and whatever has waited longer than the TTL (then
-        the watch is trusted again)."""
-        for name, expected in list(self.creates.items()):
-            if name in seen or now - expected.created_at > self.ttl:
-                del self.creates[name]
-        for name, sent in list(self.deletes.items()):
-            pod = seen.get(name)
-            if pod is None or pod.terminating or now - sent > self.ttl:
-                del self.deletes[name]
-
-    def overlay(self, observed: Observed) -> Observed:
-        """The snapshot as it will be once the watch catches up."""
-        if not self.creates and not self.deletes:
-            return observed
-        names = {p.name for p in observed.placeholders}
-        placeholders = [
-            replace(p, terminating=True) if p.name in self.deletes and not p.terminating else p
-            for p in observed.placeholders
-        ]
-        placeholders.extend(p for n, p in self.creates.items() if n not in names)
-        return replace(observed, placeholders=tuple(placeholders))
-
-    def names(self) -> set[str]:
-        return set(self.creates) | set(self.deletes)
-
-
-# --- the reconciler -----------------------------------------------------------------------
-
-
-@dataclass
-class _CreateGate:
-    """Exponential backoff for creates after a failure; reset by a success."""
-
-    backoff: Backoff = field(default_factory=lambda: Backoff(base=1.0, cap=60.0))
-    until: float = 0.0
-
-    def open(self, now: float) -> bool:
-        return now >= self.until
-
-    def failed(self, now: float) -> float:
-        if now < self.until:  # several failures of one pass count once
-            return self.until - now
-        delay = self.backoff.next()
-        self.until = now + delay
-        return delay
-
-    def succeeded(self) -> None:
-        self.backoff.reset()
-        self.until = 0.0
 
 
 class Reconciler:
@@ -175,7 +87,6 @@ class Reconciler:
         self.params = params
         self.demand = demand
         self.build_pair = build_pair
-        self._set_max_capacity = set_max_capacity
         self.metrics = metrics
         self.on_reconcile = on_reconcile
         self.interval = interval
@@ -186,25 +97,24 @@ class Reconciler:
         self.pool_room = pool_room
         # The warm pool (optional): pairs to hold beyond demand, in place of proactive_capacity.
         self.warm_pool = warm_pool
-        self.published: int | None = None
+        self.publisher = Publisher(
+            view=view,
+            advertised=lambda now, pods: self.evaluate(now, pods=pods)[0].advertised,
+            set_max_capacity=set_max_capacity,
+            metrics=metrics,
+            clock=clock,
+            confirm_interval=confirm_interval,
+            confirm_timeout=confirm_timeout,
+        )
         self.passes = 0
         self._short: tuple[Role, ...] = ()  # the halves last seen short (logged on change)
         self._slow_start = 0  # the last slow start's allowance (logged on change)
-        # Rises: at most one read per confirm_interval (loop time), each within
-        # confirm_timeout; a rise not published yet is retried at _rise_retry_at.
-        self.confirm_interval = confirm_interval
-        self.confirm_timeout = confirm_timeout
-        self._confirmed_at = float("-inf")
-        self._rise_retry_at: float | None = None
-        self._confirming = asyncio.Lock()
-        self._gate = _CreateGate()
+        # Creates are held back with exponential backoff after a failure.
+        self._gate = BackoffGate(Backoff(base=1.0, cap=60.0))
         self._limit = asyncio.Semaphore(concurrency)
         self._nodes_checked_at = float("-inf")
-        # Slot -> when this process created the pair, until it is seen whole Running (its
-        # launch time is recorded then) or is too old to be waited for.
-        self._launching: dict[str, float] = {}
-        # The recent launch times, for the auto hold of pairs made for queued jobs.
-        self.launch_times: deque[float] = deque(maxlen=policy.LAUNCHES_KEPT)
+        self.launches = Launches(metrics.record_pair_launch)
+        self.launch_times = self.launches.times  # the monitor's hold and stall timeouts
 
     # --- planning -------------------------------------------------------------------------
 
@@ -228,82 +138,25 @@ class Reconciler:
         plan, memory = policy.plan(observed, demand, params, self.memory, now, pool_room=room)
         return plan, memory, observed, demand, params
 
-    def publish(self, value: int) -> None:
-        """Pass the advertised value on (every pass; the receiver ignores repeats)."""
-        changed = value != self.published
-        if changed:
-            log.info("advertised capacity changed", extra={"from": self.published, "to": value})
-        self.published = value
-        self._set_max_capacity(value)
-        self.metrics.record_advertised(value, changed=changed)
-
-    async def offer(self, value: int) -> None:
-        """Publish ``value`` planned on the view: a drop or a repeat at once, a rise only as
-        far as the pods read at one revision confirm it."""
-        current = self.published if self.published is not None else 0
-        if value <= current:
-            self._rise_retry_at = None
-            self.publish(value)
-            return
-        async with self._confirming:
-            loop = asyncio.get_running_loop()
-            wait = self._confirmed_at + self.confirm_interval - loop.time()
-            if wait > 0:
-                self._rise_retry_at = loop.time() + wait
-                return
-            self._confirmed_at = loop.time()
-            try:
-                async with asyncio.timeout(self.confirm_timeout):
-                    pods = await self.view.read_pods()
-            except (KubeError, TimeoutError) as exc:
-                kind = (exc.kind if isinstance(exc, KubeError) else KubeErrorKind.TRANSPORT).value
-                log.warning("rise not confirmed: pods not read", extra={"error": str(exc)})
-                self.metrics.record_kube_error("list pods", kind)
-                self.metrics.record_rise_check("failed")
-                self._rise_retry_at = loop.time() + self.confirm_interval
-                return
-            now = self.clock()
-            fresh = self.evaluate(now, pods=pods)[0].advertised
-            # The view as it is now: a drop seen while the pods were read still counts, and
-            # a rise seen meanwhile waits for the next read.
-            seen = self.evaluate(now)[0].advertised
-            # Lowered: the read, taken after the watches gave `value`, has less.
-            self.metrics.record_rise_check("confirmed" if fresh >= value else "lowered")
-            if fresh < value:
-                log.info(
-                    "rise lowered by a read at one revision",
-                    extra={"watches": value, "read": fresh, "published": self.published},
-                )
-            self._rise_retry_at = loop.time() + self.confirm_interval if fresh < seen else None
-            confirmed = min(fresh, seen)
-            if confirmed != self.published:
-                self.publish(confirmed)
-
-    def _rise_wait(self) -> float | None:
-        """Seconds until a rise waiting to be confirmed is tried again; None if none waits."""
-        if self._rise_retry_at is None:
-            return None
-        return max(0.0, self._rise_retry_at - asyncio.get_running_loop().time())
-
     # --- the signal path ------------------------------------------------------------------
 
     async def signal_loop(self) -> None:
         """Republish on every coalesced view change (and when a waiting rise is due)."""
         while True:
-            await self.view.signal.wait(within=self._rise_wait())
+            await self.view.signal.wait(within=self.publisher.rise_wait())
             if not self.view.synced:
                 continue  # nothing is verified yet; the monitor advertised 0 at start
             try:
                 now = self.clock()
                 plan, _, observed, _, params = self.evaluate(now)
-                self._observe_launches(observed, now, params, expire=False)
+                self.launches.observe(observed, now, params, wait=None)
             except Exception:
                 log.exception("capacity signal computation failed")
                 continue
-            if plan.advertised != self.published:
-                await self.offer(plan.advertised)
+            if plan.advertised != self.publisher.published:
+                await self.publisher.offer(plan.advertised)
             else:
-                self._rise_retry_at = None  # nothing waits any more
+                self.publisher.settled()
 
     # --- the reconcile path ---------------------------------------------------------------
 
@@ -335,11 +188,11 @@ class Reconciler:
         if self.view.node_checks:
             await self._check_nodes(now)
         plan, memory, observed, demand, params = self.evaluate(now, commit=True)
-        self._observe_launches(observed, now, params)
+        self.launches.observe(observed, now, params, wait=self.expectations.ttl)
         self.memory = memory
         self.passes += 1
         # First the signal: the value must not wait for the cluster calls below.
-        await self.offer(plan.advertised)
+        await self.publisher.offer(plan.advertised)
         # The configured value; the warm pool's target has a series of its own.
         self.metrics.record_pass(plan, observed, demand, proactive=self.params().proactive_capacity)
         if self.pool_room is not None:
@@ -413,45 +266,6 @@ class Reconciler:
             await self.view.refresh_nodes()
         elif self.view.placeholder_nodes() - set(self.view.nodes):
             await self.view.refresh_nodes(only_new=True)
-
-    def _observe_launches(
-        self, observed: Observed, now: float, params: Params, *, expire: bool = True
-    ) -> None:
-        """Record the launch (create → both halves Running) of each pair this process
-        created, the first time a pass or a signal sees it whole; the signal path sees every
-        coalesced view change, so the time is that close. A pair still not whole after its
-        ready timeout (and the expectation TTL) is no longer waited for: the policy deletes it.
-
-        Every launch goes to the histogram; ``launch_times``, the sample the hold and the
-        stall timeouts are taken from, leaves out a launch that waited out a shortage: one
-        during which (or recently enough before which, as the policy applies the word) the
-        pools said they cannot launch a node, and that took longer than every launch in the
-        sample. Counted, it would stretch the stall timeouts to the ready timeout for the next
-        shortage, and the stall would never fire (seen in the outcome benchmark, where pairs
-        made in one shortage became whole after it). One no longer than the sample's longest
-        is counted: pools that refuse one instance type and launch another at once (spot)
-        still launch."""
-        if not self._launching:
-            return
-        halves: dict[str, list[Placeholder]] = {}
-        for p in observed.placeholders:
-            if p.slot in self._launching:
-                halves.setdefault(p.slot, []).append(p)
-        for slot, pods in halves.items():
-            whole = {p.role for p in pods if p.phase == PodPhase.RUNNING and not p.terminating}
-            if whole == set(Role):
-                created = self._launching.pop(slot)
-                took = now - created
-                self.metrics.record_pair_launch(took)
-                if not policy.refused_during(params, created) or took <= max(
-                    self.launch_times, default=0.0
-                ):
-                    self.launch_times.append(took)
-        if expire:
-            limit = params.ready_timeout + self.expectations.ttl
-            for slot, created in list(self._launching.items()):
-                if now - created > limit:
-                    del self._launching[slot]
 
     # --- deletes --------------------------------------------------------------------------
 
@@ -573,7 +387,7 @@ class Reconciler:
             self.metrics.record_create(CREATE_OK if CREATE_OK in results else CREATE_EXISTS)
             if timed and len(results) == len(roles) and CREATE_OK in results:
                 # A repaired slot is timed from the repair: one launch, the half it waited for.
-                self._launching[slot] = self.clock()
+                self.launches.created(slot, self.clock())
 
     # --- shutdown -------------------------------------------------------------------------
 

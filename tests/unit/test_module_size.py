@@ -22,7 +22,6 @@ EXEMPT = {
     "listener/whatif.py": "the what-if command line; to move out of the product",
     "base/kube.py": "the one owner of kubernetes-asyncio; the list+watch informer is most of it",
     "capacity/github_demand.py": "one demand source whose budget, ETag cache and pacing agree",
-    "capacity/reconciler.py": "two loops sharing the published value and the create gate",
     "listener/actions.py": "one client of one service sharing session and token refresh",
     "listener/config.py": "ARC's config.json decoding and validation, in ARC's order and words",
     # Deploy generators.

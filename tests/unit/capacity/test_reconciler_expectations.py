@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from capacity import policy
+from capacity.expectations import Expectations
 from capacity.model import Demand, DemandSource, Memory, Observed, Params, PodPhase, Role
-from capacity.reconciler import Expectations
 from tests.unit.capacity.builders import pairs, ph
 
 PARAMS = Params(max_runners=10, proactive_capacity=3, ready_timeout=60, downscale_delay=0)
