@@ -128,7 +128,7 @@ HEADERS = {
 RUN_IDS = 70_000  # fake run id = this + the trace's run number
 OWNER, REPOSITORY = "acme", "app"  # the organization the fakes serve, and its repository
 WORKFLOWS_DIR = ".github/workflows/"
-STAGE_MODEL_KEY = "model.json"  # capacity/monitor.py keeps the model under this key
+STAGE_MODEL_KEY = "model.json"  # capacity/kept.py keeps the model under this key
 MODEL_LOADED = "stage model loaded"  # what the listener logs when it read that model
 
 
