@@ -526,7 +526,7 @@ def capacity_settings(site: Site, variant: str) -> dict[str, Any] | None:
 
 
 def _write_stage_model(site: Site, model: Mapping[str, object]) -> None:
-    """The ConfigMap the listener reads its stage model from at start (capacity/monitor.py:
+    """The ConfigMap the listener reads its stage model from at start (capacity/kept.py:
     ``capacity-stage-model-<scale set>`` in the placeholder namespace, key model.json)."""
     body = {
         "apiVersion": "v1",
