@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make test`: every check, the fast gate first.
 #
-#   gate:  lint (ruff, mypy, import-linter, vulture) and the unit tier — no cluster, no Go;
-#          a failure here stops the run within minutes, before any build.
+#   gate:  lint (ruff, mypy, import-linter, vulture) and the unit tier (on TEST_WORKERS
+#          workers) — no cluster, no Go; a failure here stops the run within minutes, before
+#          any build.
 #   build: the local control plane, Karpenter and the conformance reference (cached under
 #          ~/.cache/capacity-listener; only a fresh machine pays for them).
 #   slow:  every other directory of tests/ (chart: helm lint/template with the pinned Helm;
@@ -42,9 +43,11 @@ summary() {
   printf '%-14s %6ds\n' "total" "$SECONDS"
 }
 
-# The fast gate: stop at the first failure.
+# The fast gate: stop at the first failure. The unit tier runs on virtual time, so its files
+# spread over the workers as they are.
+workers=${TEST_WORKERS:-2}
 if ! tier lint make --no-print-directory lint-only \
-  || ! tier unit "$VENV/bin/pytest" tests/unit -q; then
+  || ! tier unit "$VENV/bin/pytest" tests/unit -q -n "$workers"; then
   summary
   exit 1
 fi
@@ -72,7 +75,6 @@ done
 # `alone` run afterwards on one worker with nothing beside them: the fault soak judges every
 # poll's header against the pods listed within 2 s, and beside a second worker one run saw a
 # header above confirmed capacity for under a second (docs/soak.md, "Known").
-workers=${TEST_WORKERS:-2}
 spread=" integration e2e "
 for name in "${ordered[@]}" "${others[@]}"; do
   [ -d "tests/$name" ] || continue
