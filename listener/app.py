@@ -32,9 +32,7 @@ from base.tasks import INTERRUPTED, run_until
 from listener import github_auth, http, signals
 from listener.actions import ActionsClient, service_generation
 from listener.advertised import AdvertisedCapacity
-from listener.config import (
-    Config,
-)
+from listener.config import Config
 from listener.logs import configure_logging, register_secret
 from listener.loop import Listener
 from listener.metrics import ListenerMetrics, PatchMetrics, RunnerGroupMetrics

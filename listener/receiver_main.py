@@ -30,14 +30,9 @@ from capacity.model import DemandResult
 from capacity.settings_demand import GitHubDemandSettings
 from capacity.webhook_queue import JobQueue, ListedJob, label_set
 from listener import signals
-from listener.config import (
-    AppCredentials,
-    ConfigError,
-    Credentials,
-    TokenCredentials,
-    parse_github_target,
-)
+from listener.config import AppCredentials, ConfigError, Credentials, TokenCredentials
 from listener.github_auth import GitHubAuth
+from listener.github_target import parse_github_target
 from listener.logs import configure_logging, redact, register_secret
 from listener.receiver import Freshness, deliveries_app, reads_routes
 from listener.receiver_metrics import ReceiverMetrics

@@ -1,6 +1,6 @@
 """What the listener reads and checks before it builds anything: its options from the
 environment (the settings ARC's config.json has no key for), ARC's config file (parsed by the
-pure listener.config), the secrets its logs mask and the owner name of its session."""
+pure listener.config_parse), the secrets its logs mask and the owner name of its session."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from listener.config import (
     VaultReader,
     config_path,
     forces_ghes,
-    parse_config,
     unreadable,
 )
+from listener.config_parse import parse_config
 from listener.logs import register_secret
 from listener.server import parse_addr
 from listener.shutdown import DEFAULT_GRACE
@@ -78,7 +78,7 @@ class Options:
 def load_config(
     env: Mapping[str, str], *, read_vault_secret: VaultReader = vault.read_secret
 ) -> Config:
-    """Read the file named by ``LISTENER_CONFIG_PATH`` and parse it (config.py stays pure).
+    """Read the file named by ``LISTENER_CONFIG_PATH`` and parse it (config_parse.py stays pure).
 
     Blocking (the file, and for a config kept in Azure Key Vault the vault read): the caller
     runs it in a worker thread.

@@ -14,7 +14,7 @@ import respx
 
 from base.http.client import make_client
 from listener.actions import ActionsClient, admin_url, service_generation
-from listener.config import TokenCredentials, parse_github_target
+from listener.config import TokenCredentials
 from listener.errors import (
     ActionsHTTPError,
     ProtocolError,
@@ -23,6 +23,7 @@ from listener.errors import (
     UnauthorizedError,
 )
 from listener.github_auth import AdminConnection, GitHubAuth
+from listener.github_target import parse_github_target
 from listener.http import LONG_POLL_TIMEOUT
 from tests.unit.listener_fixtures import (
     SESSION_ID,

@@ -1,4 +1,5 @@
-"""ARC config.json decoding and validation (listener/config.py)."""
+"""ARC config.json decoding and validation (listener/config_parse.py, listener/config_json.py,
+listener/github_target.py)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from listener.config import (
-    AppCredentials,
-    ConfigError,
-    MetricSpec,
-    Scope,
-    TokenCredentials,
-    parse_config,
-    parse_github_target,
-)
+from listener.config import AppCredentials, ConfigError, MetricSpec, Scope, TokenCredentials
+from listener.config_parse import parse_config
+from listener.github_target import parse_github_target
 from listener.startup import load_config
 
 TOKEN = "ghp_TOPSECRETtokenVALUE1234567890"

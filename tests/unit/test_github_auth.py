@@ -12,7 +12,7 @@ import pytest
 import respx
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from listener.config import AppCredentials, TokenCredentials, parse_github_target
+from listener.config import AppCredentials, TokenCredentials
 from listener.errors import (
     ActionsHTTPError,
     CredentialsError,
@@ -21,6 +21,7 @@ from listener.errors import (
     UnauthorizedError,
 )
 from listener.github_auth import GitHubAuth, app_jwt, github_api_url
+from listener.github_target import parse_github_target
 from tests.unit.listener_fixtures import UA, FakeTime, admin_jwt, pem_pkcs1, pem_pkcs8, public_pem
 from tests.unit.listener_fixtures import rsa_key as make_rsa_key
 

@@ -11,7 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from listener.config import MetricsConfig, parse_github_target
+from listener.config import MetricsConfig
+from listener.github_target import parse_github_target
 from listener.metrics import (
     DEFAULT_RUNTIME_BUCKETS,
     ListenerMetrics,

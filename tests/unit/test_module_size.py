@@ -23,7 +23,6 @@ EXEMPT = {
     "base/kube.py": "the one owner of kubernetes-asyncio; the list+watch informer is most of it",
     "capacity/github_demand.py": "one demand source whose budget, ETag cache and pacing agree",
     "listener/actions.py": "one client of one service sharing session and token refresh",
-    "listener/config.py": "ARC's config.json decoding and validation, in ARC's order and words",
     # Deploy generators.
     "deploy/grafana/gen_dashboard.py": "one dashboard, its panels in the order it shows them",
     # Tools: fakes, benchmark drivers and harnesses, each one object over shared state.
@@ -46,7 +45,7 @@ EXEMPT = {
     "tests/unit/capacity/test_monitor_logic.py": "the monitor's logic through one scene",
     "tests/unit/capacity/test_policy.py": "the policy's example tables, read side by side",
     "tests/unit/test_actions.py": "the tests of listener/actions.py on the same respx routes",
-    "tests/unit/test_config.py": "the tests of listener/config.py, mostly one validation table",
+    "tests/unit/test_config.py": "the tests of config.json's parsing, mostly one validation table",
     "tests/unit/test_fake_actions.py": "the tests of tools/fake_actions.py on one client",
     "tests/unit/test_github_auth.py": "the tests of listener/github_auth.py on the same routes",
     "tests/unit/test_http.py": "the tests of the HTTP path on shared respx fixtures",

@@ -10,7 +10,7 @@ import pytest
 import respx
 
 from base.http.client import make_client
-from listener.config import parse_github_target
+from listener.github_target import parse_github_target
 from listener.runner_group import (
     RunnerGroup,
     check_runner_group,

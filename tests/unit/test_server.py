@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from listener.config import parse_github_target
+from listener.github_target import parse_github_target
 from listener.metrics import ListenerMetrics
 from listener.server import Health, build_app, handler_errors, parse_addr, serve
 from tests.support.fake_clock import FakeClock

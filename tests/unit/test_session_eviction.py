@@ -10,8 +10,9 @@ import httpx
 import pytest
 
 from listener.actions import ActionsClient
-from listener.config import TokenCredentials, parse_github_target
+from listener.config import TokenCredentials
 from listener.github_auth import GitHubAuth
+from listener.github_target import parse_github_target
 from tools.fake_actions import FakeActions
 
 PAT = "ghp_fake_pat"
