@@ -47,7 +47,6 @@ EXEMPT = {
     "tests/unit/test_actions.py": "the tests of listener/actions.py on the same respx routes",
     "tests/unit/test_config.py": "the tests of config.json's parsing, mostly one validation table",
     "tests/unit/test_fake_actions.py": "the tests of tools/fake_actions.py on one client",
-    "tests/unit/test_github_auth.py": "the tests of listener/github_auth.py on the same routes",
     "tests/unit/test_loop.py": "the tests of listener/loop.py through one harness",
 }
 
