@@ -284,7 +284,7 @@ SMOKE = replace(
     FULL,
     spec=replace(
         FULL.spec,
-        minutes=2,
+        minutes=3,
         runs_per_minute_quiet=2.0,
         batch_cap=4,
         second_stage_share=0.0,

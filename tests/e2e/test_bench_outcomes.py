@@ -1,4 +1,4 @@
-"""The outcome benchmark's harness, smoke-run (one seed, two variants, a 2-minute trace) so it
+"""The outcome benchmark's harness, smoke-run (one seed, two variants, a 3-minute trace) so it
 cannot rot. It asserts the harness's structure, never the outcome numbers."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from tools.bench_outcomes import REFERENCE, SMOKE, benchmark
 
 
-@pytest.mark.timeout(1800)  # about 6 minutes of trace and window, slower under load
+@pytest.mark.timeout(1800)  # about 7 minutes of trace and window, slower under load
 async def test_the_outcome_benchmark_runs_and_accounts_every_job(tmp_path: Path) -> None:
     out = tmp_path / "out"
     document = await benchmark(tmp_path, out, SMOKE)
