@@ -643,11 +643,13 @@ def plan(
     ramp = _slow_start(memory, (stalled_at, backoff, stalled_role), short, live, params, now, first)
     if stalled_at is None and ramp is None:
         backoff = 0.0  # over, and so is its ramp: the next stall starts afresh
+    # A probe still Pending is alone on purpose: it is repaired only once it runs.
+    repairable = [p for p in leftovers if p.slot not in probing or is_ready(p, params)]
     repairs, count, held, blocked = _new_halves_and_pairs(  # 9
         desired,
         counts,
         headroom(params, real) - lone_runners_kept,
-        leftovers,
+        repairable,
         observed,
         params,
         now,

@@ -237,3 +237,36 @@ def test_a_probe_is_no_partner_for_another_slots_lone_half() -> None:
     assert result.running_pairs == 0
     assert result.pending_pairs == 0  # no virtual pair of the two
     assert result.probes == ()  # the probe still asks
+
+
+def test_a_pending_probe_stays_alone_while_the_other_half_is_short() -> None:
+    """A runner probe made while workflow halves are short is not given its workflow half
+    before it runs: the pass after the one that made it plans nothing more (the plan stays
+    idempotent), although a lone runner half is otherwise repaired in a shortage of workflow
+    halves."""
+    knobs = params(
+        max_runners=2,
+        proactive_capacity=1,
+        max_pending_pairs=1,
+        ready_timeout=1.0,
+        downscale_delay=0.0,
+        ttl=60.0,
+        renew_before=0.0,
+        stall_timeout=0.0,
+        cannot_launch_at={Role.RUNNER: 8800.0, Role.WORKFLOW: 10_000.0},
+    )
+    now = 10_000.0
+    runner, workflow = pair(0, P, R, created=now, ttl=60.0)
+    observed = Observed(
+        placeholders=(
+            replace(runner, created_at=now - 1.0, expires_at=now + 59.0),
+            replace(workflow, node_name="n1"),
+            ph(4, Role.WORKFLOW, P, created=now - 1.0, ttl=60.0),
+        ),
+        active_runners=1,
+    )
+    first, memory = plan(observed, demand(0), knobs, Memory(), now)
+    (probe,) = first.probes
+    assert probe.role == Role.RUNNER
+    again, _ = plan(apply_plan(observed, first, knobs, now), demand(0), knobs, memory, now)
+    assert (again.creates, again.repairs, again.probes, again.deletes) == ((), (), (), ())
