@@ -10,7 +10,7 @@ import pytest
 from tools.bench_outcomes import REFERENCE, SMOKE, benchmark
 
 
-@pytest.mark.timeout(1800)  # about 7 minutes of trace and window, slower under load
+@pytest.mark.timeout(1800)  # about 8 minutes of trace and window, slower under load
 async def test_the_outcome_benchmark_runs_and_accounts_every_job(tmp_path: Path) -> None:
     out = tmp_path / "out"
     document = await benchmark(tmp_path, out, SMOKE)
@@ -50,7 +50,8 @@ async def test_the_outcome_benchmark_runs_and_accounts_every_job(tmp_path: Path)
         path = figures["critical_path"]
         assert len(path["jobs"]) == figures["jobs"], name
         finished = figures["succeeded"] + figures["failed_by_timeout"]
-        assert path["steps_s"]["assigned"]["n"] == finished, name
+        # An unfinished job may have been assigned too.
+        assert finished <= path["steps_s"]["assigned"]["n"] <= figures["jobs"], name
         shares = sum(step["share"] for step in path["steps_s"].values())
         assert shares == pytest.approx(1.0, abs=0.01), (name, path["steps_s"])
         if name.startswith("ours"):
