@@ -2,7 +2,8 @@
 
 ``ghalistener rbac --name … --namespace … --github-config-url …`` prints the least-privilege
 Role and RoleBinding for that scale set's listener instead (see ``listener.rbac``);
-``ghalistener whatif …`` imports job traces and replays them (see ``listener.whatif``);
+``ghalistener whatif …`` imports job traces and replays them, where the optional ``whatif``
+package is installed (``whatif_command``; the image leaves it out);
 ``ghalistener overlay --values … --scale-set … --overlay …`` prints a team's own ARC values
 with the chart's overlay merged in (see ``listener.overlay``).
 
@@ -207,6 +208,31 @@ def overlay_command(argv: list[str]) -> int:
     return 0
 
 
+# The what-if package is an extra the image leaves out; an upgrade from an image that had it
+# should say how to get it back rather than show an import error.
+WHATIF_MISSING = (
+    "Error: ghalistener whatif is not in this installation (the image leaves it out): "
+    "pip install '.[whatif]' in a checkout of this version, then run it there"
+)
+
+
+def whatif_command(argv: list[str]) -> int:
+    """``ghalistener whatif …``: the optional ``whatif`` package's command line, or one line
+    saying how to install it. Named by string: nothing in the product imports it
+    (pyproject.toml's import contracts)."""
+    import importlib
+
+    try:
+        module = importlib.import_module("whatif.cli")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("whatif", "whatif.cli"):
+            raise  # the package is there but broken: its own error says more
+        print(WHATIF_MISSING, file=sys.stderr)
+        return 1
+    status: int = module.main(argv)
+    return status
+
+
 def main() -> None:
     signals.install_early()
     if sys.argv[1:2] == ["rbac"]:
@@ -218,9 +244,7 @@ def main() -> None:
 
         sys.exit(receiver_main.cli(sys.argv[2:], os.environ))
     if sys.argv[1:2] == ["whatif"]:
-        from listener import whatif  # the what-if tools: none of their imports is needed else
-
-        sys.exit(whatif.main(sys.argv[2:]))
+        sys.exit(whatif_command(sys.argv[2:]))
     from listener import app
 
     try:

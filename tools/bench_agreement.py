@@ -6,7 +6,7 @@ For each seed and each of our variants in an ``outcomes.json`` written by the ou
 benchmark (``make bench-outcomes``), the same trace is generated again from the recorded
 config and seed (``bench_outcomes.plan``; checked against the recorded job count, last
 arrival and shortage, so a config that no longer rebuilds the run is refused), the
-simulator (``capacity.whatif.simulate``) replays it with the benchmark's parameters, and
+simulator (``whatif.simulate``) replays it with the benchmark's parameters, and
 each metric the two share is printed side by side: simulated, measured, the relative
 difference (simulated − measured) / measured, and whether it is within the tolerance.
 Prints a markdown table; ``--out`` writes the JSON.
@@ -122,10 +122,11 @@ from typing import Any
 from capacity.model import Role
 from capacity.settings import CapacitySettings, load_capacity_settings, to_params, to_warm_pool
 from capacity.warm_pool import WarmPool
-from capacity.whatif.simulate import Outcome, SimConfig, simulate_clusters
-from capacity.whatif.synth import LabelSet, SynthSpec, generate, provisioning_delays
 from tools.bench_outcomes import Config, plan, recorded_refused_ttl
 from tools.node_occupancy import REMOVAL
+from tools.whatif_synth import LabelSet, SynthSpec, generate
+from whatif.delays import provisioning_delays
+from whatif.simulate import Outcome, SimConfig, simulate_clusters
 
 TOLERANCE = 0.15  # the issue's goal: within 15 %
 CLUSTERS = 2  # bench_outcomes' two sites

@@ -81,8 +81,6 @@ from typing import Any, Protocol
 
 from capacity.settings import HUD_READ_INTERVAL
 from capacity.settings_values import parse_duration
-from capacity.whatif.optimum import optimum
-from capacity.whatif.synth import SynthSpec, generate
 from tools import node_occupancy
 from tools.bench_goals import node_seconds_per_succeeded_job
 from tools.critical_path import (
@@ -107,6 +105,8 @@ from tools.localcluster import LocalCluster
 from tools.localcluster.karpenter import WORKFLOW_TYPE, Karpenter
 from tools.localcluster.rest import TRANSIENT, KubeError
 from tools.stats import percentile
+from tools.whatif_synth import SynthSpec, generate
+from whatif.optimum import optimum
 
 PAT = "ghp_e2e_fake_token"
 LONG_POLL = 50.0  # the real service holds a long poll about 50 s

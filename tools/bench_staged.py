@@ -2,11 +2,11 @@
 --family staged``): staged CI, a build on CPU runners that fans out into test shards on
 GPU-like runners whose nodes launch slowly, with stock ARC and our listener side by side.
 
-The trace is ``whatif synth --family staged``'s (capacity/whatif/staged.py), its durations
-scaled down so a seed fits about 25 minutes: per run a ``build`` job (label ``linux-cpu``),
-then, when it succeeds, K ``test (i/K)`` shards (``linux-gpu``, or ``linux-cpu`` for the lint
-workflow), sometimes a ``report`` job after the last shard; cancelled runs, failed builds and
-re-runs (``run_attempt`` 2) as the generator makes them.
+The trace is ``python -m tools.whatif_synth --family staged``'s (tools/whatif_staged.py),
+its durations scaled down so a seed fits about 25 minutes: per run a ``build`` job (label
+``linux-cpu``), then, when it succeeds, K ``test (i/K)`` shards (``linux-gpu``, or
+``linux-cpu`` for the lint workflow), sometimes a ``report`` job after the last shard;
+cancelled runs, failed builds and re-runs (``run_attempt`` 2) as the generator makes them.
 
 Layout: ONE cluster per variant (a Site of tools/e2e_site.py per scale set, both on the
 variant's own fake Actions service, HUD and namespaces, on the one control plane): a
@@ -37,7 +37,7 @@ Variants (all of a seed at once, the same clock, set up in a seeded shuffled ord
   the GitHub REST source (``demand.source: github``);
 * ``ours_predictive``: the same, and ``warm_pool.predictive`` on the shards' scale set. Its
   stage model starts as the listener would find it after a history of the same CI: learned
-  (capacity/whatif/predict.py ``learn``) from a staged trace of another seed
+  (whatif/predict.py ``learn``) from a staged trace of another seed
   (``train_seed`` + seed, ``train_minutes`` long, ending an hour before the run), written to
   the ConfigMap the listener reads at start; the listener keeps learning from what it sees.
 
@@ -67,9 +67,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from capacity.whatif.predict import learn
-from capacity.whatif.staged import StagedSpec, generate_staged
-from capacity.whatif.trace import TraceJob
 from tools import node_occupancy
 from tools.bench_outcomes import (
     LONG_POLL,
@@ -107,6 +104,9 @@ from tools.fake_actions import FakeActions, FakeJob, JobState
 from tools.localcluster import LocalCluster
 from tools.localcluster.karpenter import WORKFLOW_TYPE, Karpenter
 from tools.localcluster.rest import TRANSIENT
+from tools.whatif_staged import StagedSpec, generate_staged
+from whatif.predict import learn
+from whatif.trace import TraceJob
 
 BUILD, SHARDS = "build", "shards"
 SITES = (BUILD, SHARDS)

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from capacity.settings import load_capacity_settings, to_params
-from capacity.whatif.optimum import by_label_set, intervals, optimum
-from capacity.whatif.recommend import Point, Setting, fixed_pools
-from capacity.whatif.simulate import SimConfig, simulate
-from capacity.whatif.synth import SynthSpec, generate, provisioning_delays
+from tools.whatif_synth import SynthSpec, generate
+from whatif.delays import provisioning_delays
+from whatif.optimum import by_label_set, intervals, optimum
+from whatif.recommend import Point, Setting, fixed_pools
+from whatif.simulate import SimConfig, simulate
 
 LEAD = 60.0  # D: the goals are stated for 60 s
 SPEC = SynthSpec(minutes=2 * 24 * 60, working_hours=True)

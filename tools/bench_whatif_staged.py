@@ -4,7 +4,7 @@ pool at three horizons) and OPT₀, on the generator's staged traces.
 
     python -m tools.bench_whatif_staged [--seeds 1 2 3 4 5] [--images docs/img]
 
-Runs the commands docs/whatif.md ("Staged CI") lists, through the CLI's own entry point:
+Runs the commands docs/whatif.md ("Staged CI") lists, through their own entry points:
 per seed a 4-hour staged trace and a training trace of seed 1000 + seed, the GPU label set
 (`linux-gpu`), launches uniform in 120–240 s; with the builds as generated and with their
 spread × 0.25. Prints JSON: per build spread, policy and seed the p90 and node-seconds, and
@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from listener import whatif
+from tools import whatif_synth
+from whatif import cli
 
 LABEL_SET = "linux-gpu"
 # One launch of a GPU-like node: the lead (create to Running) and its jitter (±1/3, so
@@ -43,28 +44,28 @@ def _cli(argv: Sequence[str]) -> Any:
     """One `ghalistener whatif` command, its JSON output parsed."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = whatif.main(list(argv))
+        code = cli.main(list(argv))
     if code != 0:
         raise RuntimeError(f"ghalistener whatif {' '.join(argv)}: exit {code}")
     return json.loads(out.getvalue())
 
 
 def _synth(seed: int, sigma: float, path: Path) -> None:
-    _cli(
-        [
-            "synth",
-            "--family",
-            "staged",
-            "--seed",
-            str(seed),
-            "--minutes",
-            "240",
-            "--build-sigma-scale",
-            f"{sigma:g}",
-            "--out",
-            str(path),
-        ]
-    )
+    with contextlib.redirect_stdout(io.StringIO()):
+        whatif_synth.main(
+            [
+                "--family",
+                "staged",
+                "--seed",
+                str(seed),
+                "--minutes",
+                "240",
+                "--build-sigma-scale",
+                f"{sigma:g}",
+                "--out",
+                str(path),
+            ]
+        )
 
 
 def seed_points(seed: int, sigma: float, work: Path) -> dict[str, dict[str, float]]:

@@ -34,7 +34,6 @@ from typing import Any
 
 from aiohttp import web
 
-from capacity.whatif.synth import SynthSpec, generate
 from tools.counting_proxy import CountingProxy, proxied_kubeconfig
 from tools.e2e_karpenter import (
     create_site_nodepools,
@@ -82,6 +81,7 @@ from tools.soak_model import (
     summarize,
     verdict,
 )
+from tools.whatif_synth import SynthSpec, generate
 
 PAT = "ghp_e2e_fake_token"
 SITE_NAMES = ("soak-a", "soak-b")

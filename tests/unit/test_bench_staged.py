@@ -23,7 +23,6 @@ from capacity.github_demand import GitHubDemand, GitHubScope
 from capacity.settings import CONFIG_FILE_ENV, load_capacity_settings
 from capacity.settings_demand import GitHubDemandSettings
 from capacity.stages import StageModel
-from capacity.whatif.trace import TraceJob
 from tools.bench_outcomes import VariantRun
 from tools.bench_staged import (
     BUILD,
@@ -48,6 +47,7 @@ from tools.bench_staged import (
 from tools.e2e_site import Site, SiteSpec
 from tools.fake_actions import FakeActions, FakeJob, JobState
 from tools.fake_github_rest import FakeGitHubRest
+from whatif.trace import TraceJob
 
 START = 1_700_000_000.0
 PULL = ".github/workflows/pull.yml"

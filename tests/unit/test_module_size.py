@@ -11,18 +11,19 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("listener", "capacity", "base", "deploy", "tools", "tests")
+PACKAGES = ("listener", "capacity", "base", "whatif", "deploy", "tools", "tests")
 # "About 400 lines": a few lines over are not worth an exemption.
 LIMIT = 420
 
 EXEMPT = {
     # The product.
     "capacity/policy.py": "the pure decision core; to be replaced whole by a new one",
-    "capacity/whatif/simulate.py": "the what-if simulator; to be replaced with the decision core",
-    "listener/whatif.py": "the what-if command line; to move out of the product",
     "base/kube.py": "the one owner of kubernetes-asyncio; the list+watch informer is most of it",
     "capacity/github_demand.py": "one demand source whose budget, ETag cache and pacing agree",
     "listener/actions.py": "one client of one service sharing session and token refresh",
+    # The whatif extra.
+    "whatif/simulate.py": "the what-if simulator; to be replaced with the decision core",
+    "whatif/cli.py": "the what-if command line: one parser, its options shared by four commands",
     # Deploy generators.
     "deploy/grafana/gen_dashboard.py": "one dashboard, its panels in the order it shows them",
     # Tools: fakes, benchmark drivers and harnesses, each one object over shared state.

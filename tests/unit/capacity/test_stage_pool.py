@@ -12,12 +12,12 @@ from capacity.model import Params
 from capacity.stage_pool import PredictivePool
 from capacity.stages import RunningParent, StageModel
 from capacity.warm_pool import FixedPool
-from capacity.whatif.optimum import by_label_set
-from capacity.whatif.predict import learn, predictive_setting
-from capacity.whatif.simulate import SimConfig, simulate
-from capacity.whatif.staged import StagedSpec, StagedWorkflow, generate_staged
-from capacity.whatif.synth import provisioning_delays
-from capacity.whatif.trace import TraceJob
+from tools.whatif_staged import StagedSpec, StagedWorkflow, generate_staged
+from whatif.delays import provisioning_delays
+from whatif.optimum import by_label_set
+from whatif.predict import learn, predictive_setting
+from whatif.simulate import SimConfig, simulate
+from whatif.trace import TraceJob
 
 PULL = ".github/workflows/pull.yml"
 T0 = 1_000_000.0

@@ -16,9 +16,9 @@ from capacity.stages import (
     StageModelError,
     job_key,
 )
-from capacity.whatif.predict import TraceParents, learn
-from capacity.whatif.staged import StagedSpec, StagedWorkflow, generate_staged
-from capacity.whatif.synth import DEFAULT_START
+from tools.whatif_staged import StagedSpec, StagedWorkflow, generate_staged
+from tools.whatif_synth import DEFAULT_START
+from whatif.predict import TraceParents, learn
 
 PULL = ".github/workflows/pull.yml"
 T0 = DEFAULT_START + 86400.0  # a day after the traces learned from: a fresh model

@@ -21,7 +21,7 @@ are retried by ``listener.http.send`` (the one retry layer), each attempt within
 deadline. Any other status ends the import with one line naming the path and the status.
 
 Bodies are returned as GitHub sent them (dicts); turning a job into a trace line, and
-saying why a job is not one, is ``capacity.whatif.trace.from_github``.
+saying why a job is not one, is ``whatif.trace.from_github``.
 """
 
 from __future__ import annotations

@@ -19,18 +19,25 @@ Synthetic jobs are written as if they started the moment they were queued (zero 
 ``started_at = queued_at`` and ``completed_at - started_at`` is the duration; a simulator or
 benchmark replays arrivals and durations and measures its own waits.
 
-Seeded: the same spec and seed give the same trace, byte for byte.
+Seeded: the same spec and seed give the same trace, byte for byte. Written as a trace file
+(what ``ghalistener whatif`` reads; ``--family staged``: tools/whatif_staged.py)::
+
+    python -m tools.whatif_synth [--family bursty|staged] --seed 1 --minutes 60 --out t.jsonl
 """
 
 from __future__ import annotations
 
+import argparse
 import bisect
+import json
 import math
 import random
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from capacity.whatif.trace import TraceJob
+from whatif.trace import TraceJob, write_lines
 
 DEFAULT_START = datetime(2026, 1, 5, 8, 0, tzinfo=UTC).timestamp()  # a Monday morning
 
@@ -217,8 +224,58 @@ def generate(spec: SynthSpec, seed: int) -> list[TraceJob]:
     return jobs
 
 
-def provisioning_delays(rng: random.Random, count: int, low: float, high: float) -> list[float]:
-    """Per-node launch + registration delays, uniform in [low, high] (a node is not a constant)."""
-    if not 0 <= low <= high:
-        raise ValueError(f"provisioning delay: need 0 <= low <= high, got {low}..{high}")
-    return [round(rng.uniform(low, high), 3) for _ in range(count)]
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write a seeded trace to ``--out`` (``-``: standard output) and its summary as JSON."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.whatif_synth", description="Write a seeded synthetic job trace."
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--family",
+        choices=("bursty", "staged"),
+        default="bursty",
+        help="bursty batches (default), or staged runs: a build, then a fan-out of shards",
+    )
+    parser.add_argument("--minutes", type=float, default=60.0, help="how long runs arrive")
+    parser.add_argument("--working-hours", action="store_true", help="weekday 09-18 UTC profile")
+    parser.add_argument("--duration-scale", type=float, default=1.0, help="multiply durations")
+    parser.add_argument(
+        "--build-sigma-scale",
+        type=float,
+        default=1.0,
+        help="staged: multiply each build's duration sigma (how predictable builds are)",
+    )
+    parser.add_argument("--out", default="-", help="the JSONL file ('-': standard output)")
+    args = parser.parse_args(argv)
+    spec: SynthSpec | StagedSpec
+    if args.family == "staged":
+        # Imported here: the staged family builds on this module's run arrivals.
+        from tools.whatif_staged import StagedSpec, generate_staged
+
+        spec = StagedSpec(
+            minutes=args.minutes,
+            working_hours=args.working_hours,
+            duration_scale=args.duration_scale,
+            build_sigma_scale=args.build_sigma_scale,
+        )
+        jobs = generate_staged(spec, args.seed)
+    else:
+        spec = SynthSpec(
+            minutes=args.minutes,
+            working_hours=args.working_hours,
+            duration_scale=args.duration_scale,
+        )
+        jobs = generate(spec, args.seed)
+    text = "".join(write_lines(jobs))
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        with open(args.out, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    summary = {"seed": args.seed, "jobs": len(jobs), "spec": spec.describe(), "out": args.out}
+    print(json.dumps(summary, indent=2), file=sys.stderr if args.out == "-" else sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

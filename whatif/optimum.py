@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from capacity.whatif.trace import TraceJob
+from whatif.trace import TraceJob
 
 
 @dataclass(frozen=True, kw_only=True)

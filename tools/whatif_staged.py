@@ -30,8 +30,8 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from capacity.whatif.synth import DEFAULT_START, SynthSpec, run_arrivals
-from capacity.whatif.trace import TraceJob
+from tools.whatif_synth import DEFAULT_START, SynthSpec, run_arrivals
+from whatif.trace import TraceJob
 
 
 @dataclass(frozen=True, kw_only=True)

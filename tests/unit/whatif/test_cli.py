@@ -1,4 +1,4 @@
-"""``ghalistener whatif synth|optimum|simulate|recommend`` in process: JSON out, a table on
+"""``ghalistener whatif optimum|simulate|recommend`` in process: JSON out, a table on
 request, one-line errors."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from capacity.warm_pool import FixedPool
-from listener import whatif
+from tools import whatif_synth
+from whatif import cli
 
 
 def pool_of_two() -> FixedPool:
@@ -21,31 +22,10 @@ def pool_of_two() -> FixedPool:
 @pytest.fixture
 def trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     path = tmp_path / "trace.jsonl"
-    assert whatif.main(["synth", "--seed", "4", "--minutes", "40", "--out", str(path)]) == 0
+    assert whatif_synth.main(["--seed", "4", "--minutes", "40", "--out", str(path)]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["jobs"] == len(path.read_text().splitlines()) > 20
     return path
-
-
-def test_synth_is_seeded(trace: Path, tmp_path: Path) -> None:
-    again = tmp_path / "again.jsonl"
-    whatif.main(["synth", "--seed", "4", "--minutes", "40", "--out", str(again)])
-    assert again.read_bytes() == trace.read_bytes()
-
-
-def test_synth_staged_family_writes_builds_and_shards(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = tmp_path / "staged.jsonl"
-    argv = ["synth", "--family", "staged", "--seed", "2", "--minutes", "60", "--out", str(path)]
-    assert whatif.main(argv) == 0
-    summary = json.loads(capsys.readouterr().out)
-    assert summary["spec"]["family"] == "staged"
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert summary["jobs"] == len(lines) > 20
-    names = {line["job_name"].split(" ")[0] for line in lines}
-    assert {"build", "test"} <= names
-    assert all(line["workflow"].startswith(".github/workflows/") for line in lines)
 
 
 def test_simulate_adds_the_predictive_pool_learned_from_a_training_trace(
@@ -53,32 +33,32 @@ def test_simulate_adds_the_predictive_pool_learned_from_a_training_trace(
 ) -> None:
     train, trace = tmp_path / "train.jsonl", tmp_path / "trace.jsonl"
     for seed, path in (("11", train), ("12", trace)):
-        argv = ["synth", "--family", "staged", "--seed", seed, "--minutes", "120"]
-        assert whatif.main([*argv, "--out", str(path)]) == 0
+        argv = ["--family", "staged", "--seed", seed, "--minutes", "120"]
+        assert whatif_synth.main([*argv, "--out", str(path)]) == 0
     capsys.readouterr()
     argv = ["simulate", str(trace), "--label-set", "linux-gpu", "--pools", "0", "--lead", "180"]
     argv += ["--predictive", "--predictive-train", str(train)]
-    assert whatif.main(argv) == 0
+    assert cli.main(argv) == 0
     curve = json.loads(capsys.readouterr().out)["label_sets"]["linux-gpu"]["curve"]
     # The horizon by default: 1.25 x the longest launch, 180 s x (1 + 0.25).
     assert [p["policy"] for p in curve] == ["reactive", "predictive 281.25s"]
     reactive, predictive = curve
     assert predictive["queue_seconds"]["p50"] < reactive["queue_seconds"]["p50"]
     argv = ["recommend", str(trace), "--label-set", "linux-gpu", "--pools", "0", "--p90", "1"]
-    assert whatif.main([*argv, "--predictive", "--predictive-count-quantile", "1.5"]) == 1
+    assert cli.main([*argv, "--predictive", "--predictive-count-quantile", "1.5"]) == 1
     assert "--predictive-count-quantile 1.5: must be in (0, 1]" in capsys.readouterr().err
-    assert whatif.main([*argv, "--predictive", "--predictive-horizon", "-1"]) == 1
+    assert cli.main([*argv, "--predictive", "--predictive-horizon", "-1"]) == 1
     assert "--predictive-horizon -1: must be >= 0" in capsys.readouterr().err
 
 
 def test_optimum_per_label_set(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert whatif.main(["optimum", str(trace), "--lead", "60"]) == 0
+    assert cli.main(["optimum", str(trace), "--lead", "60"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert set(result["label_sets"]) == {"linux-cpu", "linux-gpu"}
     cpu = result["label_sets"]["linux-cpu"]
     assert cpu["spare_node_seconds"] > 0
     assert cpu["launches"] >= cpu["peak_concurrency"]
-    assert whatif.main(["optimum", str(trace), "--table"]) == 0
+    assert cli.main(["optimum", str(trace), "--table"]) == 0
     assert capsys.readouterr().out.splitlines()[0].split()[:2] == ["label", "set"]
 
 
@@ -86,8 +66,8 @@ def test_simulate_sweeps_pools_lookahead_and_pool_objects(
     trace: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["simulate", str(trace), "--label-set", "linux-cpu", "--pools", "0,3"]
-    argv += ["--lookahead", "60", "--pool-factory", "tests.unit.test_whatif_cli:pool_of_two"]
-    assert whatif.main(argv) == 0
+    argv += ["--lookahead", "60", "--pool-factory", "tests.unit.whatif.test_cli:pool_of_two"]
+    assert cli.main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     cpu = result["label_sets"]["linux-cpu"]
     names = [p["policy"] for p in cpu["curve"]]
@@ -96,7 +76,7 @@ def test_simulate_sweeps_pools_lookahead_and_pool_objects(
         "fixed B=3",
         "reactive+lookahead 60s",
         "fixed B=3+lookahead 60s",
-        "tests.unit.test_whatif_cli:pool_of_two",
+        "tests.unit.whatif.test_cli:pool_of_two",
     ]
     point = cpu["curve"][1]
     assert point["queue_seconds"]["p90"] <= cpu["curve"][0]["queue_seconds"]["p90"]
@@ -116,7 +96,7 @@ def test_simulate_adds_the_scheduled_pool_the_settings_build(
     )
     monkeypatch.setenv("CAPACITY_CONFIG_FILE", str(config))
     argv = ["simulate", str(trace), "--label-set", "linux-cpu", "--pools", "0"]
-    assert whatif.main(argv) == 0
+    assert cli.main(argv) == 0
     curve = json.loads(capsys.readouterr().out)["label_sets"]["linux-cpu"]["curve"]
     assert [p["policy"] for p in curve] == ["reactive", "settings (scheduled)"]
     reactive, scheduled = curve
@@ -129,12 +109,12 @@ def test_recommend_names_the_cheapest_setting_or_why_none(
     trace: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["recommend", str(trace), "--label-set", "linux-gpu", "--pools", "0,2,6"]
-    assert whatif.main([*argv, "--p90", "1000"]) == 0
+    assert cli.main([*argv, "--p90", "1000"]) == 0
     result = json.loads(capsys.readouterr().out)["label_sets"]["linux-gpu"]
     assert result["recommended"]["policy"] == "reactive"  # every setting meets it: the cheapest
     assert len(result["curve"]) == 3
     assert "opt0" in result
-    assert whatif.main([*argv, "--p90", "0.001"]) == 0
+    assert cli.main([*argv, "--p90", "0.001"]) == 0
     result = json.loads(capsys.readouterr().out)["label_sets"]["linux-gpu"]
     assert result["recommended"] is None
     assert result["reason"].startswith("no setting swept meets p90 <= 0.001s")
@@ -152,7 +132,7 @@ def test_recommend_names_the_cheapest_setting_or_why_none(
 def test_bad_options_are_one_line(
     trace: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    assert whatif.main(["simulate", str(trace), *argv]) == 1
+    assert cli.main(["simulate", str(trace), *argv]) == 1
     err = capsys.readouterr().err
     assert err.startswith(message)
     assert err.count("\n") == 1
@@ -161,7 +141,7 @@ def test_bad_options_are_one_line(
 def test_a_bad_trace_line_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text('{"job":"1","run":"1","labels":[],"queued_at":"2026-01-01T00:00:00Z"}\n')
-    assert whatif.main(["optimum", str(path)]) == 1
+    assert cli.main(["optimum", str(path)]) == 1
     assert capsys.readouterr().err == (
         f"Error: {path}:1: field labels: expected a non-empty list of strings\n"
     )
@@ -173,7 +153,7 @@ def test_simulate_an_outage_of_the_workflow_pool_with_and_without_the_pools_word
     base = ["simulate", str(trace), "--label-set", "linux-cpu", "--pools", "2"]
 
     def point(*extra: str) -> dict[str, Any]:
-        assert whatif.main([*base, *extra]) == 0
+        assert cli.main([*base, *extra]) == 0
         result = json.loads(capsys.readouterr().out)
         found: dict[str, Any] = result["label_sets"]["linux-cpu"]["curve"][0]
         found["model"] = result["model"]
@@ -192,5 +172,5 @@ def test_simulate_an_outage_of_the_workflow_pool_with_and_without_the_pools_word
     assert told["model"]["pools_say_so"]
     assert told["stalls"] > 0  # runner halves released once the pool says it cannot launch
     for bad, said in (("5", "not FROM,TO"), ("9,3", "FROM must be before TO")):
-        assert whatif.main([*base, "--outage", bad]) == 1
+        assert cli.main([*base, "--outage", bad]) == 1
         assert f"--outage {bad}: {said}" in capsys.readouterr().err

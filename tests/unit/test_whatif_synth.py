@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
+from pathlib import Path
 
 import pytest
 
-from capacity.whatif.synth import (
+from tools.whatif_synth import (
     SynthSpec,
     generate,
-    provisioning_delays,
+    main,
     run_arrivals,
     working_hours_factor,
 )
-from capacity.whatif.trace import TraceJob, read_lines, write_lines
+from whatif.trace import TraceJob, read_lines, write_lines
 
 
 def test_same_seed_same_trace_other_seed_other_trace() -> None:
@@ -74,16 +76,35 @@ def test_bad_specs_name_the_field() -> None:
         SynthSpec(second_stage_share=2)
 
 
-def test_provisioning_delays_are_jittered_within_bounds() -> None:
-    delays = provisioning_delays(random.Random(1), 200, 30, 90)
-    assert all(30 <= d <= 90 for d in delays)
-    assert max(delays) - min(delays) > 40
-    with pytest.raises(ValueError, match="provisioning delay"):
-        provisioning_delays(random.Random(1), 1, 90, 30)
-
-
 def _runs(jobs: list[TraceJob]) -> dict[str, list[TraceJob]]:
     runs: dict[str, list[TraceJob]] = {}
     for job in jobs:
         runs.setdefault(job.run, []).append(job)
     return runs
+
+
+def test_the_command_writes_a_seeded_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    assert main(["--seed", "4", "--minutes", "40", "--out", str(trace)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["jobs"] == len(trace.read_text().splitlines()) > 20
+    again = tmp_path / "again.jsonl"
+    main(["--seed", "4", "--minutes", "40", "--out", str(again)])
+    assert again.read_bytes() == trace.read_bytes()
+
+
+def test_the_command_writes_the_staged_family(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "staged.jsonl"
+    argv = ["--family", "staged", "--seed", "2", "--minutes", "60", "--out", str(path)]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["spec"]["family"] == "staged"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert summary["jobs"] == len(lines) > 20
+    names = {line["job_name"].split(" ")[0] for line in lines}
+    assert {"build", "test"} <= names
+    assert all(line["workflow"].startswith(".github/workflows/") for line in lines)

@@ -8,8 +8,8 @@ from collections import defaultdict
 
 import pytest
 
-from capacity.whatif.staged import StagedSpec, StagedWorkflow, generate_staged
-from capacity.whatif.trace import TraceJob, read_lines, write_lines
+from tools.whatif_staged import StagedSpec, StagedWorkflow, generate_staged
+from whatif.trace import TraceJob, read_lines, write_lines
 
 
 def _attempts(jobs: list[TraceJob]) -> dict[tuple[str, int], list[TraceJob]]:

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from capacity.warm_pool import FixedPool, WarmPool
-from capacity.whatif.simulate import Outcome, SimConfig, simulate
-from capacity.whatif.trace import TraceJob
+from whatif.simulate import Outcome, SimConfig, simulate
+from whatif.trace import TraceJob
 
 
 @dataclass(frozen=True)

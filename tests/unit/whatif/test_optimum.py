@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capacity.whatif.optimum import by_label_set, intervals, optimum
-from capacity.whatif.trace import TraceJob
+from whatif.optimum import by_label_set, intervals, optimum
+from whatif.trace import TraceJob
 
 Span = tuple[float, float]
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from capacity.stage_pool import PredictivePool
 from capacity.stages import LINK, RunningParent, StageLearner, StageModel
 from capacity.warm_pool import WarmPool
-from capacity.whatif.recommend import Setting
-from capacity.whatif.trace import TraceJob
+from whatif.recommend import Setting
+from whatif.trace import TraceJob
 
 _QUEUED, _STARTED, _ENDED = 1, 2, 0  # at one instant: ends, then queues, then starts
 

@@ -9,9 +9,9 @@ import pytest
 
 from capacity.model import Params, Role
 from capacity.warm_pool import FixedPool
-from capacity.whatif import simulate as simulate_module
-from capacity.whatif.simulate import SimConfig, simulate
-from capacity.whatif.trace import TraceJob
+from whatif import simulate as simulate_module
+from whatif.simulate import SimConfig, simulate
+from whatif.trace import TraceJob
 
 PARAMS = Params(max_runners=100, demand_failure_base_capacity=0)  # no floor before the first read
 CONFIG = SimConfig(params=PARAMS, delays=(60.0,), demand_lag=2.0, coalesce=0.15)

@@ -11,12 +11,12 @@ import httpx
 import pytest
 import respx
 
-from capacity.whatif.trace import from_github, read_lines
-from listener import whatif
-from listener.history import GitHubHistory, HistoryError
 from tests.support.config_files import scale_set_config
 from tests.support.fake_clock import FakeClock
 from tools.fake_github_rest import FakeGitHubRest
+from whatif import cli
+from whatif.history import GitHubHistory, HistoryError
+from whatif.trace import from_github, read_lines
 
 PAT = "ghp_fake_pat"
 API = "https://api.github.com"
@@ -86,7 +86,7 @@ async def test_import_from_the_fake_github_rest_server(
         fake.add_repositories("acme", ["old"], archived=True)
         config = _config(tmp_path, f"{fake.api_url.removesuffix('/api/v3')}/acme")
         out = tmp_path / "trace.jsonl"
-        status = await whatif.amain(
+        status = await cli.amain(
             ["import", "--config", str(config), "--days", "2", "--out", str(out)]
         )
     assert status == 0
@@ -124,7 +124,7 @@ async def test_import_keeps_only_the_labels_served_and_says_how_many_it_left(
                 duration=2,
             )
         config = _config(tmp_path, f"{fake.api_url.removesuffix('/api/v3')}/acme/app")
-        status = await whatif.amain(
+        status = await cli.amain(
             [
                 "import",
                 "--config",
@@ -152,7 +152,7 @@ async def test_bad_credentials_end_the_import_with_one_line(
 ) -> None:
     async with FakeGitHubRest(tokens=["ghp_other"]) as fake:
         config = _config(tmp_path, f"{fake.api_url.removesuffix('/api/v3')}/acme/app")
-        status = await whatif.amain(["import", "--config", str(config), "--days", "1"])
+        status = await cli.amain(["import", "--config", str(config), "--days", "1"])
     assert status == 1
     err = capsys.readouterr().err
     assert err.startswith("Error: ")
@@ -309,18 +309,17 @@ async def test_a_file_is_validated_and_a_bad_line_named(
     bad = '{"job":"2","run":"1","labels":["a"],"queued_at":"yesterday"}'
     path = tmp_path / "in.jsonl"
     path.write_text(f"{good}\n{bad}\n")
-    assert await whatif.amain(["import", "--from", "file", "--file", str(path)]) == 1
+    assert await cli.amain(["import", "--from", "file", "--file", str(path)]) == 1
     err = capsys.readouterr().err
     assert err == f"Error: {path}:2: field queued_at: not an RFC 3339 time: 'yesterday'\n"
     path.write_text(f"{good}\n")
     out = tmp_path / "out.jsonl"
     assert (
-        await whatif.amain(["import", "--from", "file", "--file", str(path), "--out", str(out)])
-        == 0
+        await cli.amain(["import", "--from", "file", "--file", str(path), "--out", str(out)]) == 0
     )
     assert '"labels":["a","b"]' in out.read_text()  # normalised: labels sorted
 
 
 async def test_hud_has_no_history_to_import(capsys: pytest.CaptureFixture[str]) -> None:
-    assert await whatif.amain(["import", "--from", "hud"]) == 1
+    assert await cli.amain(["import", "--from", "hud"]) == 1
     assert "HUD has no job-history endpoint" in capsys.readouterr().err

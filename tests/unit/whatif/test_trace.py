@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capacity.whatif.trace import TraceError, TraceJob, read_lines, to_json, write_lines
+from whatif.trace import TraceError, TraceJob, read_lines, to_json, write_lines
 
 GOOD = (
     '{"job":"1","run":"9","labels":["linux-cpu"],"queued_at":"2026-11-20T09:00:00Z",'

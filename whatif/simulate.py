@@ -134,7 +134,7 @@ from capacity.model import (
 )
 from capacity.pods import job_pod_name
 from capacity.warm_pool import WarmPool
-from capacity.whatif.trace import TraceJob
+from whatif.trace import TraceJob
 
 
 @dataclass(frozen=True, kw_only=True)

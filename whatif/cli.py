@@ -2,8 +2,6 @@
 
     whatif import     write a JSONL trace: from GitHub's REST API with the listener's own
                       credentials (its config.json), or from a file (validated, normalised)
-    whatif synth      write a seeded synthetic trace (capacity.whatif.synth; ``--family
-                      staged``: builds fanning out into shards, capacity.whatif.staged)
     whatif optimum    OPT₀ per label set: the least spare node-seconds for zero queue time
     whatif simulate   the monitor's own policy replayed on the trace, per warm-pool setting
                       (``--predictive``: a stage model's pool, capacity.stage_pool)
@@ -13,7 +11,9 @@ Results are JSON on stdout (``--table``: a text table); errors are one line on s
 (``Error: …``, exit status 1). The policy's knobs are the listener's capacity settings
 (``CAPACITY_*``, ``CAPACITY_CONFIG_FILE``), so a simulation uses the settings in force.
 
-The work itself is in capacity/whatif and listener/history.py.
+The work itself is in the other modules of this package, an extra the image leaves out
+(``pip install 'capacity-listener[whatif]'``). Seeded synthetic traces come from a
+checkout's tools (``python -m tools.whatif_synth``).
 """
 
 from __future__ import annotations
@@ -46,15 +46,14 @@ from capacity.settings import (
 from capacity.settings_problems import CapacitySettingsError
 from capacity.stages import StageModel
 from capacity.warm_pool import WarmPool
-from capacity.whatif.optimum import Optimum, by_label_set, intervals, optimum
-from capacity.whatif.predict import learn, predictive_setting
-from capacity.whatif.recommend import Point, Setting, cheapest, fixed_pools, sweep
-from capacity.whatif.simulate import SimConfig
-from capacity.whatif.staged import StagedSpec, generate_staged
-from capacity.whatif.synth import SynthSpec, generate, provisioning_delays
-from capacity.whatif.trace import TraceError, TraceJob, from_github, read_lines, write_lines
 from listener.config import ConfigError
-from listener.history import HistoryError
+from whatif.delays import provisioning_delays
+from whatif.history import HistoryError
+from whatif.optimum import Optimum, by_label_set, intervals, optimum
+from whatif.predict import learn, predictive_setting
+from whatif.recommend import Point, Setting, cheapest, fixed_pools, sweep
+from whatif.simulate import SimConfig
+from whatif.trace import TraceError, TraceJob, from_github, read_lines, write_lines
 
 _DELAY_SAMPLES = 10_000
 
@@ -133,8 +132,8 @@ async def _import_github(
 ) -> tuple[list[TraceJob], dict[str, Any]]:
     from base.http.client import make_client, product_user_agent
     from listener import github_auth, startup
-    from listener.history import GitHubHistory
     from listener.logs import register_secret
+    from whatif.history import GitHubHistory
 
     env = dict(os.environ)
     if args.config:
@@ -185,32 +184,6 @@ async def _import_github(
         "truncated_days": history.stats.truncated_days,
     }
     return jobs, summary
-
-
-# --- synth --------------------------------------------------------------------------------
-
-
-def _synth_command(args: argparse.Namespace) -> int:
-    spec: SynthSpec | StagedSpec
-    if args.family == "staged":
-        spec = StagedSpec(
-            minutes=args.minutes,
-            working_hours=args.working_hours,
-            duration_scale=args.duration_scale,
-            build_sigma_scale=args.build_sigma_scale,
-        )
-        jobs = generate_staged(spec, args.seed)
-    else:
-        spec = SynthSpec(
-            minutes=args.minutes,
-            working_hours=args.working_hours,
-            duration_scale=args.duration_scale,
-        )
-        jobs = generate(spec, args.seed)
-    _write_trace(jobs, args.out)
-    summary = {"seed": args.seed, "jobs": len(jobs), "spec": spec.describe(), "out": args.out}
-    _print(summary, sys.stderr if args.out == "-" else None)
-    return 0
 
 
 # --- optimum, simulate, recommend ---------------------------------------------------------
@@ -588,26 +561,6 @@ def parser() -> argparse.ArgumentParser:
     imp.add_argument("--reserve", type=int, default=100, help="rate-limit calls to leave (100)")
     imp.add_argument("--out", default="-", help="the JSONL file ('-': standard output)")
     imp.set_defaults(run=_import_command)
-
-    syn = sub.add_parser("synth", help="write a seeded synthetic trace")
-    syn.add_argument("--seed", type=int, default=1)
-    syn.add_argument(
-        "--family",
-        choices=("bursty", "staged"),
-        default="bursty",
-        help="bursty batches (default), or staged runs: a build, then a fan-out of shards",
-    )
-    syn.add_argument("--minutes", type=float, default=60.0, help="how long runs arrive")
-    syn.add_argument("--working-hours", action="store_true", help="weekday 09-18 UTC profile")
-    syn.add_argument("--duration-scale", type=float, default=1.0, help="multiply durations")
-    syn.add_argument(
-        "--build-sigma-scale",
-        type=float,
-        default=1.0,
-        help="staged: multiply each build's duration sigma (how predictable builds are)",
-    )
-    syn.add_argument("--out", default="-", help="the JSONL file ('-': standard output)")
-    syn.set_defaults(run=_synth_command)
 
     opt = sub.add_parser("optimum", help="OPT₀ per label set")
     _trace_options(opt)
