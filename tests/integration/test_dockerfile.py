@@ -1,6 +1,7 @@
 """The Dockerfile's builder steps run in a fresh directory give a working /ghalistener (marked
-`network`: needs PyPI; runs the built program). Its shape and .dockerignore: the unit test of the
-same name; the image itself is built with buildah in tests/image."""
+`network`: needs PyPI; runs the built program), without the whatif extra. Its shape and
+.dockerignore: the unit test of the same name; the image itself is built with buildah in
+tests/image."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from listener.cli import WHATIF_MISSING
 from tests.support.dockerfile import (
     parse_dockerfile,
     run_builder_stage,
@@ -57,3 +59,17 @@ def test_image_install_steps_give_a_working_ghalistener(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert proc.stderr == "Error: LISTENER_CONFIG_PATH environment variable is not set\n"
+
+    # The whatif extra is not in the image: no package, and its command says how to get it.
+    assert not list((venv / "lib").glob("python3*/site-packages/whatif"))
+    proc = subprocess.run(
+        [str(root / "ghalistener"), "whatif", "simulate", "jobs.jsonl"],
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert proc.stderr == WHATIF_MISSING + "\n"
+    assert proc.stdout == ""

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 
+from tests.support.deploy_files import ROOT
 from tests.support.dockerfile import (
     dockerignore_patterns,
     dockerignored,
@@ -44,3 +46,21 @@ def test_dockerignore_keeps_the_context_small() -> None:
     assert dockerignored(".venv/bin/python", patterns)
     assert dockerignored("tests/unit/test_dockerfile.py", patterns)
     assert dockerignored("deploy/grafana/capacity-listener.json", patterns)
+
+
+def test_the_image_copies_the_product_and_leaves_the_whatif_extra_out() -> None:
+    """setuptools packages whatif where its directory is there (pyproject.toml); the image
+    lacks it because the builder never copies it."""
+    _, (builder, _runtime) = parse_dockerfile()
+    sources = [
+        source
+        for keyword, rest in builder.instructions
+        if keyword == "COPY"
+        for source in rest.split()[:-1]
+    ]
+    packages = {source for source in sources if (ROOT / source).is_dir()}
+    assert packages == {"listener", "capacity", "base"}
+    assert not any(source.split("/")[0] == "whatif" for source in sources)
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "whatif*" in found["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert "whatif" in found["project"]["optional-dependencies"]
