@@ -29,7 +29,7 @@ help:
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip uv
-	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python -e '.[test]'
+	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python -e '.[test,whatif]'
 	touch $@
 
 venv: $(VENV)/.installed
